@@ -1,0 +1,25 @@
+// Printer: IR back to Relay text that parses to an equal module (round trip).
+//
+// Variable names are kept, made unique within each global function where two
+// distinct variables share one (`%x`, `%x_1`), so the text never depends on
+// shadowing. With `showTypes`, parameters, results and bindings carry their
+// checked types (bindings as `/* ty=... */` comments after graph-style values).
+// Prelude definitions are left out unless asked for; the parser supplies them.
+#pragma once
+
+#include <string>
+
+#include "compiler/ir/module.h"
+
+namespace kiln::ir {
+
+struct PrintOptions {
+  bool showTypes = false;
+  bool includePrelude = false;
+};
+
+std::string printModule(const Module& m, const PrintOptions& opts = {});
+std::string printExpr(const Expr* e, const PrintOptions& opts = {});
+std::string literalToString(const Constant* c);
+
+}  // namespace kiln::ir

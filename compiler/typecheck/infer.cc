@@ -1,0 +1,466 @@
+// Type inference: one pass over every function body, repeated while a widened
+// unknown invalidates a rule's earlier result (see solver.h).
+#include "compiler/typecheck/infer.h"
+
+#include <unordered_map>
+#include <vector>
+
+#include "compiler/typecheck/exhaustive.h"
+#include "compiler/typecheck/solver.h"
+#include "ops/shape_util.h"
+
+namespace kiln::typecheck {
+
+namespace {
+
+constexpr int kMaxPasses = 64;
+
+class Inferer {
+ public:
+  Inferer(Module& m, const Hints& hints) : m_(m), a_(m.arena()), s_(m.arena(), hints) {}
+
+  void run() {
+    for (const GlobalFunction& g : m_.functions()) globalTypes_[g.var] = signature(g.fn);
+    for (const GlobalFunction& g : m_.functions()) {
+      current_ = &g;
+      checkFunction(g.fn);
+      flushPending(false);
+    }
+    current_ = nullptr;
+    flushPending(true);
+  }
+
+  bool needsAnotherPass() const { return s_.needsAnotherPass(); }
+  Hints hints() const { return s_.exportHints(); }
+
+  // Closes the module: reports what could not be inferred, checks `match`
+  // exhaustiveness, and writes the checked types into the nodes.
+  void finish() {
+    for (const auto& [v, fn, gname] : globalParams_) {
+      if (s_.hasUnknowns(varTypes_.at(v)))
+        fail(v->loc, "cannot infer the type of parameter %" + std::string(v->name) + " of @" + std::string(gname) +
+                         "; add a type annotation");
+    }
+    for (const auto& [cond, t] : conditions_) checkCondition(cond, t);
+    s_.defaultUnbound(tupleType(a_, {}));
+    for (const Match* mt : matches_) {
+      if (!mt->complete) continue;
+      const Type* st = s_.zonk(exprTypes_.at(mt->scrutinee));
+      if (auto missing = findUnmatched(mt->clauses, st, a_))
+        fail(mt->loc, "match is not exhaustive: no clause matches " + *missing);
+    }
+    for (auto& [e, t] : exprTypes_) e->type = s_.zonk(t);
+    for (auto& [v, t] : varTypes_) v->type = s_.zonk(t);
+    for (const GlobalFunction& g : m_.functions()) g.var->type = s_.zonk(globalTypes_.at(g.var));
+  }
+
+ private:
+  // ---- errors ----
+  [[noreturn]] void fail(SourceLoc loc, const std::string& msg) const {
+    throw Error(current_ && current_->fromPrelude ? "<prelude>" : m_.file(), loc, msg);
+  }
+  std::string show(const Type* t) const { return typeToString(s_.zonk(t)); }
+
+  const Type* unifyAt(SourceLoc loc, const Type* expected, const Type* actual, UnifyMode mode,
+                      const std::string& context) {
+    try {
+      return s_.unify(expected, actual, mode);
+    } catch (const TypeMismatch& m) {
+      fail(loc, context + ": " + m.what);
+    }
+  }
+
+  // ---- signatures ----
+  const Type* paramType(const Var* v) {
+    const Type* t = v->annotation ? v->annotation : s_.meta({v, 0});
+    varTypes_[v] = t;
+    return t;
+  }
+
+  const FuncType* signature(const Function* f) {
+    std::vector<const Type*> params;
+    for (const Var* p : f->params) params.push_back(paramType(p));
+    const Type* r = f->resultAnnotation ? f->resultAnnotation : s_.meta({f, 0});
+    return funcType(a_, params, r, f->typeParams);
+  }
+
+  // Replaces a polymorphic function type's parameters by fresh unknowns.
+  const Type* instantiate(const FuncType* ft, const void* site) {
+    if (ft->typeParams.empty()) return ft;
+    std::vector<const Type*> args;
+    for (uint32_t i = 0; i < ft->typeParams.size(); ++i) args.push_back(s_.meta({site, 1000 + i}));
+    auto* mono = funcType(a_, ft->params, ft->result);
+    return substitute(a_, mono, ft->typeParams, args);
+  }
+
+  // ---- functions ----
+  const Type* checkFunction(const Function* f) {
+    const FuncType* sig = nullptr;
+    if (current_ && current_->fn == f) {
+      sig = asFunc(globalTypes_.at(current_->var));
+      for (const Var* p : f->params)
+        if (!p->annotation) globalParams_.push_back({p, f, current_->var->name});
+    } else {
+      sig = signature(f);
+    }
+    const Type* body = infer(f->body);
+    std::string what = current_ && current_->fn == f ? "@" + std::string(current_->var->name) : "the function";
+    if (f->resultAnnotation)
+      unifyAt(f->body->loc, f->resultAnnotation, body, UnifyMode::Check,
+              what + " is declared to return " + show(f->resultAnnotation) + ", but its body has another type");
+    else
+      unifyAt(f->body->loc, sig->result, body, UnifyMode::Join, what + "'s result");
+    record(f, sig);
+    return sig;
+  }
+
+  void record(const Expr* e, const Type* t) { exprTypes_[e] = t; }
+
+  // ---- expressions ----
+  const Type* infer(const Expr* e) {
+    const Type* t = inferNode(e);
+    record(e, t);
+    return t;
+  }
+
+  const Type* inferNode(const Expr* e) {
+    switch (e->kind) {
+      case ExprKind::Var: {
+        auto it = varTypes_.find(static_cast<const Var*>(e));
+        if (it == varTypes_.end()) fail(e->loc, "variable %" + std::string(static_cast<const Var*>(e)->name) + " used outside its scope");
+        return it->second;
+      }
+      case ExprKind::GlobalVar: return globalRef(static_cast<const GlobalVar*>(e), e);
+      case ExprKind::Constant: return scalar(static_cast<const Constant*>(e)->dtype);
+      case ExprKind::Op:
+        fail(e->loc, "operator '" + static_cast<const OpRef*>(e)->op->name + "' must be called, not used as a value");
+      case ExprKind::Ctor: {
+        // A constructor without fields is a value (`Nil`); one with fields is a function (`Cons`).
+        const Constructor* c = static_cast<const CtorRef*>(e)->ctor;
+        const Type* ft = ctorType(c, e);
+        return c->fields.empty() ? asFunc(ft)->result : ft;
+      }
+      case ExprKind::Call: return inferCall(static_cast<const Call*>(e));
+      case ExprKind::Let: return inferLet(static_cast<const Let*>(e));
+      case ExprKind::If: return inferIf(static_cast<const If*>(e));
+      case ExprKind::Match: return inferMatch(static_cast<const Match*>(e));
+      case ExprKind::Function: return checkFunction(static_cast<const Function*>(e));
+      case ExprKind::Tuple: {
+        std::vector<const Type*> f;
+        for (const Expr* x : static_cast<const Tuple*>(e)->fields) f.push_back(infer(x));
+        return tupleType(a_, f);
+      }
+      case ExprKind::TupleGet: {
+        auto* g = static_cast<const TupleGet*>(e);
+        const Type* t = known(infer(g->tuple));
+        const TupleType* tt = asTuple(t);
+        if (!tt) {
+          if (t->kind == TypeKind::Meta) fail(g->loc, "the type of this tuple must be known here; add a type annotation");
+          fail(g->loc, "field access .N needs a tuple, but the value has type " + show(t));
+        }
+        if (g->index >= tt->fields.size())
+          fail(g->loc, "tuple field ." + std::to_string(g->index) + " is out of range for a tuple of " +
+                           std::to_string(tt->fields.size()) + " field(s), of type " + show(tt));
+        return tt->fields[g->index];
+      }
+    }
+    fail(e->loc, "unknown expression");
+  }
+
+  // The type of `t`, after trying pending operator rules if it is still unknown.
+  const Type* known(const Type* t) {
+    const Type* r = s_.resolve(t);
+    if (r->kind == TypeKind::Meta) {
+      flushPending(false);
+      r = s_.resolve(t);
+    }
+    return r;
+  }
+
+  const Type* scalar(DType d) {
+    auto& c = scalars_[static_cast<int>(d)];
+    if (!c) c = scalarType(a_, d);
+    return c;
+  }
+
+  const Type* globalRef(const GlobalVar* g, const void* site) {
+    auto it = globalTypes_.find(g);
+    if (it == globalTypes_.end()) fail(g->loc, "undefined global function @" + std::string(g->name));
+    return instantiate(asFunc(it->second), site);
+  }
+
+  // A constructor as a function: fn(fields) -> Adt[params], instantiated.
+  const Type* ctorType(const Constructor* c, const void* site) {
+    const TypeDef* def = c->owner;
+    std::vector<const Type*> params(def->params.begin(), def->params.end());
+    auto* fn = funcType(a_, c->fields, adtType(a_, def, params), def->params);
+    return instantiate(fn, site);
+  }
+
+  const Type* inferLet(const Let* first) {
+    std::vector<const Let*> chain;
+    const Expr* e = first;
+    while (e->kind == ExprKind::Let) {
+      auto* l = static_cast<const Let*>(e);
+      chain.push_back(l);
+      const Var* v = l->var;
+      if (l->value->kind == ExprKind::Function) {
+        // The variable is in scope in its own value (a recursive local function).
+        const Type* vt = v->annotation ? v->annotation : s_.meta({v, 0});
+        varTypes_[v] = vt;
+        const Type* ft = infer(l->value);
+        unifyAt(l->value->loc, vt, ft, v->annotation ? UnifyMode::Check : UnifyMode::Join,
+                "the value bound to %" + std::string(v->name));
+      } else {
+        const Type* vt = infer(l->value);
+        if (v->annotation) {
+          unifyAt(l->value->loc, v->annotation, vt, UnifyMode::Check,
+                  "the value bound to %" + std::string(v->name) + " does not match its annotation");
+          vt = v->annotation;
+        }
+        varTypes_[v] = vt;
+      }
+      e = l->body;
+    }
+    const Type* body = infer(e);
+    for (const Let* l : chain) record(l, body);
+    return body;
+  }
+
+  void checkCondition(const Expr* cond, const Type* t) {
+    const Type* r = s_.zonk(t);
+    const TensorType* tt = asTensor(r);
+    if (!tt || tt->rank() != 0 || !(isBool(tt->dtype) || isInt(tt->dtype)))
+      fail(cond->loc, "the condition of 'if' must be a bool or integer scalar, but has type " + show(r));
+  }
+
+  const Type* inferIf(const If* i) {
+    const Type* c = known(infer(i->cond));
+    if (c->kind == TypeKind::Meta) conditions_.push_back({i->cond, c});
+    else checkCondition(i->cond, c);
+    const Type* t = infer(i->thenBranch);
+    const Type* f = infer(i->elseBranch);
+    return unifyAt(i->loc, t, f, UnifyMode::Join, "the branches of 'if' have different types");
+  }
+
+  void checkPattern(const Pattern* p, const Type* t) {
+    switch (p->kind) {
+      case PatternKind::Wildcard: return;
+      case PatternKind::Var: {
+        const Var* v = static_cast<const PatternVar*>(p)->var;
+        if (v->annotation) {
+          unifyAt(p->loc, v->annotation, t, UnifyMode::Check, "pattern variable %" + std::string(v->name));
+          varTypes_[v] = v->annotation;
+        } else {
+          varTypes_[v] = t;
+        }
+        return;
+      }
+      case PatternKind::Ctor: {
+        auto* pc = static_cast<const PatternCtor*>(p);
+        auto* fn = asFunc(ctorType(pc->ctor, p));
+        unifyAt(p->loc, fn->result, t, UnifyMode::Check,
+                "pattern " + std::string(pc->ctor->name) + " cannot match this value");
+        for (size_t k = 0; k < pc->args.size(); ++k) checkPattern(pc->args[k], fn->params[k]);
+        return;
+      }
+      case PatternKind::Tuple: {
+        auto* pt = static_cast<const PatternTuple*>(p);
+        const Type* r = known(t);
+        if (r->kind == TypeKind::Meta) {
+          std::vector<const Type*> fields;
+          for (uint32_t k = 0; k < pt->fields.size(); ++k) fields.push_back(s_.meta({p, k}));
+          r = s_.resolve(unifyAt(p->loc, t, tupleType(a_, fields), UnifyMode::Join, "tuple pattern"));
+          r = s_.resolve(r);
+        }
+        const TupleType* tt = asTuple(r);
+        if (!tt || tt->fields.size() != pt->fields.size())
+          fail(p->loc, "a tuple pattern of " + std::to_string(pt->fields.size()) +
+                           " field(s) cannot match a value of type " + show(t));
+        for (size_t k = 0; k < pt->fields.size(); ++k) checkPattern(pt->fields[k], tt->fields[k]);
+        return;
+      }
+    }
+  }
+
+  const Type* inferMatch(const Match* mt) {
+    const Type* st = infer(mt->scrutinee);
+    const Type* result = nullptr;
+    for (const Clause& c : mt->clauses) {
+      checkPattern(c.pattern, st);
+      const Type* bt = infer(c.body);
+      result = result ? unifyAt(c.body->loc, result, bt, UnifyMode::Join, "the clauses of 'match' have different types")
+                      : bt;
+    }
+    matches_.push_back(mt);
+    return result;
+  }
+
+  // ---- calls ----
+  const Type* inferCall(const Call* c) {
+    switch (c->callee->kind) {
+      case ExprKind::Op: return inferOpCall(c);
+      case ExprKind::GlobalVar: {
+        const Type* ft = globalRef(static_cast<const GlobalVar*>(c->callee), c);
+        record(c->callee, ft);
+        return applyFunction(c, ft, "@" + std::string(static_cast<const GlobalVar*>(c->callee)->name));
+      }
+      case ExprKind::Ctor: {
+        const Type* ft = ctorType(static_cast<const CtorRef*>(c->callee)->ctor, c->callee);
+        record(c->callee, ft);
+        return applyFunction(c, ft, "constructor " + std::string(static_cast<const CtorRef*>(c->callee)->ctor->name));
+      }
+      default: {
+        const Type* ft = known(infer(c->callee));
+        if (ft->kind == TypeKind::Meta) {
+          std::vector<const Type*> params;
+          for (uint32_t i = 0; i < c->args.size(); ++i) params.push_back(s_.meta({c, 100 + i}));
+          unifyAt(c->loc, ft, funcType(a_, params, s_.meta({c, 99})), UnifyMode::Join, "the called function");
+          ft = s_.resolve(ft);
+        }
+        if (auto* f = asFunc(ft); f && !f->typeParams.empty()) ft = instantiate(f, c);
+        std::string name = c->callee->kind == ExprKind::Var
+                               ? "%" + std::string(static_cast<const Var*>(c->callee)->name)
+                               : "the function";
+        return applyFunction(c, ft, name);
+      }
+    }
+  }
+
+  const Type* applyFunction(const Call* c, const Type* calleeType, const std::string& name) {
+    const FuncType* ft = asFunc(s_.resolve(calleeType));
+    if (!ft) fail(c->loc, name + " is not a function; it has type " + show(calleeType));
+    if (ft->params.size() != c->args.size())
+      fail(c->loc, name + " takes " + std::to_string(ft->params.size()) + " argument(s), but " +
+                       std::to_string(c->args.size()) + " were given");
+    for (size_t i = 0; i < c->args.size(); ++i) {
+      const Type* at = infer(c->args[i]);
+      unifyAt(c->args[i]->loc, ft->params[i], at, UnifyMode::Check,
+              "argument " + std::to_string(i + 1) + " of " + name);
+    }
+    return ft->result;
+  }
+
+  struct PendingRule {
+    const Call* call;
+    std::vector<const Type*> args;
+    const Type* result;
+  };
+
+  const Type* inferOpCall(const Call* c) {
+    const ops::OpDef* op = static_cast<const OpRef*>(c->callee)->op;
+    std::vector<const Type*> args;
+    for (const Expr* x : c->args) args.push_back(infer(x));
+    static const ops::AttrMap kNoAttrs;
+    const ops::AttrMap& attrs = c->attrs ? *c->attrs : kNoAttrs;
+    if (op->annotation) {
+      try {
+        op->infer({}, attrs);
+      } catch (const ops::OpError& err) {
+        fail(c->loc, err.what());
+      }
+      return args[0];
+    }
+    const Type* result = s_.meta({c, 0});
+    PendingRule p{c, std::move(args), result};
+    if (!tryRule(p)) pending_.push_back(std::move(p));
+    return result;
+  }
+
+  // Runs the operator's shape rule if its operands are known; false if not yet.
+  bool tryRule(const PendingRule& p) {
+    const ops::OpDef* op = static_cast<const OpRef*>(p.call->callee)->op;
+    std::vector<ops::TensorDesc> descs;
+    auto addTensor = [&](const Type* t, const Expr* arg, const char* what) {
+      const TensorType* tt = asTensor(t);
+      if (!tt)
+        fail(arg->loc, "operator '" + op->name + "' expects " + what + ", but operand has type " + show(t));
+      descs.push_back(toDesc(tt));
+    };
+    for (size_t i = 0; i < p.args.size(); ++i) {
+      const Type* t = s_.zonk(p.args[i]);
+      if (s_.resolve(t)->kind == TypeKind::Meta) return false;
+      if (op->tupleInput) {
+        const TupleType* tt = asTuple(t);
+        if (!tt) fail(p.call->args[i]->loc, "operator '" + op->name + "' expects a tuple of tensors, but operand has type " + show(t));
+        for (const Type* f : tt->fields)
+          if (s_.resolve(f)->kind == TypeKind::Meta) return false;
+        for (const Type* f : tt->fields) addTensor(s_.zonk(f), p.call->args[i], "a tuple of tensors");
+      } else {
+        addTensor(t, p.call->args[i], "a tensor");
+      }
+    }
+    for (const Type* t : p.args) s_.observe(t);
+    static const ops::AttrMap kNoAttrs;
+    std::vector<ops::TensorDesc> outs;
+    try {
+      outs = op->infer(descs, p.call->attrs ? *p.call->attrs : kNoAttrs);
+    } catch (const ops::OpError& err) {
+      fail(p.call->loc, err.what());
+    }
+    const Type* rt;
+    if (op->tupleOutput) {
+      std::vector<const Type*> fields;
+      for (const auto& d : outs) fields.push_back(fromDesc(a_, d));
+      rt = tupleType(a_, fields);
+    } else {
+      rt = fromDesc(a_, outs.at(0));
+    }
+    unifyAt(p.call->loc, p.result, rt, UnifyMode::Join, "the result of '" + op->name + "'");
+    return true;
+  }
+
+  void flushPending(bool final) {
+    bool progress = true;
+    while (progress && !pending_.empty()) {
+      progress = false;
+      std::vector<PendingRule> still;
+      for (auto& p : pending_) {
+        if (tryRule(p)) progress = true;
+        else still.push_back(std::move(p));
+      }
+      pending_ = std::move(still);
+    }
+    if (final && !pending_.empty()) {
+      const PendingRule& p = pending_.front();
+      fail(p.call->loc, "cannot infer the operand types of '" + static_cast<const OpRef*>(p.call->callee)->op->name +
+                            "'; add type annotations");
+    }
+  }
+
+  Module& m_;
+  Arena& a_;
+  TypeSolver s_;
+  const GlobalFunction* current_ = nullptr;
+  std::unordered_map<const GlobalVar*, const Type*> globalTypes_;
+  std::unordered_map<const Var*, const Type*> varTypes_;
+  std::unordered_map<const Expr*, const Type*> exprTypes_;
+  struct GlobalParam {
+    const Var* var;
+    const Function* fn;
+    std::string_view global;
+  };
+  std::vector<GlobalParam> globalParams_;
+  std::vector<std::pair<const Expr*, const Type*>> conditions_;
+  std::vector<const Match*> matches_;
+  std::vector<PendingRule> pending_;
+  const Type* scalars_[kNumDTypes] = {};
+};
+
+}  // namespace
+
+void inferTypes(Module& module) {
+  Hints hints;
+  for (int pass = 0; pass < kMaxPasses; ++pass) {
+    Inferer inf(module, hints);
+    inf.run();
+    if (!inf.needsAnotherPass()) {
+      inf.finish();
+      return;
+    }
+    hints = inf.hints();
+  }
+  throw Error(module.file(), {}, "type inference did not converge");
+}
+
+}  // namespace kiln::typecheck

@@ -1,0 +1,42 @@
+// Element types of tensors, shared by the compiler, the executable format and the VM.
+//
+// A DType is a one-byte enum; its numeric values are part of the executable file
+// format, so new types are only ever appended.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace kiln {
+
+enum class DType : uint8_t {
+  Float16 = 0,
+  Float32 = 1,
+  Float64 = 2,
+  Int8 = 3,
+  Int16 = 4,
+  Int32 = 5,
+  Int64 = 6,
+  UInt8 = 7,
+  Bool = 8,
+};
+
+inline constexpr int kNumDTypes = 9;
+
+// The Relay spelling: "float32", "int64", "bool", ...
+std::string_view dtypeName(DType t);
+// The short spelling used by vmrun's input specs: "f32", "i64", "bool", ...
+std::string_view dtypeShortName(DType t);
+// Parses either spelling; nullopt for anything else.
+std::optional<DType> parseDType(std::string_view name);
+
+size_t dtypeSize(DType t);
+inline bool isFloat(DType t) { return t == DType::Float16 || t == DType::Float32 || t == DType::Float64; }
+inline bool isInt(DType t) {
+  return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64 || t == DType::UInt8;
+}
+inline bool isBool(DType t) { return t == DType::Bool; }
+
+}  // namespace kiln

@@ -1,0 +1,142 @@
+// Tensor creation (zeros, ones, full, *_like, arange), dynamic-shape operators
+// (shape_of, dyn.*, argwhere) and the device annotations (on_device, device_copy).
+#include "ops/shape_util.h"
+
+namespace kiln::ops {
+namespace {
+
+Shape shapeAttr(const OpCall& call) {
+  std::vector<int64_t> s = call.attrs.requireIntList("shape");
+  for (int64_t d : s)
+    if (d < 0) call.attrs.fail("shape", "must not contain negative sizes");
+  return Shape(s.begin(), s.end());
+}
+
+std::vector<TensorDesc> constantFillRule(const OpCall& call) {
+  return {TensorDesc{call.attrs.getDType("dtype").value_or(DType::Float32), shapeAttr(call)}};
+}
+
+void requireScalar(const OpCall& call, const TensorDesc& t, std::string_view operand) {
+  if (t.rank() != 0) opFail(call, std::string(operand) + " must be a scalar, but has type " + descToString(t));
+}
+
+std::vector<TensorDesc> fullRule(const OpCall& call) {
+  requireScalar(call, call.inputs[0], "fill_value");
+  return {TensorDesc{call.attrs.getDType("dtype").value_or(call.inputs[0].dtype), shapeAttr(call)}};
+}
+
+std::vector<TensorDesc> likeRule(const OpCall& call) { return {call.inputs[0]}; }
+
+std::vector<TensorDesc> fullLikeRule(const OpCall& call) {
+  requireScalar(call, call.inputs[1], "fill_value");
+  return {call.inputs[0]};
+}
+
+std::vector<TensorDesc> arangeRule(const OpCall& call) {
+  for (int k = 0; k < 3; ++k) {
+    requireScalar(call, call.inputs[k], k == 0 ? "start" : k == 1 ? "stop" : "step");
+    requireDType(call, call.inputs[k], DTypeClass::Numeric, k == 0 ? "start" : k == 1 ? "stop" : "step");
+  }
+  return {TensorDesc{call.attrs.getDType("dtype").value_or(call.inputs[0].dtype), {kAnyDim}}};
+}
+
+std::vector<TensorDesc> shapeOfRule(const OpCall& call) {
+  DType dt = call.attrs.getDType("dtype").value_or(DType::Int32);
+  if (!isInt(dt)) call.attrs.fail("dtype", "must be an integer type");
+  return {TensorDesc{dt, {static_cast<int64_t>(call.inputs[0].rank())}}};
+}
+
+// A 1-D integer operand that holds a shape; its static length is the result's rank.
+size_t shapeOperandRank(const OpCall& call, const TensorDesc& t, std::string_view operand) {
+  requireDType(call, t, DTypeClass::Int, operand);
+  requireRank(call, t, 1, operand);
+  if (t.shape[0] == kAnyDim) opFail(call, std::string(operand) + " must have a static length (the result's rank)");
+  return static_cast<size_t>(t.shape[0]);
+}
+
+std::vector<TensorDesc> dynReshapeRule(const OpCall& call) {
+  size_t rank = shapeOperandRank(call, call.inputs[1], "newshape");
+  call.attrs.getBool("allowzero", false);
+  return {TensorDesc{call.inputs[0].dtype, Shape(rank, kAnyDim)}};
+}
+
+std::vector<TensorDesc> dynBroadcastToRule(const OpCall& call) {
+  size_t rank = shapeOperandRank(call, call.inputs[1], "shape");
+  if (rank < call.inputs[0].rank())
+    opFail(call, "target rank " + std::to_string(rank) + " is below the operand's rank " +
+                     std::to_string(call.inputs[0].rank()));
+  return {TensorDesc{call.inputs[0].dtype, Shape(rank, kAnyDim)}};
+}
+
+std::vector<TensorDesc> dynZerosRule(const OpCall& call) {
+  size_t rank = shapeOperandRank(call, call.inputs[0], "shape");
+  return {TensorDesc{call.attrs.getDType("dtype").value_or(DType::Float32), Shape(rank, kAnyDim)}};
+}
+
+std::vector<TensorDesc> dynStridedSliceRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  for (int k = 1; k < 4; ++k) {
+    const char* name = k == 1 ? "begin" : k == 2 ? "end" : "strides";
+    size_t n = shapeOperandRank(call, call.inputs[k], name);
+    if (n > x.rank()) opFail(call, std::string(name) + " has more entries than the operand has dimensions");
+  }
+  call.attrs.getChoice("slice_mode", {"end", "size"});
+  return {TensorDesc{x.dtype, Shape(x.rank(), kAnyDim)}};
+}
+
+std::vector<TensorDesc> argwhereRule(const OpCall& call) {
+  return {TensorDesc{DType::Int32, {kAnyDim, static_cast<int64_t>(call.inputs[0].rank())}}};
+}
+
+// Device annotations pass their operand's type through; the type checker handles
+// them directly (their operand may be any type). The rule only validates attributes.
+void requireDeviceName(const OpCall& call, std::string_view attr, bool required) {
+  if (!call.attrs.has(attr)) {
+    if (required) call.attrs.fail(attr, "is required");
+    return;
+  }
+  std::string d = call.attrs.getString(attr, "");
+  std::string kind = d.substr(0, d.find(':'));
+  bool ok = kind == "cpu" || kind == "cuda";
+  if (ok && d.size() > kind.size()) {
+    std::string idx = d.substr(kind.size() + 1);
+    ok = !idx.empty() && idx.size() < 4 && idx.find_first_not_of("0123456789") == std::string::npos;
+  }
+  if (!ok) call.attrs.fail(attr, "= \"" + d + "\" is not a device (expected cpu, cuda, cpu:N or cuda:N)");
+}
+
+std::vector<TensorDesc> onDeviceRule(const OpCall& call) {
+  requireDeviceName(call, "device", true);
+  call.attrs.getBool("constrain_body", true);
+  call.attrs.getBool("constrain_result", false);
+  return {};
+}
+
+std::vector<TensorDesc> deviceCopyRule(const OpCall& call) {
+  requireDeviceName(call, "src_device", true);
+  requireDeviceName(call, "dst_device", true);
+  return {};
+}
+
+}  // namespace
+
+void registerCreateOps(OpTable& t) {
+  t.add("zeros", 0, OpPattern::ElemWise, constantFillRule, {"shape", "dtype"});
+  t.add("ones", 0, OpPattern::ElemWise, constantFillRule, {"shape", "dtype"});
+  t.add("full", 1, OpPattern::ElemWise, fullRule, {"shape", "dtype"});
+  t.add("zeros_like", 1, OpPattern::ElemWise, likeRule);
+  t.add("ones_like", 1, OpPattern::ElemWise, likeRule);
+  t.add("full_like", 2, OpPattern::ElemWise, fullLikeRule);
+  t.add("arange", 3, OpPattern::Opaque, arangeRule, {"dtype"}).dataDependent = true;
+  t.add("shape_of", 1, OpPattern::Opaque, shapeOfRule, {"dtype"});
+  t.add("dyn.reshape", 2, OpPattern::Opaque, dynReshapeRule, {"allowzero"}).dataDependent = true;
+  t.add("dyn.broadcast_to", 2, OpPattern::Opaque, dynBroadcastToRule).dataDependent = true;
+  t.add("dyn.zeros", 1, OpPattern::Opaque, dynZerosRule, {"dtype"}).dataDependent = true;
+  t.add("dyn.strided_slice", 4, OpPattern::Opaque, dynStridedSliceRule, {"slice_mode"}).dataDependent = true;
+  t.add("argwhere", 1, OpPattern::Opaque, argwhereRule).dataDependent = true;
+  t.add("on_device", 1, OpPattern::Opaque, onDeviceRule, {"device", "constrain_body", "constrain_result"})
+      .annotation = true;
+  t.add("device_copy", 1, OpPattern::Opaque, deviceCopyRule, {"src_device", "dst_device"}).annotation = true;
+}
+
+}  // namespace kiln::ops

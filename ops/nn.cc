@@ -1,0 +1,158 @@
+// Neural-network operators: bias_add, softmax, layer_norm, conv2d and pooling (NCHW).
+#include <array>
+
+#include "ops/shape_util.h"
+
+namespace kiln::ops {
+namespace {
+
+std::vector<TensorDesc> biasAddRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  const TensorDesc& b = call.inputs[1];
+  requireSameDType(call, x, b);
+  requireRank(call, b, 1, "bias");
+  int64_t axis = normalizeAxis(call, call.attrs.getInt("axis", 1), x.rank());
+  if (!dimsCompatible(x.shape[axis], b.shape[0]))
+    opFail(call, "bias has " + dimToString(b.shape[0]) + " elements but axis " + std::to_string(axis) +
+                     " of the data has " + dimToString(x.shape[axis]));
+  return {x};
+}
+
+std::vector<TensorDesc> softmaxRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  requireDType(call, x, DTypeClass::Float, "operand");
+  normalizeAxis(call, call.attrs.getInt("axis", -1), x.rank());
+  return {x};
+}
+
+std::vector<TensorDesc> layerNormRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  requireDType(call, x, DTypeClass::Float, "data");
+  int64_t axis = normalizeAxis(call, call.attrs.getInt("axis", -1), x.rank());
+  call.attrs.getFloat("epsilon", 1e-5);
+  call.attrs.getBool("center", true);
+  call.attrs.getBool("scale", true);
+  for (int k = 1; k < 3; ++k) {
+    const TensorDesc& p = call.inputs[k];
+    const char* name = k == 1 ? "gamma" : "beta";
+    requireSameDType(call, x, p);
+    requireRank(call, p, 1, name);
+    if (!dimsCompatible(p.shape[0], x.shape[axis]))
+      opFail(call, std::string(name) + " has " + dimToString(p.shape[0]) + " elements but the normalized axis has " +
+                       dimToString(x.shape[axis]));
+  }
+  return {x};
+}
+
+// [p] -> all sides, [h, w] -> top=bottom=h, left=right=w, [t, l, b, r] as given.
+std::array<int64_t, 4> padding4(const OpCall& call) {
+  auto p = call.attrs.getIntList("padding").value_or(std::vector<int64_t>{0, 0});
+  for (int64_t v : p)
+    if (v < 0) call.attrs.fail("padding", "must not be negative");
+  if (p.size() == 1) return {p[0], p[0], p[0], p[0]};
+  if (p.size() == 2) return {p[0], p[1], p[0], p[1]};
+  if (p.size() == 4) return {p[0], p[1], p[2], p[3]};
+  call.attrs.fail("padding", "must have 1, 2 or 4 elements");
+}
+
+std::array<int64_t, 2> pair2(const OpCall& call, std::string_view name, int64_t dflt) {
+  auto v = call.attrs.getIntList(name).value_or(std::vector<int64_t>{dflt, dflt});
+  if (v.size() == 1) v.push_back(v[0]);
+  if (v.size() != 2) call.attrs.fail(name, "must have 1 or 2 elements");
+  if (v[0] < 1 || v[1] < 1) call.attrs.fail(name, "must be positive");
+  return {v[0], v[1]};
+}
+
+int64_t windowOut(const OpCall& call, int64_t in, int64_t padLo, int64_t padHi, int64_t window, int64_t stride,
+                  int64_t dilation, bool ceilMode) {
+  if (in == kAnyDim) return kAnyDim;
+  int64_t span = dilation * (window - 1) + 1;
+  int64_t padded = in + padLo + padHi;
+  if (padded < span)
+    opFail(call, "window of size " + std::to_string(span) + " does not fit an input extent of " + std::to_string(in) +
+                     " with padding");
+  int64_t num = padded - span;
+  return (ceilMode ? (num + stride - 1) / stride : num / stride) + 1;
+}
+
+std::vector<TensorDesc> conv2dRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  const TensorDesc& w = call.inputs[1];
+  requireDType(call, x, DTypeClass::Numeric, "data");
+  requireSameDType(call, x, w);
+  requireRank(call, x, 4, "data");
+  requireRank(call, w, 4, "weight");
+  call.attrs.getChoice("data_layout", {"NCHW"});
+  call.attrs.getChoice("kernel_layout", {"OIHW"});
+  call.attrs.getChoice("out_layout", {"", "NCHW"});
+  auto strides = pair2(call, "strides", 1);
+  auto dilation = pair2(call, "dilation", 1);
+  auto pad = padding4(call);
+  int64_t groups = call.attrs.getInt("groups", 1);
+  if (groups < 1) call.attrs.fail("groups", "must be positive");
+  int64_t o = w.shape[0], i = w.shape[1], kh = w.shape[2], kw = w.shape[3];
+  if (x.shape[1] != kAnyDim && i != kAnyDim && x.shape[1] != i * groups)
+    opFail(call, "data has " + std::to_string(x.shape[1]) + " channels but the weight expects " +
+                     std::to_string(i * groups) + " (" + std::to_string(i) + " per group, groups=" +
+                     std::to_string(groups) + ")");
+  if (o != kAnyDim && o % groups != 0) call.attrs.fail("groups", "must divide the weight's output channels");
+  if (call.attrs.has("channels") && o != kAnyDim && call.attrs.getInt("channels", 0) != o)
+    call.attrs.fail("channels", "= " + std::to_string(call.attrs.getInt("channels", 0)) +
+                                    " does not match the weight's " + std::to_string(o) + " output channels");
+  if (auto ks = call.attrs.getIntList("kernel_size")) {
+    if (ks->size() != 2 || (kh != kAnyDim && (*ks)[0] != kh) || (kw != kAnyDim && (*ks)[1] != kw))
+      call.attrs.fail("kernel_size", "does not match the weight's kernel of " + dimToString(kh) + "x" +
+                                         dimToString(kw));
+  }
+  if (kh == kAnyDim || kw == kAnyDim) opFail(call, "the kernel's spatial size must be static");
+  DType dt = call.attrs.getDType("out_dtype").value_or(x.dtype);
+  return {TensorDesc{dt,
+                     {x.shape[0], o, windowOut(call, x.shape[2], pad[0], pad[2], kh, strides[0], dilation[0], false),
+                      windowOut(call, x.shape[3], pad[1], pad[3], kw, strides[1], dilation[1], false)}}};
+}
+
+std::vector<TensorDesc> pool2dRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  requireDType(call, x, DTypeClass::Numeric, "data");
+  requireRank(call, x, 4, "data");
+  call.attrs.getChoice("layout", {"NCHW"});
+  call.attrs.getChoice("out_layout", {"", "NCHW"});
+  call.attrs.getBool("count_include_pad", false);
+  if (!call.attrs.has("pool_size")) call.attrs.fail("pool_size", "is required");
+  auto pool = pair2(call, "pool_size", 1);
+  auto strides = pair2(call, "strides", 1);
+  auto dilation = pair2(call, "dilation", 1);
+  auto pad = padding4(call);
+  bool ceilMode = call.attrs.getBool("ceil_mode", false);
+  return {TensorDesc{x.dtype,
+                     {x.shape[0], x.shape[1],
+                      windowOut(call, x.shape[2], pad[0], pad[2], pool[0], strides[0], dilation[0], ceilMode),
+                      windowOut(call, x.shape[3], pad[1], pad[3], pool[1], strides[1], dilation[1], ceilMode)}}};
+}
+
+std::vector<TensorDesc> globalPoolRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  requireDType(call, x, DTypeClass::Numeric, "data");
+  requireRank(call, x, 4, "data");
+  call.attrs.getChoice("layout", {"NCHW"});
+  call.attrs.getChoice("out_layout", {"", "NCHW"});
+  return {TensorDesc{x.dtype, {x.shape[0], x.shape[1], 1, 1}}};
+}
+
+}  // namespace
+
+void registerNNOps(OpTable& t) {
+  t.add("nn.bias_add", 2, OpPattern::Broadcast, biasAddRule, {"axis"});
+  t.add("nn.softmax", 1, OpPattern::Opaque, softmaxRule, {"axis"});
+  t.add("nn.log_softmax", 1, OpPattern::Opaque, softmaxRule, {"axis"});
+  t.add("nn.layer_norm", 3, OpPattern::Opaque, layerNormRule, {"axis", "epsilon", "center", "scale"});
+  t.add("nn.conv2d", 2, OpPattern::OutEWiseFusable, conv2dRule,
+        {"strides", "padding", "dilation", "groups", "channels", "kernel_size", "data_layout", "kernel_layout",
+         "out_layout", "out_dtype"});
+  for (const char* name : {"nn.max_pool2d", "nn.avg_pool2d"})
+    t.add(name, 1, OpPattern::OutEWiseFusable, pool2dRule,
+          {"pool_size", "strides", "padding", "dilation", "layout", "out_layout", "ceil_mode", "count_include_pad"});
+  t.add("nn.global_avg_pool2d", 1, OpPattern::OutEWiseFusable, globalPoolRule, {"layout", "out_layout"});
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,94 @@
+// Shared pieces of operator shape rules.
+#include "ops/shape_util.h"
+
+namespace kiln::ops {
+
+std::string dimToString(int64_t d) { return d == kAnyDim ? "?" : std::to_string(d); }
+
+std::string shapeToString(const Shape& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += dimToString(s[i]);
+  }
+  if (s.size() == 1) out += ",";
+  return out + ")";
+}
+
+std::string descToString(const TensorDesc& d) {
+  if (d.shape.empty()) return std::string(dtypeName(d.dtype));
+  return "Tensor[" + shapeToString(d.shape) + ", " + std::string(dtypeName(d.dtype)) + "]";
+}
+
+void opFail(const OpCall& call, const std::string& what) { throw OpError(call.op.name + ": " + what); }
+
+int64_t normalizeAxis(const OpCall& call, int64_t axis, size_t rank, std::string_view attr, bool inclusive) {
+  int64_t r = static_cast<int64_t>(rank) + (inclusive ? 1 : 0);
+  if (axis < -r || axis >= r)
+    opFail(call, std::string(attr) + "=" + std::to_string(axis) + " is out of range for an operand of rank " +
+                     std::to_string(rank));
+  return axis < 0 ? axis + r : axis;
+}
+
+bool dimsCompatible(int64_t a, int64_t b) { return a == b || a == kAnyDim || b == kAnyDim; }
+int64_t mergeDims(int64_t a, int64_t b) { return a == kAnyDim ? b : a; }
+
+Shape broadcastShapes(const OpCall& call, const Shape& a, const Shape& b) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da == db) out[i] = da;
+    else if (da == 1) out[i] = db;
+    else if (db == 1) out[i] = da;
+    else if (da == kAnyDim) out[i] = db;
+    else if (db == kAnyDim) out[i] = da;
+    else opFail(call, "shapes " + shapeToString(a) + " and " + shapeToString(b) + " do not broadcast");
+  }
+  return out;
+}
+
+int64_t numElements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d == kAnyDim) return kAnyDim;
+    n *= d;
+  }
+  return n;
+}
+
+std::string attrShape(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+void requireDType(const OpCall& call, const TensorDesc& t, DTypeClass cls, std::string_view operand) {
+  bool ok = true;
+  const char* want = "";
+  switch (cls) {
+    case DTypeClass::Any: break;
+    case DTypeClass::Float: ok = isFloat(t.dtype); want = "a float"; break;
+    case DTypeClass::Numeric: ok = !isBool(t.dtype); want = "a numeric"; break;
+    case DTypeClass::Int: ok = isInt(t.dtype); want = "an integer"; break;
+    case DTypeClass::Bool: ok = isBool(t.dtype); want = "a bool"; break;
+    case DTypeClass::IntOrBool: ok = isInt(t.dtype) || isBool(t.dtype); want = "an integer or bool"; break;
+  }
+  if (!ok)
+    opFail(call, std::string(operand) + " must have " + want + " dtype, but has " + std::string(dtypeName(t.dtype)));
+}
+
+void requireSameDType(const OpCall& call, const TensorDesc& a, const TensorDesc& b) {
+  if (a.dtype != b.dtype)
+    opFail(call, "operand dtypes differ: " + std::string(dtypeName(a.dtype)) + " and " +
+                     std::string(dtypeName(b.dtype)));
+}
+
+void requireRank(const OpCall& call, const TensorDesc& t, size_t rank, std::string_view operand) {
+  if (t.rank() != rank)
+    opFail(call, std::string(operand) + " must have rank " + std::to_string(rank) + ", but has type " +
+                     descToString(t));
+}
+
+}  // namespace kiln::ops

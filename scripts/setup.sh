@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Quick start, step 1: install dependencies, build Kiln, and run a sample program.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build
+echo "== kilnc --emit ir samples/tree_sum.relay"
+build/kilnc --emit ir samples/tree_sum.relay
