@@ -3,10 +3,23 @@
 #include "compiler/ir/printer.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <unordered_map>
 #include <unordered_set>
 
 namespace kiln::ir {
+
+namespace {
+// The shortest %g text that reads back as the same float32.
+std::string shortestFloat(double v) {
+  char buf[64];
+  for (int prec = 6; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (static_cast<float>(std::strtod(buf, nullptr)) == static_cast<float>(v)) break;
+  }
+  return buf;
+}
+}  // namespace
 
 std::string literalToString(const Constant* c) {
   char buf[64];
@@ -17,8 +30,8 @@ std::string literalToString(const Constant* c) {
     case DType::Int16: return std::to_string(c->intValue) + "i16";
     case DType::Int64: return std::to_string(c->intValue) + "i64";
     case DType::UInt8: return std::to_string(c->intValue) + "u8";
-    case DType::Float32: std::snprintf(buf, sizeof buf, "%.9g", c->floatValue); return std::string(buf) + "f";
-    case DType::Float16: std::snprintf(buf, sizeof buf, "%.9g", c->floatValue); return std::string(buf) + "f16";
+    case DType::Float32: return shortestFloat(c->floatValue) + "f";
+    case DType::Float16: return shortestFloat(c->floatValue) + "f16";
     case DType::Float64: std::snprintf(buf, sizeof buf, "%.17g", c->floatValue); return std::string(buf) + "f64";
   }
   return "";

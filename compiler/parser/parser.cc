@@ -473,9 +473,13 @@ class Parser {
   bool postfixFollows() const { return peek().kind == Tok::Dot || peek().kind == Tok::LParen; }
 
   const Expr* literal(const Token& t, bool negate, SourceLoc loc) {
-    if (t.kind == Tok::Float) return b_.floatConst(t.litType, negate ? -t.floatValue : t.floatValue, loc);
-    if (isFloat(t.litType))
-      return b_.floatConst(t.litType, static_cast<double>(negate ? -t.intValue : t.intValue), loc);
+    if (isFloat(t.litType)) {
+      double v = t.kind == Tok::Float ? t.floatValue : static_cast<double>(t.intValue);
+      if (negate) v = -v;
+      // A float32 (or float16, computed in float32) literal holds float32's value.
+      if (t.litType != DType::Float64) v = static_cast<double>(static_cast<float>(v));
+      return b_.floatConst(t.litType, v, loc);
+    }
     if (negate && t.litType == DType::UInt8) failAt(loc, "a uint8 literal cannot be negative");
     return b_.intConst(t.litType, negate ? -t.intValue : t.intValue, loc);
   }

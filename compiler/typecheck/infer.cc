@@ -61,6 +61,12 @@ class Inferer {
   }
   std::string show(const Type* t) const { return typeToString(s_.zonk(t)); }
 
+  // Where to report a problem with `e`: variables and globals are shared by every
+  // use (their location is the binding), so a use is reported at its context.
+  static SourceLoc useLoc(const Expr* e, SourceLoc context) {
+    return e->kind == ExprKind::Var || e->kind == ExprKind::GlobalVar ? context : e->loc;
+  }
+
   const Type* unifyAt(SourceLoc loc, const Type* expected, const Type* actual, UnifyMode mode,
                       const std::string& context) {
     try {
@@ -85,10 +91,11 @@ class Inferer {
   }
 
   // Replaces a polymorphic function type's parameters by fresh unknowns.
-  const Type* instantiate(const FuncType* ft, const void* site) {
+  const Type* instantiate(const FuncType* ft, MetaKey site) {
     if (ft->typeParams.empty()) return ft;
     std::vector<const Type*> args;
-    for (uint32_t i = 0; i < ft->typeParams.size(); ++i) args.push_back(s_.meta({site, 1000 + i}));
+    for (uint32_t i = 0; i < ft->typeParams.size(); ++i)
+      args.push_back(s_.meta({site.site, site.slot * 64 + 1000 + i}));
     auto* mono = funcType(a_, ft->params, ft->result);
     return substitute(a_, mono, ft->typeParams, args);
   }
@@ -103,13 +110,13 @@ class Inferer {
     } else {
       sig = signature(f);
     }
-    const Type* body = infer(f->body);
+    const Type* body = infer(f->body, f, 1);
     std::string what = current_ && current_->fn == f ? "@" + std::string(current_->var->name) : "the function";
     if (f->resultAnnotation)
-      unifyAt(f->body->loc, f->resultAnnotation, body, UnifyMode::Check,
+      unifyAt(useLoc(f->body, f->loc), f->resultAnnotation, body, UnifyMode::Check,
               what + " is declared to return " + show(f->resultAnnotation) + ", but its body has another type");
     else
-      unifyAt(f->body->loc, sig->result, body, UnifyMode::Join, what + "'s result");
+      unifyAt(useLoc(f->body, f->loc), sig->result, body, UnifyMode::Join, what + "'s result");
     record(f, sig);
     return sig;
   }
@@ -117,7 +124,10 @@ class Inferer {
   void record(const Expr* e, const Type* t) { exprTypes_[e] = t; }
 
   // ---- expressions ----
-  const Type* infer(const Expr* e) {
+  // `site` and `slot` name the place `e` occurs in. Global references are one node
+  // per name, so a polymorphic global is instantiated per place, not per node.
+  const Type* infer(const Expr* e, const void* site, uint32_t slot) {
+    if (e->kind == ExprKind::GlobalVar) return globalRef(static_cast<const GlobalVar*>(e), {site, slot});
     const Type* t = inferNode(e);
     record(e, t);
     return t;
@@ -130,7 +140,7 @@ class Inferer {
         if (it == varTypes_.end()) fail(e->loc, "variable %" + std::string(static_cast<const Var*>(e)->name) + " used outside its scope");
         return it->second;
       }
-      case ExprKind::GlobalVar: return globalRef(static_cast<const GlobalVar*>(e), e);
+      case ExprKind::GlobalVar: return globalRef(static_cast<const GlobalVar*>(e), {e, 0});
       case ExprKind::Constant: return scalar(static_cast<const Constant*>(e)->dtype);
       case ExprKind::Op:
         fail(e->loc, "operator '" + static_cast<const OpRef*>(e)->op->name + "' must be called, not used as a value");
@@ -147,12 +157,13 @@ class Inferer {
       case ExprKind::Function: return checkFunction(static_cast<const Function*>(e));
       case ExprKind::Tuple: {
         std::vector<const Type*> f;
-        for (const Expr* x : static_cast<const Tuple*>(e)->fields) f.push_back(infer(x));
+        auto* tup = static_cast<const Tuple*>(e);
+        for (uint32_t k = 0; k < tup->fields.size(); ++k) f.push_back(infer(tup->fields[k], tup, 2 + k));
         return tupleType(a_, f);
       }
       case ExprKind::TupleGet: {
         auto* g = static_cast<const TupleGet*>(e);
-        const Type* t = known(infer(g->tuple));
+        const Type* t = known(infer(g->tuple, g, 1));
         const TupleType* tt = asTuple(t);
         if (!tt) {
           if (t->kind == TypeKind::Meta) fail(g->loc, "the type of this tuple must be known here; add a type annotation");
@@ -183,14 +194,15 @@ class Inferer {
     return c;
   }
 
-  const Type* globalRef(const GlobalVar* g, const void* site) {
+  const Type* globalRef(const GlobalVar* g, MetaKey site) {
     auto it = globalTypes_.find(g);
     if (it == globalTypes_.end()) fail(g->loc, "undefined global function @" + std::string(g->name));
     return instantiate(asFunc(it->second), site);
   }
 
   // A constructor as a function: fn(fields) -> Adt[params], instantiated.
-  const Type* ctorType(const Constructor* c, const void* site) {
+  const Type* ctorType(const Constructor* c, const void* node) {
+    MetaKey site{node, 0};
     const TypeDef* def = c->owner;
     std::vector<const Type*> params(def->params.begin(), def->params.end());
     auto* fn = funcType(a_, c->fields, adtType(a_, def, params), def->params);
@@ -208,13 +220,13 @@ class Inferer {
         // The variable is in scope in its own value (a recursive local function).
         const Type* vt = v->annotation ? v->annotation : s_.meta({v, 0});
         varTypes_[v] = vt;
-        const Type* ft = infer(l->value);
-        unifyAt(l->value->loc, vt, ft, v->annotation ? UnifyMode::Check : UnifyMode::Join,
+        const Type* ft = infer(l->value, l, 1);
+        unifyAt(useLoc(l->value, l->loc), vt, ft, v->annotation ? UnifyMode::Check : UnifyMode::Join,
                 "the value bound to %" + std::string(v->name));
       } else {
-        const Type* vt = infer(l->value);
+        const Type* vt = infer(l->value, l, 1);
         if (v->annotation) {
-          unifyAt(l->value->loc, v->annotation, vt, UnifyMode::Check,
+          unifyAt(useLoc(l->value, l->loc), v->annotation, vt, UnifyMode::Check,
                   "the value bound to %" + std::string(v->name) + " does not match its annotation");
           vt = v->annotation;
         }
@@ -222,7 +234,7 @@ class Inferer {
       }
       e = l->body;
     }
-    const Type* body = infer(e);
+    const Type* body = infer(e, chain.back(), 2);
     for (const Let* l : chain) record(l, body);
     return body;
   }
@@ -231,15 +243,15 @@ class Inferer {
     const Type* r = s_.zonk(t);
     const TensorType* tt = asTensor(r);
     if (!tt || tt->rank() != 0 || !(isBool(tt->dtype) || isInt(tt->dtype)))
-      fail(cond->loc, "the condition of 'if' must be a bool or integer scalar, but has type " + show(r));
+      fail(useLoc(static_cast<const If*>(cond)->cond, cond->loc), "the condition of 'if' must be a bool or integer scalar, but has type " + show(r));
   }
 
   const Type* inferIf(const If* i) {
-    const Type* c = known(infer(i->cond));
-    if (c->kind == TypeKind::Meta) conditions_.push_back({i->cond, c});
-    else checkCondition(i->cond, c);
-    const Type* t = infer(i->thenBranch);
-    const Type* f = infer(i->elseBranch);
+    const Type* c = known(infer(i->cond, i, 1));
+    if (c->kind == TypeKind::Meta) conditions_.push_back({i, c});
+    else checkCondition(i, c);
+    const Type* t = infer(i->thenBranch, i, 2);
+    const Type* f = infer(i->elseBranch, i, 3);
     return unifyAt(i->loc, t, f, UnifyMode::Join, "the branches of 'if' have different types");
   }
 
@@ -284,11 +296,11 @@ class Inferer {
   }
 
   const Type* inferMatch(const Match* mt) {
-    const Type* st = infer(mt->scrutinee);
+    const Type* st = infer(mt->scrutinee, mt, 1);
     const Type* result = nullptr;
     for (const Clause& c : mt->clauses) {
       checkPattern(c.pattern, st);
-      const Type* bt = infer(c.body);
+      const Type* bt = infer(c.body, &c, 1);
       result = result ? unifyAt(c.body->loc, result, bt, UnifyMode::Join, "the clauses of 'match' have different types")
                       : bt;
     }
@@ -301,7 +313,7 @@ class Inferer {
     switch (c->callee->kind) {
       case ExprKind::Op: return inferOpCall(c);
       case ExprKind::GlobalVar: {
-        const Type* ft = globalRef(static_cast<const GlobalVar*>(c->callee), c);
+        const Type* ft = globalRef(static_cast<const GlobalVar*>(c->callee), {c, 1});
         record(c->callee, ft);
         return applyFunction(c, ft, "@" + std::string(static_cast<const GlobalVar*>(c->callee)->name));
       }
@@ -311,14 +323,14 @@ class Inferer {
         return applyFunction(c, ft, "constructor " + std::string(static_cast<const CtorRef*>(c->callee)->ctor->name));
       }
       default: {
-        const Type* ft = known(infer(c->callee));
+        const Type* ft = known(infer(c->callee, c, 1));
         if (ft->kind == TypeKind::Meta) {
           std::vector<const Type*> params;
           for (uint32_t i = 0; i < c->args.size(); ++i) params.push_back(s_.meta({c, 100 + i}));
           unifyAt(c->loc, ft, funcType(a_, params, s_.meta({c, 99})), UnifyMode::Join, "the called function");
           ft = s_.resolve(ft);
         }
-        if (auto* f = asFunc(ft); f && !f->typeParams.empty()) ft = instantiate(f, c);
+        if (auto* f = asFunc(ft); f && !f->typeParams.empty()) ft = instantiate(f, {c, 0});
         std::string name = c->callee->kind == ExprKind::Var
                                ? "%" + std::string(static_cast<const Var*>(c->callee)->name)
                                : "the function";
@@ -334,8 +346,8 @@ class Inferer {
       fail(c->loc, name + " takes " + std::to_string(ft->params.size()) + " argument(s), but " +
                        std::to_string(c->args.size()) + " were given");
     for (size_t i = 0; i < c->args.size(); ++i) {
-      const Type* at = infer(c->args[i]);
-      unifyAt(c->args[i]->loc, ft->params[i], at, UnifyMode::Check,
+      const Type* at = infer(c->args[i], c, 2 + static_cast<uint32_t>(i));
+      unifyAt(useLoc(c->args[i], c->loc), ft->params[i], at, UnifyMode::Check,
               "argument " + std::to_string(i + 1) + " of " + name);
     }
     return ft->result;
@@ -350,7 +362,7 @@ class Inferer {
   const Type* inferOpCall(const Call* c) {
     const ops::OpDef* op = static_cast<const OpRef*>(c->callee)->op;
     std::vector<const Type*> args;
-    for (const Expr* x : c->args) args.push_back(infer(x));
+    for (uint32_t k = 0; k < c->args.size(); ++k) args.push_back(infer(c->args[k], c, 2 + k));
     static const ops::AttrMap kNoAttrs;
     const ops::AttrMap& attrs = c->attrs ? *c->attrs : kNoAttrs;
     if (op->annotation) {
@@ -374,7 +386,7 @@ class Inferer {
     auto addTensor = [&](const Type* t, const Expr* arg, const char* what) {
       const TensorType* tt = asTensor(t);
       if (!tt)
-        fail(arg->loc, "operator '" + op->name + "' expects " + what + ", but operand has type " + show(t));
+        fail(useLoc(arg, p.call->loc), "operator '" + op->name + "' expects " + what + ", but operand has type " + show(t));
       descs.push_back(toDesc(tt));
     };
     for (size_t i = 0; i < p.args.size(); ++i) {
@@ -382,7 +394,7 @@ class Inferer {
       if (s_.resolve(t)->kind == TypeKind::Meta) return false;
       if (op->tupleInput) {
         const TupleType* tt = asTuple(t);
-        if (!tt) fail(p.call->args[i]->loc, "operator '" + op->name + "' expects a tuple of tensors, but operand has type " + show(t));
+        if (!tt) fail(useLoc(p.call->args[i], p.call->loc), "operator '" + op->name + "' expects a tuple of tensors, but operand has type " + show(t));
         for (const Type* f : tt->fields)
           if (s_.resolve(f)->kind == TypeKind::Meta) return false;
         for (const Type* f : tt->fields) addTensor(s_.zonk(f), p.call->args[i], "a tuple of tensors");
