@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# End-to-end checks of kilnc through the path a user takes: exit codes, the typed
+# program on stdout, and one `file:line:col: error:` line on stderr.
+set -u
+kilnc="$1"
+src="$2"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+check() {  # name, condition...
+  local name="$1"; shift
+  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; failures=$((failures + 1)); fi
+}
+
+# Every sample type-checks and prints its typed program.
+for f in "$src"/samples/*.relay; do
+  "$kilnc" --emit ir "$f" > "$tmp/out.relay" 2> "$tmp/err"
+  check "sample $(basename "$f") exits 0" test $? -eq 0
+  check "sample $(basename "$f") prints a typed @main" grep -q '^def @main(.*) -> ' "$tmp/out.relay"
+  # The printed program is itself a valid program.
+  "$kilnc" --emit ir "$tmp/out.relay" > /dev/null 2>&1
+  check "sample $(basename "$f") output re-checks" test $? -eq 0
+done
+
+# The tree sample's inferred types.
+"$kilnc" --emit ir "$src/samples/tree_sum.relay" > "$tmp/tree.relay"
+check "tree_sum infers the @main result" grep -q -- '-> (float32, int32) {' "$tmp/tree.relay"
+check "tree_sum infers let types" grep -q 'let %kids: List\[float32\] = @map(@tree_sum, %children);' "$tmp/tree.relay"
+
+# A type error: exit 2, one error line naming file:line:col.
+printf 'def @main(%%a: Tensor[(2, 3), float32]) {\n  %%a + ones(shape=[4], dtype="float32")\n}\n' > "$tmp/bad.relay"
+"$kilnc" --emit ir "$tmp/bad.relay" > "$tmp/out" 2> "$tmp/err"
+check "type error exits 2" test $? -eq 2
+check "type error names file:line:col" grep -q "^$tmp/bad.relay:2:6: error: add: shapes (2, 3) and (4,) do not broadcast$" "$tmp/err"
+check "type error is one line" test "$(wc -l < "$tmp/err")" -eq 1
+check "type error prints nothing on stdout" test ! -s "$tmp/out"
+
+# A syntax error.
+printf 'def @main() {\n  let %%x = 1\n}\n' > "$tmp/syntax.relay"
+"$kilnc" --emit ir "$tmp/syntax.relay" 2> "$tmp/err" > /dev/null
+check "syntax error exits 2" test $? -eq 2
+check "syntax error names file:line:col" grep -q "^$tmp/syntax.relay:3:1: error: expected ';' after the bound value, but found '}'$" "$tmp/err"
+
+# Unusable invocations.
+"$kilnc" --emit ir "$tmp/missing.relay" 2> "$tmp/err" > /dev/null
+check "missing file exits 2" test $? -eq 2
+check "missing file says so" grep -q "^error: cannot read '$tmp/missing.relay'" "$tmp/err"
+"$kilnc" --bogus 2> "$tmp/err" > /dev/null
+check "unknown flag exits 2" test $? -eq 2
+check "unknown flag says so" grep -q "^error: unknown option '--bogus'" "$tmp/err"
+
+if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all kilnc checks passed"
