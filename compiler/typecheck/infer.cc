@@ -45,7 +45,7 @@ class Inferer {
     s_.defaultUnbound(tupleType(a_, {}));
     for (const Match* mt : matches_) {
       if (!mt->complete) continue;
-      const Type* st = s_.zonk(exprTypes_.at(mt->scrutinee));
+      const Type* st = s_.zonk(scrutineeTypes_.at(mt));
       if (auto missing = findUnmatched(mt->clauses, st, a_))
         fail(mt->loc, "match is not exhaustive: no clause matches " + *missing);
     }
@@ -67,12 +67,13 @@ class Inferer {
     return e->kind == ExprKind::Var || e->kind == ExprKind::GlobalVar ? context : e->loc;
   }
 
-  const Type* unifyAt(SourceLoc loc, const Type* expected, const Type* actual, UnifyMode mode,
-                      const std::string& context) {
+  // `context` builds the error's lead-in; it runs only when unification fails.
+  template <class Context>
+  const Type* unifyAt(SourceLoc loc, const Type* expected, const Type* actual, UnifyMode mode, Context&& context) {
     try {
       return s_.unify(expected, actual, mode);
     } catch (const TypeMismatch& m) {
-      fail(loc, context + ": " + m.what);
+      fail(loc, std::string(context()) + ": " + m.what);
     }
   }
 
@@ -111,17 +112,17 @@ class Inferer {
       sig = signature(f);
     }
     const Type* body = infer(f->body, f, 1);
-    std::string what = current_ && current_->fn == f ? "@" + std::string(current_->var->name) : "the function";
+    const GlobalFunction* global = current_ && current_->fn == f ? current_ : nullptr;
+    auto what = [global] { return global ? "@" + std::string(global->var->name) : std::string("the function"); };
     if (f->resultAnnotation)
-      unifyAt(useLoc(f->body, f->loc), f->resultAnnotation, body, UnifyMode::Check,
-              what + " is declared to return " + show(f->resultAnnotation) + ", but its body has another type");
+      unifyAt(useLoc(f->body, f->loc), f->resultAnnotation, body, UnifyMode::Check, [&] { return what() + " is declared to return " + show(f->resultAnnotation) + ", but its body has another type"; });
     else
-      unifyAt(useLoc(f->body, f->loc), sig->result, body, UnifyMode::Join, what + "'s result");
+      unifyAt(useLoc(f->body, f->loc), sig->result, body, UnifyMode::Join, [&] { return what() + "'s result"; });
     record(f, sig);
     return sig;
   }
 
-  void record(const Expr* e, const Type* t) { exprTypes_[e] = t; }
+  void record(const Expr* e, const Type* t) { exprTypes_.emplace_back(e, t); }
 
   // ---- expressions ----
   // `site` and `slot` name the place `e` occurs in. Global references are one node
@@ -221,13 +222,11 @@ class Inferer {
         const Type* vt = v->annotation ? v->annotation : s_.meta({v, 0});
         varTypes_[v] = vt;
         const Type* ft = infer(l->value, l, 1);
-        unifyAt(useLoc(l->value, l->loc), vt, ft, v->annotation ? UnifyMode::Check : UnifyMode::Join,
-                "the value bound to %" + std::string(v->name));
+        unifyAt(useLoc(l->value, l->loc), vt, ft, v->annotation ? UnifyMode::Check : UnifyMode::Join, [&] { return "the value bound to %" + std::string(v->name); });
       } else {
         const Type* vt = infer(l->value, l, 1);
         if (v->annotation) {
-          unifyAt(useLoc(l->value, l->loc), v->annotation, vt, UnifyMode::Check,
-                  "the value bound to %" + std::string(v->name) + " does not match its annotation");
+          unifyAt(useLoc(l->value, l->loc), v->annotation, vt, UnifyMode::Check, [&] { return "the value bound to %" + std::string(v->name) + " does not match its annotation"; });
           vt = v->annotation;
         }
         varTypes_[v] = vt;
@@ -252,7 +251,7 @@ class Inferer {
     else checkCondition(i, c);
     const Type* t = infer(i->thenBranch, i, 2);
     const Type* f = infer(i->elseBranch, i, 3);
-    return unifyAt(i->loc, t, f, UnifyMode::Join, "the branches of 'if' have different types");
+    return unifyAt(i->loc, t, f, UnifyMode::Join, [&] { return "the branches of 'if' have different types"; });
   }
 
   void checkPattern(const Pattern* p, const Type* t) {
@@ -261,7 +260,7 @@ class Inferer {
       case PatternKind::Var: {
         const Var* v = static_cast<const PatternVar*>(p)->var;
         if (v->annotation) {
-          unifyAt(p->loc, v->annotation, t, UnifyMode::Check, "pattern variable %" + std::string(v->name));
+          unifyAt(p->loc, v->annotation, t, UnifyMode::Check, [&] { return "pattern variable %" + std::string(v->name); });
           varTypes_[v] = v->annotation;
         } else {
           varTypes_[v] = t;
@@ -271,8 +270,7 @@ class Inferer {
       case PatternKind::Ctor: {
         auto* pc = static_cast<const PatternCtor*>(p);
         auto* fn = asFunc(ctorType(pc->ctor, p));
-        unifyAt(p->loc, fn->result, t, UnifyMode::Check,
-                "pattern " + std::string(pc->ctor->name) + " cannot match this value");
+        unifyAt(p->loc, fn->result, t, UnifyMode::Check, [&] { return "pattern " + std::string(pc->ctor->name) + " cannot match this value"; });
         for (size_t k = 0; k < pc->args.size(); ++k) checkPattern(pc->args[k], fn->params[k]);
         return;
       }
@@ -282,7 +280,7 @@ class Inferer {
         if (r->kind == TypeKind::Meta) {
           std::vector<const Type*> fields;
           for (uint32_t k = 0; k < pt->fields.size(); ++k) fields.push_back(s_.meta({p, k}));
-          r = s_.resolve(unifyAt(p->loc, t, tupleType(a_, fields), UnifyMode::Join, "tuple pattern"));
+          r = s_.resolve(unifyAt(p->loc, t, tupleType(a_, fields), UnifyMode::Join, [&] { return "tuple pattern"; }));
           r = s_.resolve(r);
         }
         const TupleType* tt = asTuple(r);
@@ -297,11 +295,12 @@ class Inferer {
 
   const Type* inferMatch(const Match* mt) {
     const Type* st = infer(mt->scrutinee, mt, 1);
+    scrutineeTypes_[mt] = st;
     const Type* result = nullptr;
     for (const Clause& c : mt->clauses) {
       checkPattern(c.pattern, st);
       const Type* bt = infer(c.body, &c, 1);
-      result = result ? unifyAt(c.body->loc, result, bt, UnifyMode::Join, "the clauses of 'match' have different types")
+      result = result ? unifyAt(c.body->loc, result, bt, UnifyMode::Join, [&] { return "the clauses of 'match' have different types"; })
                       : bt;
     }
     matches_.push_back(mt);
@@ -315,40 +314,40 @@ class Inferer {
       case ExprKind::GlobalVar: {
         const Type* ft = globalRef(static_cast<const GlobalVar*>(c->callee), {c, 1});
         record(c->callee, ft);
-        return applyFunction(c, ft, "@" + std::string(static_cast<const GlobalVar*>(c->callee)->name));
+        return applyFunction(c, ft, [c] { return "@" + std::string(static_cast<const GlobalVar*>(c->callee)->name); });
       }
       case ExprKind::Ctor: {
         const Type* ft = ctorType(static_cast<const CtorRef*>(c->callee)->ctor, c->callee);
         record(c->callee, ft);
-        return applyFunction(c, ft, "constructor " + std::string(static_cast<const CtorRef*>(c->callee)->ctor->name));
+        return applyFunction(c, ft, [c] { return "constructor " + std::string(static_cast<const CtorRef*>(c->callee)->ctor->name); });
       }
       default: {
         const Type* ft = known(infer(c->callee, c, 1));
         if (ft->kind == TypeKind::Meta) {
           std::vector<const Type*> params;
           for (uint32_t i = 0; i < c->args.size(); ++i) params.push_back(s_.meta({c, 100 + i}));
-          unifyAt(c->loc, ft, funcType(a_, params, s_.meta({c, 99})), UnifyMode::Join, "the called function");
+          unifyAt(c->loc, ft, funcType(a_, params, s_.meta({c, 99})), UnifyMode::Join, [&] { return "the called function"; });
           ft = s_.resolve(ft);
         }
         if (auto* f = asFunc(ft); f && !f->typeParams.empty()) ft = instantiate(f, {c, 0});
-        std::string name = c->callee->kind == ExprKind::Var
-                               ? "%" + std::string(static_cast<const Var*>(c->callee)->name)
-                               : "the function";
-        return applyFunction(c, ft, name);
+        return applyFunction(c, ft, [c] {
+          return c->callee->kind == ExprKind::Var ? "%" + std::string(static_cast<const Var*>(c->callee)->name)
+                                                  : std::string("the function");
+        });
       }
     }
   }
 
-  const Type* applyFunction(const Call* c, const Type* calleeType, const std::string& name) {
+  template <class NameFn>
+  const Type* applyFunction(const Call* c, const Type* calleeType, NameFn&& name) {
     const FuncType* ft = asFunc(s_.resolve(calleeType));
-    if (!ft) fail(c->loc, name + " is not a function; it has type " + show(calleeType));
+    if (!ft) fail(c->loc, name() + " is not a function; it has type " + show(calleeType));
     if (ft->params.size() != c->args.size())
-      fail(c->loc, name + " takes " + std::to_string(ft->params.size()) + " argument(s), but " +
+      fail(c->loc, name() + " takes " + std::to_string(ft->params.size()) + " argument(s), but " +
                        std::to_string(c->args.size()) + " were given");
     for (size_t i = 0; i < c->args.size(); ++i) {
       const Type* at = infer(c->args[i], c, 2 + static_cast<uint32_t>(i));
-      unifyAt(useLoc(c->args[i], c->loc), ft->params[i], at, UnifyMode::Check,
-              "argument " + std::to_string(i + 1) + " of " + name);
+      unifyAt(useLoc(c->args[i], c->loc), ft->params[i], at, UnifyMode::Check, [&] { return "argument " + std::to_string(i + 1) + " of " + name(); });
     }
     return ft->result;
   }
@@ -418,7 +417,7 @@ class Inferer {
     } else {
       rt = fromDesc(a_, outs.at(0));
     }
-    unifyAt(p.call->loc, p.result, rt, UnifyMode::Join, "the result of '" + op->name + "'");
+    unifyAt(p.call->loc, p.result, rt, UnifyMode::Join, [&] { return "the result of '" + op->name + "'"; });
     return true;
   }
 
@@ -446,7 +445,8 @@ class Inferer {
   const GlobalFunction* current_ = nullptr;
   std::unordered_map<const GlobalVar*, const Type*> globalTypes_;
   std::unordered_map<const Var*, const Type*> varTypes_;
-  std::unordered_map<const Expr*, const Type*> exprTypes_;
+  std::vector<std::pair<const Expr*, const Type*>> exprTypes_;
+  std::unordered_map<const Expr*, const Type*> scrutineeTypes_;
   struct GlobalParam {
     const Var* var;
     const Function* fn;
