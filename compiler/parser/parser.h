@@ -7,9 +7,10 @@
 // expected and what was found.
 //
 // Let chains are parsed with a loop; other nesting recurses, bounded by
-// kMaxNesting (a clear error beyond it; sized so a 10,000-deep expression parses
-// with room to spare and the deepest error still unwinds cleanly under ASan). Callers run the front end on a thread
-// with a large stack (see frontend.h), so the bound is generous.
+// kMaxNesting, beyond which parsing stops with a clear error. Callers run the
+// front end on a thread with a large stack (see frontend.h). The bound lets a
+// 10,000-deep expression parse with room to spare while the deepest error still
+// unwinds cleanly under AddressSanitizer (which gives up past 64 MB of stack).
 #pragma once
 
 #include <string>
