@@ -37,7 +37,7 @@ class Inferer {
   // exhaustiveness, and writes the checked types into the nodes.
   void finish() {
     for (const auto& [v, fn, gname] : globalParams_) {
-      if (s_.hasUnknowns(varTypes_.at(v)))
+      if (s_.hasUnknowns(v->type))
         fail(v->loc, "cannot infer the type of parameter %" + std::string(v->name) + " of @" + std::string(gname) +
                          "; add a type annotation");
     }
@@ -50,7 +50,7 @@ class Inferer {
         fail(mt->loc, "match is not exhaustive: no clause matches " + *missing);
     }
     for (auto& [e, t] : exprTypes_) e->type = s_.zonk(t);
-    for (auto& [v, t] : varTypes_) v->type = s_.zonk(t);
+    for (const Var* v : boundVars_) v->type = s_.zonk(v->type);
     for (const GlobalFunction& g : m_.functions()) g.var->type = s_.zonk(globalTypes_.at(g.var));
   }
 
@@ -80,7 +80,7 @@ class Inferer {
   // ---- signatures ----
   const Type* paramType(const Var* v) {
     const Type* t = v->annotation ? v->annotation : s_.meta({v, 0});
-    varTypes_[v] = t;
+    bindVar(v, t);
     return t;
   }
 
@@ -136,11 +136,7 @@ class Inferer {
 
   const Type* inferNode(const Expr* e) {
     switch (e->kind) {
-      case ExprKind::Var: {
-        auto it = varTypes_.find(static_cast<const Var*>(e));
-        if (it == varTypes_.end()) fail(e->loc, "variable %" + std::string(static_cast<const Var*>(e)->name) + " used outside its scope");
-        return it->second;
-      }
+      case ExprKind::Var: return static_cast<const Var*>(e)->type;
       case ExprKind::GlobalVar: return globalRef(static_cast<const GlobalVar*>(e), {e, 0});
       case ExprKind::Constant: return scalar(static_cast<const Constant*>(e)->dtype);
       case ExprKind::Op:
@@ -220,7 +216,7 @@ class Inferer {
       if (l->value->kind == ExprKind::Function) {
         // The variable is in scope in its own value (a recursive local function).
         const Type* vt = v->annotation ? v->annotation : s_.meta({v, 0});
-        varTypes_[v] = vt;
+        bindVar(v, vt);
         const Type* ft = infer(l->value, l, 1);
         unifyAt(useLoc(l->value, l->loc), vt, ft, v->annotation ? UnifyMode::Check : UnifyMode::Join, [&] { return "the value bound to %" + std::string(v->name); });
       } else {
@@ -229,7 +225,7 @@ class Inferer {
           unifyAt(useLoc(l->value, l->loc), v->annotation, vt, UnifyMode::Check, [&] { return "the value bound to %" + std::string(v->name) + " does not match its annotation"; });
           vt = v->annotation;
         }
-        varTypes_[v] = vt;
+        bindVar(v, vt);
       }
       e = l->body;
     }
@@ -261,9 +257,9 @@ class Inferer {
         const Var* v = static_cast<const PatternVar*>(p)->var;
         if (v->annotation) {
           unifyAt(p->loc, v->annotation, t, UnifyMode::Check, [&] { return "pattern variable %" + std::string(v->name); });
-          varTypes_[v] = v->annotation;
+          bindVar(v, v->annotation);
         } else {
-          varTypes_[v] = t;
+          bindVar(v, t);
         }
         return;
       }
@@ -372,14 +368,26 @@ class Inferer {
       }
       return args[0];
     }
-    const Type* result = s_.meta({c, 0});
-    PendingRule p{c, std::move(args), result};
-    if (!tryRule(p)) pending_.push_back(std::move(p));
-    return result;
+    PendingRule p{c, std::move(args), nullptr};
+    if (const Type* direct = applyRule(p)) return direct;
+    // Operands not known yet: the result is an unknown until the rule can run.
+    p.result = s_.meta({c, 0});
+    pending_.push_back(std::move(p));
+    return p.result;
   }
 
-  // Runs the operator's shape rule if its operands are known; false if not yet.
+  // Runs a deferred rule if its operands are known now; false if not yet.
   bool tryRule(const PendingRule& p) {
+    const Type* rt = applyRule(p);
+    if (!rt) return false;
+    unifyAt(p.call->loc, p.result, rt, UnifyMode::Join, [&] {
+      return "the result of '" + static_cast<const OpRef*>(p.call->callee)->op->name + "'";
+    });
+    return true;
+  }
+
+  // The operator's result type from its shape rule, or null if an operand is unknown.
+  const Type* applyRule(const PendingRule& p) {
     const ops::OpDef* op = static_cast<const OpRef*>(p.call->callee)->op;
     std::vector<ops::TensorDesc> descs;
     auto addTensor = [&](const Type* t, const Expr* arg, const char* what) {
@@ -390,12 +398,12 @@ class Inferer {
     };
     for (size_t i = 0; i < p.args.size(); ++i) {
       const Type* t = s_.zonk(p.args[i]);
-      if (s_.resolve(t)->kind == TypeKind::Meta) return false;
+      if (s_.resolve(t)->kind == TypeKind::Meta) return nullptr;
       if (op->tupleInput) {
         const TupleType* tt = asTuple(t);
         if (!tt) fail(useLoc(p.call->args[i], p.call->loc), "operator '" + op->name + "' expects a tuple of tensors, but operand has type " + show(t));
         for (const Type* f : tt->fields)
-          if (s_.resolve(f)->kind == TypeKind::Meta) return false;
+          if (s_.resolve(f)->kind == TypeKind::Meta) return nullptr;
         for (const Type* f : tt->fields) addTensor(s_.zonk(f), p.call->args[i], "a tuple of tensors");
       } else {
         addTensor(t, p.call->args[i], "a tensor");
@@ -417,8 +425,7 @@ class Inferer {
     } else {
       rt = fromDesc(a_, outs.at(0));
     }
-    unifyAt(p.call->loc, p.result, rt, UnifyMode::Join, [&] { return "the result of '" + op->name + "'"; });
-    return true;
+    return rt;
   }
 
   void flushPending(bool final) {
@@ -444,8 +451,15 @@ class Inferer {
   TypeSolver s_;
   const GlobalFunction* current_ = nullptr;
   std::unordered_map<const GlobalVar*, const Type*> globalTypes_;
-  std::unordered_map<const Var*, const Type*> varTypes_;
+  std::vector<const Var*> boundVars_;  // every variable bound in this pass; its type is in Var::type
   std::vector<std::pair<const Expr*, const Type*>> exprTypes_;
+
+  // A variable's type during a pass lives in its own node (the slot that ends up
+  // holding its checked type); every pass binds a variable before any use.
+  void bindVar(const Var* v, const Type* t) {
+    v->type = t;
+    boundVars_.push_back(v);
+  }
   std::unordered_map<const Expr*, const Type*> scrutineeTypes_;
   struct GlobalParam {
     const Var* var;
