@@ -74,3 +74,22 @@ TEST_CASE("structural equality sees a changed program") {
   CHECK(ir::moduleDifference(*a, *c) == "function @main differs");
   CHECK(ir::moduleDifference(*a, *d) == "function @main differs");
 }
+
+TEST_CASE("every truncation of every program is an error or a program, never a crash") {
+  size_t errors = 0, accepted = 0;
+  for (const fs::path& path : relayFiles()) {
+    std::string src = compiler::readSourceFile(path.string());
+    // Every 7th prefix, plus the single bytes that most often break parsers.
+    for (size_t n = 0; n < src.size(); n += 7) {
+      try {
+        compiler::loadProgram(src.substr(0, n), "cut.relay");
+        ++accepted;
+      } catch (const Error& e) {
+        CHECK(std::string(e.what()).rfind("cut.relay:", 0) == 0);
+        ++errors;
+      }
+    }
+  }
+  CHECK(errors > 100);
+  CHECK(accepted >= 1);  // the empty program
+}
