@@ -1,5 +1,8 @@
 // Element-wise operators: unary math, binary arithmetic and comparison with numpy
 // broadcasting, where, clip and cast.
+#include <cmath>
+
+#include "ops/compute.h"
 #include "ops/shape_util.h"
 
 namespace kiln::ops {
@@ -47,26 +50,111 @@ std::vector<TensorDesc> whereRule(const OpCall& call) {
   return {TensorDesc{call.inputs[1].dtype, s}};
 }
 
+
+// ---- compute rules ----
+using loop::BinaryOp;
+using loop::ExprId;
+using loop::UnaryOp;
+
+ExprId operand(const ComputeCall& c, size_t k) { return c.load(k, broadcastIndex(c, k)); }
+
+template <UnaryOp Op>
+int32_t unaryCompute(const ComputeCall& c) {
+  ExprId x = operand(c, 0);
+  DType t = c.b.typeOf(x);
+  // Rounding an integer is the identity.
+  if ((Op == UnaryOp::Floor || Op == UnaryOp::Ceil || Op == UnaryOp::Round) && !isFloat(t)) return x;
+  if (Op == UnaryOp::Abs && t == DType::UInt8) return x;
+  return c.b.unary(Op, x);
+}
+
+int32_t reluCompute(const ComputeCall& c) {
+  ExprId x = operand(c, 0);
+  return c.b.binary(BinaryOp::Max, x, c.b.constant(0, c.b.typeOf(x)));
+}
+
+int32_t copyCompute(const ComputeCall& c) { return operand(c, 0); }
+
+int32_t clipCompute(const ComputeCall& c) {
+  ExprId x = operand(c, 0);
+  DType t = c.b.typeOf(x);
+  double lo = c.attrs.getFloat("a_min", 0), hi = c.attrs.getFloat("a_max", 0);
+  if (!isFloat(t)) {
+    lo = std::ceil(lo);
+    hi = std::floor(hi);
+  }
+  return c.b.binary(BinaryOp::Min, c.b.binary(BinaryOp::Max, x, c.b.constant(lo, t)), c.b.constant(hi, t));
+}
+
+int32_t castCompute(const ComputeCall& c) { return c.b.cast(c.output.dtype, operand(c, 0)); }
+
+template <BinaryOp Op>
+int32_t binaryCompute(const ComputeCall& c) {
+  return c.b.binary(Op, operand(c, 0), operand(c, 1));
+}
+
+int32_t whereCompute(const ComputeCall& c) {
+  return c.b.select(operand(c, 0), operand(c, 1), operand(c, 2));
+}
+
 }  // namespace
 
 void registerElementwiseOps(OpTable& t) {
-  for (const char* name : {"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos"})
-    t.add(name, 1, OpPattern::ElemWise, unaryRule<DTypeClass::Float>);
-  for (const char* name : {"negative", "abs", "nn.relu", "floor", "ceil", "round"})
-    t.add(name, 1, OpPattern::ElemWise, unaryRule<DTypeClass::Numeric>);
-  t.add("logical_not", 1, OpPattern::ElemWise, unaryRule<DTypeClass::Bool>);
-  t.add("copy", 1, OpPattern::ElemWise, unaryRule<DTypeClass::Any>);
-  t.add("clip", 1, OpPattern::ElemWise, clipRule, {"a_min", "a_max"});
-  t.add("cast", 1, OpPattern::ElemWise, castRule, {"dtype"});
+  struct Unary {
+    const char* name;
+    ShapeRule rule;
+    ComputeRule compute;
+  };
+  const Unary unary[] = {
+      {"exp", unaryRule<DTypeClass::Float>, unaryCompute<UnaryOp::Exp>},
+      {"log", unaryRule<DTypeClass::Float>, unaryCompute<UnaryOp::Log>},
+      {"sqrt", unaryRule<DTypeClass::Float>, unaryCompute<UnaryOp::Sqrt>},
+      {"rsqrt", unaryRule<DTypeClass::Float>, unaryCompute<UnaryOp::Rsqrt>},
+      {"tanh", unaryRule<DTypeClass::Float>, unaryCompute<UnaryOp::Tanh>},
+      {"sigmoid", unaryRule<DTypeClass::Float>, unaryCompute<UnaryOp::Sigmoid>},
+      {"erf", unaryRule<DTypeClass::Float>, unaryCompute<UnaryOp::Erf>},
+      {"sin", unaryRule<DTypeClass::Float>, unaryCompute<UnaryOp::Sin>},
+      {"cos", unaryRule<DTypeClass::Float>, unaryCompute<UnaryOp::Cos>},
+      {"negative", unaryRule<DTypeClass::Numeric>, unaryCompute<UnaryOp::Neg>},
+      {"abs", unaryRule<DTypeClass::Numeric>, unaryCompute<UnaryOp::Abs>},
+      {"nn.relu", unaryRule<DTypeClass::Numeric>, reluCompute},
+      {"floor", unaryRule<DTypeClass::Numeric>, unaryCompute<UnaryOp::Floor>},
+      {"ceil", unaryRule<DTypeClass::Numeric>, unaryCompute<UnaryOp::Ceil>},
+      {"round", unaryRule<DTypeClass::Numeric>, unaryCompute<UnaryOp::Round>},
+      {"logical_not", unaryRule<DTypeClass::Bool>, unaryCompute<UnaryOp::Not>},
+      {"copy", unaryRule<DTypeClass::Any>, copyCompute},
+  };
+  for (const Unary& u : unary) t.add(u.name, 1, OpPattern::ElemWise, u.rule).compute = u.compute;
+  t.add("clip", 1, OpPattern::ElemWise, clipRule, {"a_min", "a_max"}).compute = clipCompute;
+  t.add("cast", 1, OpPattern::ElemWise, castRule, {"dtype"}).compute = castCompute;
 
-  for (const char* name : {"add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "floor_divide",
-                           "mod", "floor_mod"})
-    t.add(name, 2, OpPattern::Broadcast, binaryRule<BinaryKind::Arith>);
-  for (const char* name : {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
-    t.add(name, 2, OpPattern::Broadcast, binaryRule<BinaryKind::Compare>);
-  for (const char* name : {"logical_and", "logical_or"})
-    t.add(name, 2, OpPattern::Broadcast, binaryRule<BinaryKind::Logical>);
-  t.add("where", 3, OpPattern::Broadcast, whereRule);
+  struct Binary {
+    const char* name;
+    ShapeRule rule;
+    ComputeRule compute;
+  };
+  const Binary binary[] = {
+      {"add", binaryRule<BinaryKind::Arith>, binaryCompute<BinaryOp::Add>},
+      {"subtract", binaryRule<BinaryKind::Arith>, binaryCompute<BinaryOp::Sub>},
+      {"multiply", binaryRule<BinaryKind::Arith>, binaryCompute<BinaryOp::Mul>},
+      {"divide", binaryRule<BinaryKind::Arith>, binaryCompute<BinaryOp::Div>},
+      {"power", binaryRule<BinaryKind::Arith>, binaryCompute<BinaryOp::Pow>},
+      {"maximum", binaryRule<BinaryKind::Arith>, binaryCompute<BinaryOp::Max>},
+      {"minimum", binaryRule<BinaryKind::Arith>, binaryCompute<BinaryOp::Min>},
+      {"floor_divide", binaryRule<BinaryKind::Arith>, binaryCompute<BinaryOp::FloorDiv>},
+      {"mod", binaryRule<BinaryKind::Arith>, binaryCompute<BinaryOp::Mod>},
+      {"floor_mod", binaryRule<BinaryKind::Arith>, binaryCompute<BinaryOp::FloorMod>},
+      {"equal", binaryRule<BinaryKind::Compare>, binaryCompute<BinaryOp::Eq>},
+      {"not_equal", binaryRule<BinaryKind::Compare>, binaryCompute<BinaryOp::Ne>},
+      {"less", binaryRule<BinaryKind::Compare>, binaryCompute<BinaryOp::Lt>},
+      {"less_equal", binaryRule<BinaryKind::Compare>, binaryCompute<BinaryOp::Le>},
+      {"greater", binaryRule<BinaryKind::Compare>, binaryCompute<BinaryOp::Gt>},
+      {"greater_equal", binaryRule<BinaryKind::Compare>, binaryCompute<BinaryOp::Ge>},
+      {"logical_and", binaryRule<BinaryKind::Logical>, binaryCompute<BinaryOp::And>},
+      {"logical_or", binaryRule<BinaryKind::Logical>, binaryCompute<BinaryOp::Or>},
+  };
+  for (const Binary& op : binary) t.add(op.name, 2, OpPattern::Broadcast, op.rule).compute = op.compute;
+  t.add("where", 3, OpPattern::Broadcast, whereRule).compute = whereCompute;
 }
 
 }  // namespace kiln::ops

@@ -48,6 +48,10 @@ struct OpCall {
 
 using ShapeRule = std::vector<TensorDesc> (*)(const OpCall& call);
 
+struct ComputeCall;  // ops/compute.h
+// Lowers one output element to a loop-IR expression id (see ops/compute.h).
+using ComputeRule = int32_t (*)(const ComputeCall& call);
+
 struct OpDef {
   std::string name;
   // Number of tensor operands; for tuple-input operators, 1 (the tuple).
@@ -55,6 +59,7 @@ struct OpDef {
   OpPattern pattern = OpPattern::Opaque;
   std::vector<std::string> attrNames;
   ShapeRule rule = nullptr;
+  ComputeRule compute = nullptr;  // null: not lowerable by the generic path (yet)
   bool tupleInput = false;     // the single operand is a tuple of tensors (concatenate, stack)
   bool tupleOutput = false;    // the result is a tuple of the rule's outputs (split)
   bool dataDependent = false;  // output extents are known only after running (arange, argwhere, dyn.*)

@@ -1,0 +1,81 @@
+// Tensors: n-dimensional arrays with an element type, a shape and a device.
+//
+// Representation: a Tensor is a small handle (shape inline for rank <= 6) that
+// shares ownership of a contiguous, row-major, 64-byte aligned buffer; copying a
+// Tensor copies the handle, not the data. Shapes are concrete at run time (no
+// `?`). A default-constructed Tensor is "undefined" and owns nothing.
+//
+// Thread-safety: handles may be copied and destroyed from any thread (the buffer's
+// reference count is atomic); writing the same buffer from two threads at once is
+// the caller's business, as with any array.
+#pragma once
+
+#include <boost/container/small_vector.hpp>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "kiln/dtype.h"
+
+namespace kiln {
+
+using Shape = boost::container::small_vector<int64_t, 6>;
+
+struct Device {
+  enum class Kind : uint8_t { CPU, CUDA };
+  Kind kind = Kind::CPU;
+  uint16_t index = 0;
+
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+  // "cpu", "cpu:1", "cuda", "cuda:0"
+  std::string toString() const;
+  // Throws kiln::Error for anything else.
+  static Device parse(const std::string& name);
+};
+
+int64_t numElements(std::span<const int64_t> shape);
+std::string shapeString(std::span<const int64_t> shape);  // 2x3x4; "" for a scalar
+inline std::span<const int64_t> dims(const Shape& s) { return {s.data(), s.size()}; }
+inline int64_t numElements(const Shape& s) { return numElements(dims(s)); }
+inline std::string shapeString(const Shape& s) { return shapeString(dims(s)); }
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // Uninitialized storage of the given type and shape.
+  static Tensor empty(DType dtype, std::span<const int64_t> shape, Device device = {});
+  static Tensor empty(DType dtype, const Shape& shape, Device device = {}) { return empty(dtype, dims(shape), device); }
+  static Tensor empty(DType dtype, std::initializer_list<int64_t> shape, Device device = {}) {
+    return empty(dtype, std::span<const int64_t>(shape.begin(), shape.size()), device);
+  }
+
+  bool defined() const { return static_cast<bool>(buffer_); }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  size_t rank() const { return shape_.size(); }
+  int64_t numel() const { return numElements(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtypeSize(dtype_); }
+  Device device() const { return device_; }
+
+  void* data() const { return buffer_.get(); }
+  template <class T>
+  T* data() const {
+    return static_cast<T*>(buffer_.get());
+  }
+
+  // The same data seen with another shape of equal element count (zero-copy).
+  Tensor reshaped(std::span<const int64_t> shape) const;
+
+  // `2x3xf32=[[1 2 3] [4 5 6]]`, abbreviating past `maxElements`.
+  std::string toString(size_t maxElements = 64) const;
+
+ private:
+  DType dtype_ = DType::Float32;
+  Shape shape_;
+  Device device_;
+  std::shared_ptr<void> buffer_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,105 @@
+// ORC LLJIT set-up, the optimization pipeline, and compilation.
+#include "jit/cpu_jit.h"
+
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "kiln/error.h"
+
+namespace kiln::jit {
+
+namespace {
+
+std::string errorText(llvm::Error e) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << e;
+  return os.str();
+}
+
+llvm::orc::LLJIT& theJit() {
+  static std::unique_ptr<llvm::orc::LLJIT> jit = [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!jtmb) throw Error("cannot set up the CPU JIT: " + errorText(jtmb.takeError()));
+    jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    auto j = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
+    if (!j) throw Error("cannot set up the CPU JIT: " + errorText(j.takeError()));
+    // Kernels may call libm (tanh, erf for float64, sin, cos, pow).
+    auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess((*j)->getDataLayout().getGlobalPrefix());
+    if (!gen) throw Error("cannot set up the CPU JIT: " + errorText(gen.takeError()));
+    (*j)->getMainJITDylib().addGenerator(std::move(*gen));
+    return std::move(*j);
+  }();
+  return *jit;
+}
+
+std::unique_ptr<llvm::TargetMachine> hostMachine() {
+  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb) throw Error("cannot describe the host CPU: " + errorText(jtmb.takeError()));
+  jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  auto tm = jtmb->createTargetMachine();
+  if (!tm) throw Error("cannot describe the host CPU: " + errorText(tm.takeError()));
+  return std::move(*tm);
+}
+
+void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
+  // A fresh pass builder and analysis managers per compile: nothing shared between threads.
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(m, mam);
+}
+
+double millisSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+CpuCompileResult compileForHost(std::unique_ptr<llvm::Module> module, std::unique_ptr<llvm::LLVMContext> ctx,
+                                const std::string& symbol, bool keepIR) {
+  CpuCompileResult out;
+  llvm::orc::LLJIT& jit = theJit();
+  auto t0 = std::chrono::steady_clock::now();
+  std::string verifyErrors;
+  llvm::raw_string_ostream vos(verifyErrors);
+  if (llvm::verifyModule(*module, &vos)) throw Error("internal: invalid kernel IR for " + symbol + ": " + vos.str());
+  auto tm = hostMachine();
+  module->setDataLayout(tm->createDataLayout());
+  optimize(*module, *tm);
+  if (keepIR) {
+    llvm::raw_string_ostream os(out.optimizedIR);
+    module->print(os, nullptr);
+  }
+  out.optimizeMillis = millisSince(t0);
+  auto t1 = std::chrono::steady_clock::now();
+  if (auto e = jit.addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
+    throw Error("cannot compile kernel " + symbol + ": " + errorText(std::move(e)));
+  auto sym = jit.lookup(symbol);
+  if (!sym) throw Error("cannot compile kernel " + symbol + ": " + errorText(sym.takeError()));
+  out.entry = sym->toPtr<KernelEntry>();
+  out.codegenMillis = millisSince(t1);
+  return out;
+}
+
+}  // namespace kiln::jit

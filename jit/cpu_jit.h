@@ -1,0 +1,30 @@
+// The CPU JIT: optimizes LLVM modules for the host and compiles them with ORC
+// LLJIT into callable code.
+//
+// One LLJIT serves the whole process; each kernel arrives as its own
+// ThreadSafeModule (own LLVMContext), so compiles on different threads never
+// share LLVM state. Compiled code lives as long as the process.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "jit/cpu_codegen.h"
+
+namespace kiln::jit {
+
+using KernelEntry = void (*)(void* const* buffers, const int64_t* shapes);
+
+struct CpuCompileResult {
+  KernelEntry entry = nullptr;
+  std::string optimizedIR;  // filled when asked for
+  double optimizeMillis = 0;
+  double codegenMillis = 0;
+};
+
+// Optimizes (-O3, host CPU) and compiles `module`, whose entry point is `symbol`.
+// Throws kiln::Error if LLVM rejects it.
+CpuCompileResult compileForHost(std::unique_ptr<llvm::Module> module, std::unique_ptr<llvm::LLVMContext> ctx,
+                                const std::string& symbol, bool keepIR);
+
+}  // namespace kiln::jit

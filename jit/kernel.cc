@@ -1,0 +1,111 @@
+// CompiledKernel (lower, generate, compile; check and run) and the kernel cache.
+#include "jit/kernel.h"
+
+#include <llvm/Config/llvm-config.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "jit/lower.h"
+#include "kiln/error.h"
+#include "ops/shape_util.h"
+
+namespace kiln::jit {
+
+namespace {
+std::string hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+}  // namespace
+
+CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR) : f_(std::move(f)), device_(device) {
+  if (device.kind != Device::Kind::CPU)
+    throw Error("kernel " + f_.name + ": no code generator for device " + device.toString() + " in this build");
+  f_.verify();
+  auto t0 = std::chrono::steady_clock::now();
+  loops_ = lowerToLoops(f_);
+  std::string symbol = "kiln_" + hex(f_.contentHash());
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto module = emitCpuModule(loops_, *ctx, symbol, hostTarget());
+  CpuCompileResult r = compileForHost(std::move(module), std::move(ctx), symbol, keepIR);
+  entry_ = r.entry;
+  ir_ = std::move(r.optimizedIR);
+  compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<Tensor> CompiledKernel::operator()(std::span<const Tensor> inputs) const {
+  if (inputs.size() != f_.params.size())
+    throw Error("kernel " + f_.name + " takes " + std::to_string(f_.params.size()) + " input(s), but " +
+                std::to_string(inputs.size()) + " were given");
+  std::vector<Shape> paramShapes;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) throw Error("kernel " + f_.name + ": input " + std::to_string(i) + " is undefined");
+    if (t.dtype() != f_.params[i].dtype)
+      throw Error("kernel " + f_.name + ": input " + std::to_string(i) + " has dtype " + std::string(dtypeName(t.dtype())) +
+                  " but the kernel expects " + ops::descToString(f_.params[i]));
+    if (!(t.device() == device_))
+      throw Error("kernel " + f_.name + ": input " + std::to_string(i) + " is on " + t.device().toString() +
+                  " but the kernel runs on " + device_.toString());
+    paramShapes.push_back(t.shape());
+  }
+  std::vector<Shape> shapes = computeShapes(f_, paramShapes);
+  std::vector<int64_t> flat;
+  for (const Shape& s : shapes) flat.insert(flat.end(), s.begin(), s.end());
+  std::vector<Tensor> outputs;
+  std::vector<void*> buffers;
+  for (const Tensor& t : inputs) buffers.push_back(t.data());
+  for (int32_t o : f_.outputs) {
+    outputs.push_back(Tensor::empty(f_.typeOf(o).dtype, shapes[static_cast<size_t>(o)], device_));
+    buffers.push_back(outputs.back().data());
+  }
+  entry_(buffers.data(), flat.data());
+  return outputs;
+}
+
+KernelCache& KernelCache::global() {
+  static KernelCache cache;
+  return cache;
+}
+
+std::shared_ptr<const CompiledKernel> KernelCache::get(const FusedFunction& f, Device device, bool keepIR) {
+  const CpuTarget& t = hostTarget();
+  // The whole content, not just its hash, so a hash collision can never alias two kernels.
+  FusedFunction unnamed = f;
+  unnamed.name.clear();
+  std::string key = unnamed.toString() + "|" + device.toString() + "|" + t.cpu + "|" + t.features + "|llvm" +
+                    LLVM_VERSION_STRING + (keepIR ? "|ir" : "");
+  std::promise<std::shared_ptr<const CompiledKernel>> promise;
+  std::shared_future<std::shared_ptr<const CompiledKernel>> future;
+  bool compileHere = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = kernels_.find(key);
+    if (it != kernels_.end()) {
+      future = it->second;
+      ++hits_;
+    } else {
+      future = promise.get_future().share();
+      kernels_.emplace(key, future);
+      compileHere = true;
+    }
+  }
+  if (compileHere) {
+    try {
+      ++compiles_;
+      promise.set_value(std::make_shared<const CompiledKernel>(f, device, keepIR));
+    } catch (...) {
+      // A failed compile is not cached: report it to every waiter, and let a later request try again.
+      promise.set_exception(std::current_exception());
+      std::lock_guard<std::mutex> lock(mu_);
+      kernels_.erase(key);
+    }
+  }
+  return future.get();
+}
+
+}  // namespace kiln::jit

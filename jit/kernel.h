@@ -1,0 +1,67 @@
+// Compiled kernels and the kernel cache: the C++ interface for compiling a fused
+// function for a device and running it on tensors.
+//
+// KernelCache::get compiles a FusedFunction on first request and returns the same
+// CompiledKernel for every later one. Keys are the function's content together
+// with the device and the target (CPU name, features, LLVM version); concurrent
+// requests for one kernel compile it once, the others wait for that result.
+// CompiledKernel is immutable and safe to run from many threads at once.
+#pragma once
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "jit/cpu_jit.h"
+#include "jit/fused_function.h"
+#include "jit/loop_ir.h"
+#include "kiln/tensor.h"
+
+namespace kiln::jit {
+
+class CompiledKernel {
+ public:
+  CompiledKernel(FusedFunction f, Device device, bool keepIR);
+
+  const FusedFunction& function() const { return f_; }
+  Device device() const { return device_; }
+  const loop::LoopKernel& loops() const { return loops_; }
+  const std::string& optimizedIR() const { return ir_; }
+  double compileMillis() const { return compileMillis_; }
+
+  // Runs the kernel; allocates and returns its outputs. Inputs are checked against
+  // the kernel's parameter types (count, dtype, rank, static dimensions): a
+  // mismatch is a kiln::Error naming the input.
+  std::vector<Tensor> operator()(std::span<const Tensor> inputs) const;
+
+ private:
+  FusedFunction f_;
+  Device device_;
+  loop::LoopKernel loops_;
+  std::string ir_;
+  KernelEntry entry_ = nullptr;
+  double compileMillis_ = 0;
+};
+
+class KernelCache {
+ public:
+  static KernelCache& global();
+
+  // Compiles on first use; `keepIR` keeps the optimized LLVM IR for printing.
+  std::shared_ptr<const CompiledKernel> get(const FusedFunction& f, Device device = {}, bool keepIR = false);
+
+  size_t hits() const { return hits_; }
+  size_t compiles() const { return compiles_; }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> kernels_;
+  std::atomic<size_t> hits_{0}, compiles_{0};
+};
+
+}  // namespace kiln::jit

@@ -1,0 +1,252 @@
+// LoopKernel construction, folding and printing.
+#include "jit/loop_ir.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "kiln/error.h"
+
+namespace kiln::loop {
+
+const char* unaryName(UnaryOp op) {
+  static const char* const names[] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
+                                      "sin", "cos", "abs", "floor", "ceil", "round", "not"};
+  return names[static_cast<int>(op)];
+}
+const char* binaryName(BinaryOp op) {
+  static const char* const names[] = {"add", "sub", "mul", "div", "pow", "max", "min", "floordiv", "mod",
+                                      "floormod", "eq", "ne", "lt", "le", "gt", "ge", "and", "or"};
+  return names[static_cast<int>(op)];
+}
+const char* reduceName(ReduceOp op) {
+  static const char* const names[] = {"sum", "prod", "max", "min", "all", "any"};
+  return names[static_cast<int>(op)];
+}
+bool isComparison(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
+
+size_t LoopBuilder::KeyHash::operator()(const ExprNode& n) const {
+  uint64_t bits;
+  std::memcpy(&bits, &n.fval, sizeof bits);
+  uint64_t h = (static_cast<uint64_t>(n.kind) << 56) ^ (static_cast<uint64_t>(n.type) << 48) ^
+               (static_cast<uint64_t>(n.op) << 40);
+  for (uint64_t v : {static_cast<uint64_t>(n.a), static_cast<uint64_t>(n.b), static_cast<uint64_t>(n.c),
+                     static_cast<uint64_t>(n.ival), bits})
+    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+bool LoopBuilder::KeyEq::operator()(const ExprNode& x, const ExprNode& y) const {
+  return x.kind == y.kind && x.type == y.type && x.op == y.op && x.a == y.a && x.b == y.b && x.c == y.c &&
+         x.ival == y.ival && std::memcmp(&x.fval, &y.fval, sizeof x.fval) == 0;
+}
+
+ExprId LoopBuilder::intern(const ExprNode& n) {
+  // Reductions are not shared: each introduces its own loop variables.
+  if (n.kind != ExprKind::Reduce) {
+    auto it = interned_.find(n);
+    if (it != interned_.end()) return it->second;
+  }
+  ExprId id = static_cast<ExprId>(k_.exprs.size());
+  k_.exprs.push_back(n);
+  if (n.kind != ExprKind::Reduce) interned_.emplace(n, id);
+  return id;
+}
+
+ExprId LoopBuilder::intConst(int64_t v, DType type) {
+  ExprNode n{ExprKind::IntConst, type};
+  n.ival = v;
+  return intern(n);
+}
+
+ExprId LoopBuilder::floatConst(double v, DType type) {
+  ExprNode n{ExprKind::FloatConst, type == DType::Float16 ? DType::Float32 : type};
+  n.fval = v;
+  return intern(n);
+}
+
+ExprId LoopBuilder::constant(double v, DType type) {
+  if (isFloat(type)) return floatConst(v, type);
+  if (isBool(type)) return intConst(v != 0 ? 1 : 0, DType::Bool);
+  return intConst(static_cast<int64_t>(v), type);
+}
+
+ExprId LoopBuilder::dim(int32_t slot) {
+  ExprNode n{ExprKind::Dim, DType::Int64};
+  n.ival = slot;
+  return intern(n);
+}
+
+ExprId LoopBuilder::var(int32_t id) {
+  ExprNode n{ExprKind::Var, DType::Int64};
+  n.a = id;
+  return intern(n);
+}
+
+ExprId LoopBuilder::load(int32_t buffer, ExprId index) {
+  DType t = k_.buffers.at(static_cast<size_t>(buffer)).dtype;
+  ExprNode n{ExprKind::Load, t == DType::Float16 ? DType::Float32 : t};
+  n.a = buffer;
+  n.b = index;
+  return intern(n);
+}
+
+ExprId LoopBuilder::unary(UnaryOp op, ExprId a) {
+  ExprNode n{ExprKind::Unary, typeOf(a)};
+  n.op = static_cast<uint8_t>(op);
+  n.a = a;
+  return intern(n);
+}
+
+ExprId LoopBuilder::binary(BinaryOp op, ExprId a, ExprId b) {
+  if (typeOf(a) != typeOf(b))
+    throw Error(std::string("internal: loop IR ") + binaryName(op) + " of " + std::string(dtypeName(typeOf(a))) +
+                " and " + std::string(dtypeName(typeOf(b))));
+  ExprNode n{ExprKind::Binary, isComparison(op) ? DType::Bool : typeOf(a)};
+  n.op = static_cast<uint8_t>(op);
+  n.a = a;
+  n.b = b;
+  return intern(n);
+}
+
+ExprId LoopBuilder::select(ExprId cond, ExprId a, ExprId b) {
+  ExprNode n{ExprKind::Select, typeOf(a)};
+  n.a = cond;
+  n.b = a;
+  n.c = b;
+  return intern(n);
+}
+
+ExprId LoopBuilder::cast(DType type, ExprId a) {
+  if (type == DType::Float16) type = DType::Float32;
+  if (typeOf(a) == type) return a;
+  ExprNode n{ExprKind::Cast, type};
+  n.a = a;
+  return intern(n);
+}
+
+ExprId LoopBuilder::reduce(ReduceOp op, const std::vector<int32_t>& vars, const std::vector<ExprId>& extents,
+                           ExprId body) {
+  ExprNode n{ExprKind::Reduce, typeOf(body)};
+  n.op = static_cast<uint8_t>(op);
+  n.a = body;
+  n.c = static_cast<int32_t>(k_.reduceVars.size());
+  n.ival = static_cast<int64_t>(vars.size());
+  k_.reduceVars.insert(k_.reduceVars.end(), vars.begin(), vars.end());
+  k_.reduceExtents.insert(k_.reduceExtents.end(), extents.begin(), extents.end());
+  return intern(n);
+}
+
+bool LoopBuilder::isIntConst(ExprId e, int64_t* value) const {
+  const ExprNode& n = node(e);
+  if (n.kind != ExprKind::IntConst) return false;
+  if (value) *value = n.ival;
+  return true;
+}
+
+ExprId LoopBuilder::add(ExprId a, ExprId b) {
+  int64_t x, y;
+  bool ca = isIntConst(a, &x), cb = isIntConst(b, &y);
+  if (ca && cb) return intConst(x + y);
+  if (ca && x == 0) return b;
+  if (cb && y == 0) return a;
+  return binary(BinaryOp::Add, a, b);
+}
+
+ExprId LoopBuilder::mul(ExprId a, ExprId b) {
+  int64_t x, y;
+  bool ca = isIntConst(a, &x), cb = isIntConst(b, &y);
+  if (ca && cb) return intConst(x * y);
+  if ((ca && x == 0) || (cb && y == 0)) return intConst(0);
+  if (ca && x == 1) return b;
+  if (cb && y == 1) return a;
+  return binary(BinaryOp::Mul, a, b);
+}
+
+StmtId LoopBuilder::forLoop(int32_t var, ExprId extent, LoopKind kind, std::vector<StmtId> body) {
+  StmtNode s{StmtKind::For};
+  s.loop = kind;
+  s.var = var;
+  s.extent = extent;
+  s.body = std::move(body);
+  k_.stmts.push_back(std::move(s));
+  return static_cast<StmtId>(k_.stmts.size() - 1);
+}
+
+StmtId LoopBuilder::store(int32_t buffer, ExprId index, ExprId value) {
+  StmtNode s{StmtKind::Store};
+  s.buffer = buffer;
+  s.index = index;
+  s.value = value;
+  k_.stmts.push_back(std::move(s));
+  return static_cast<StmtId>(k_.stmts.size() - 1);
+}
+
+StmtId LoopBuilder::block(std::vector<StmtId> body) {
+  StmtNode s{StmtKind::Block};
+  s.body = std::move(body);
+  k_.stmts.push_back(std::move(s));
+  return static_cast<StmtId>(k_.stmts.size() - 1);
+}
+
+namespace {
+
+std::string exprString(const LoopKernel& k, ExprId id) {
+  const ExprNode& n = k.expr(id);
+  auto sub = [&](ExprId e) { return exprString(k, e); };
+  char buf[64];
+  switch (n.kind) {
+    case ExprKind::IntConst: return n.type == DType::Int64 ? std::to_string(n.ival) : std::to_string(n.ival) + std::string(dtypeShortName(n.type));
+    case ExprKind::FloatConst: std::snprintf(buf, sizeof buf, "%.9g", n.fval); return buf + std::string(dtypeShortName(n.type));
+    case ExprKind::Dim: return "shape[" + std::to_string(n.ival) + "]";
+    case ExprKind::Var: return "i" + std::to_string(n.a);
+    case ExprKind::Load: return k.buffers[static_cast<size_t>(n.a)].name + "[" + sub(n.b) + "]";
+    case ExprKind::Unary: return std::string(unaryName(static_cast<UnaryOp>(n.op))) + "(" + sub(n.a) + ")";
+    case ExprKind::Binary:
+      return std::string(binaryName(static_cast<BinaryOp>(n.op))) + "(" + sub(n.a) + ", " + sub(n.b) + ")";
+    case ExprKind::Select: return "select(" + sub(n.a) + ", " + sub(n.b) + ", " + sub(n.c) + ")";
+    case ExprKind::Cast: return std::string(dtypeName(n.type)) + "(" + sub(n.a) + ")";
+    case ExprKind::Reduce: {
+      std::string s = std::string(reduceName(static_cast<ReduceOp>(n.op))) + "(";
+      for (int64_t i = 0; i < n.ival; ++i) {
+        size_t at = static_cast<size_t>(n.c + i);
+        s += "i" + std::to_string(k.reduceVars[at]) + " < " + sub(k.reduceExtents[at]) + ", ";
+      }
+      return s + sub(n.a) + ")";
+    }
+  }
+  return "?";
+}
+
+void stmtString(const LoopKernel& k, StmtId id, int indent, std::string& out) {
+  const StmtNode& s = k.stmt(id);
+  std::string pad(static_cast<size_t>(indent) * 2, ' ');
+  switch (s.kind) {
+    case StmtKind::For: {
+      const char* kind = s.loop == LoopKind::Parallel ? "parallel " : s.loop == LoopKind::Vectorized ? "vectorized " : "";
+      out += pad + kind + "for i" + std::to_string(s.var) + " < " + exprString(k, s.extent) + ":\n";
+      for (StmtId b : s.body) stmtString(k, b, indent + 1, out);
+      break;
+    }
+    case StmtKind::Store:
+      out += pad + k.buffers[static_cast<size_t>(s.buffer)].name + "[" + exprString(k, s.index) + "] = " +
+             exprString(k, s.value) + "\n";
+      break;
+    case StmtKind::Block:
+      for (StmtId b : s.body) stmtString(k, b, indent, out);
+      break;
+  }
+}
+
+}  // namespace
+
+std::string LoopKernel::toString() const {
+  std::string out = "kernel " + name + "(";
+  for (size_t i = 0; i < buffers.size(); ++i)
+    out += (i ? ", " : "") + buffers[i].name + ": " + std::string(dtypeName(buffers[i].dtype)) +
+           (buffers[i].output ? " out" : "");
+  out += "):\n";
+  if (body >= 0) stmtString(*this, body, 1, out);
+  return out;
+}
+
+}  // namespace kiln::loop

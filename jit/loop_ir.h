@@ -1,0 +1,146 @@
+// The loop-level kernel representation: loops, buffers, index arithmetic and
+// scalar computations, produced by lowering a FusedFunction and consumed by the
+// code generators (CPU now, CUDA later), so no operator is lowered twice.
+//
+// Representation: a LoopKernel owns flat arrays of expression and statement nodes
+// addressed by integer ids. Expressions are pure and hash-consed by the builder
+// (an identical expression gets the same id), so common subexpressions of inlined
+// operators are shared. Index arithmetic is int64; float16 data is loaded as
+// float32 and stored back rounded; bool values are i1 in expressions and one byte
+// in memory. Dimensions are compile-time constants where the type is static and
+// `Dim` reads of the run-time shape array where it is `?`.
+//
+// Reductions are expressions (`Reduce`): a combiner over one or more reduction
+// loops whose body may use their loop variables, so element-wise producers fuse
+// into a reduction's input and consumers into its result.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/dtype.h"
+
+namespace kiln::loop {
+
+using ExprId = int32_t;
+using StmtId = int32_t;
+
+enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Erf, Sin, Cos, Abs, Floor, Ceil, Round, Not };
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Max, Min, FloorDiv, Mod, FloorMod,
+  Eq, Ne, Lt, Le, Gt, Ge, And, Or,
+};
+enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, All, Any };
+
+enum class ExprKind : uint8_t {
+  IntConst,    // ival, of `type` (Int64 for indices)
+  FloatConst,  // fval, of `type`
+  Dim,         // run-time dimension: shapes[ival]; Int64
+  Var,         // loop variable `a`; Int64
+  Load,        // buffer `a` at linear index `b`; element type `type`
+  Unary,       // op(a)
+  Binary,      // op(a, b); comparisons give Bool
+  Select,      // a ? b : c
+  Cast,        // a converted to `type`
+  Reduce,      // combine `op` of body `a` over loop vars reduceVars[c .. c+ival) with extents reduceExtents
+};
+
+struct ExprNode {
+  ExprKind kind;
+  DType type;
+  uint8_t op = 0;
+  int32_t a = -1, b = -1, c = -1;
+  int64_t ival = 0;
+  double fval = 0;
+};
+
+enum class LoopKind : uint8_t { Serial, Parallel, Vectorized };
+enum class StmtKind : uint8_t { For, Store, Block };
+
+struct StmtNode {
+  StmtKind kind;
+  LoopKind loop = LoopKind::Serial;
+  int32_t var = -1;       // For: the loop variable
+  ExprId extent = -1;     // For: iterations (0 .. extent)
+  int32_t buffer = -1;    // Store
+  ExprId index = -1;      // Store: linear element index
+  ExprId value = -1;      // Store
+  std::vector<StmtId> body = {};  // For, Block
+};
+
+struct BufferDecl {
+  DType dtype;   // element type in memory
+  bool output;   // written by the kernel
+  std::string name;
+};
+
+struct LoopKernel {
+  std::string name;
+  std::vector<BufferDecl> buffers;  // argument order of the compiled kernel
+  int32_t numShapeSlots = 0;        // length of the run-time shape array
+  std::vector<ExprNode> exprs;
+  std::vector<StmtNode> stmts;
+  std::vector<int32_t> reduceVars;  // var ids of Reduce nodes, ranges given by (c, ival)
+  std::vector<ExprId> reduceExtents;
+  int32_t numVars = 0;
+  StmtId body = -1;
+
+  const ExprNode& expr(ExprId id) const { return exprs[static_cast<size_t>(id)]; }
+  const StmtNode& stmt(StmtId id) const { return stmts[static_cast<size_t>(id)]; }
+  std::string toString() const;
+};
+
+const char* unaryName(UnaryOp op);
+const char* binaryName(BinaryOp op);
+const char* reduceName(ReduceOp op);
+bool isComparison(BinaryOp op);
+
+// Builds a LoopKernel; hash-conses expressions and folds trivial index arithmetic.
+class LoopBuilder {
+ public:
+  explicit LoopBuilder(LoopKernel& k) : k_(k) {}
+  LoopKernel& kernel() { return k_; }
+  const ExprNode& node(ExprId id) const { return k_.expr(id); }
+  DType typeOf(ExprId id) const { return k_.expr(id).type; }
+
+  ExprId intConst(int64_t v, DType type = DType::Int64);
+  ExprId floatConst(double v, DType type = DType::Float32);
+  // A constant of any value type (bool, int or float).
+  ExprId constant(double v, DType type);
+  ExprId dim(int32_t slot);
+  int32_t newVar() { return k_.numVars++; }
+  ExprId var(int32_t id);
+  ExprId load(int32_t buffer, ExprId index);
+  ExprId unary(UnaryOp op, ExprId a);
+  ExprId binary(BinaryOp op, ExprId a, ExprId b);
+  ExprId select(ExprId cond, ExprId a, ExprId b);
+  ExprId cast(DType type, ExprId a);
+  // `vars` must be fresh variables the body uses; `extents` their ranges.
+  ExprId reduce(ReduceOp op, const std::vector<int32_t>& vars, const std::vector<ExprId>& extents, ExprId body);
+
+  // Index helpers (Int64), with constant folding.
+  ExprId add(ExprId a, ExprId b);
+  ExprId mul(ExprId a, ExprId b);
+
+  StmtId forLoop(int32_t var, ExprId extent, LoopKind kind, std::vector<StmtId> body);
+  StmtId store(int32_t buffer, ExprId index, ExprId value);
+  StmtId block(std::vector<StmtId> body);
+
+  bool isIntConst(ExprId e, int64_t* value = nullptr) const;
+
+ private:
+  ExprId intern(const ExprNode& n);
+
+  struct KeyHash {
+    size_t operator()(const ExprNode& n) const;
+  };
+  struct KeyEq {
+    bool operator()(const ExprNode& a, const ExprNode& b) const;
+  };
+  LoopKernel& k_;
+  std::unordered_map<ExprNode, ExprId, KeyHash, KeyEq> interned_;
+};
+
+}  // namespace kiln::loop

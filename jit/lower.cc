@@ -1,0 +1,137 @@
+// FusedFunction -> LoopKernel by inlining compute rules.
+#include "jit/lower.h"
+
+#include <map>
+
+#include "kiln/error.h"
+#include "ops/compute.h"
+
+namespace kiln::jit {
+
+using loop::ExprId;
+
+std::vector<int32_t> shapeSlots(const FusedFunction& f, int32_t* total) {
+  std::vector<int32_t> slots(f.numValues());
+  int32_t at = 0;
+  for (size_t v = 0; v < slots.size(); ++v) {
+    slots[v] = at;
+    at += static_cast<int32_t>(f.typeOf(static_cast<int32_t>(v)).rank());
+  }
+  if (total) *total = at;
+  return slots;
+}
+
+namespace {
+
+class Lowering {
+ public:
+  Lowering(const FusedFunction& f, loop::LoopKernel& k) : f_(f), k_(k), b_(k) {
+    slots_ = shapeSlots(f, &k.numShapeSlots);
+  }
+
+  void run() {
+    k_.name = f_.name;
+    bufferOf_.assign(f_.numValues(), -1);
+    for (size_t p = 0; p < f_.params.size(); ++p) {
+      bufferOf_[p] = static_cast<int32_t>(k_.buffers.size());
+      k_.buffers.push_back({f_.params[p].dtype, false, "in" + std::to_string(p)});
+    }
+    std::vector<int32_t> outBuffers;
+    for (size_t o = 0; o < f_.outputs.size(); ++o) {
+      outBuffers.push_back(static_cast<int32_t>(k_.buffers.size()));
+      k_.buffers.push_back({f_.typeOf(f_.outputs[o]).dtype, true, "out" + std::to_string(o)});
+    }
+    std::vector<loop::StmtId> nests;
+    for (size_t o = 0; o < f_.outputs.size(); ++o) nests.push_back(outputNest(f_.outputs[o], outBuffers[o]));
+    k_.body = b_.block(std::move(nests));
+  }
+
+ private:
+  ExprId dimOf(int32_t value, size_t d) {
+    int64_t s = f_.typeOf(value).shape[d];
+    if (s != ops::kAnyDim) return b_.intConst(s);
+    return b_.dim(slots_[static_cast<size_t>(value)] + static_cast<int32_t>(d));
+  }
+
+  // Row-major linear index of `index` into a value of that value's shape.
+  ExprId linearIndex(int32_t value, std::span<const ExprId> index) {
+    ExprId linear = b_.intConst(0), stride = b_.intConst(1);
+    for (size_t d = index.size(); d-- > 0;) {
+      linear = b_.add(linear, b_.mul(index[d], stride));
+      stride = b_.mul(stride, dimOf(value, d));
+    }
+    return linear;
+  }
+
+  // The value's element at `index`, inlining operators down to parameter loads.
+  ExprId valueAt(int32_t value, std::span<const ExprId> index) {
+    if (f_.isParam(value)) return b_.load(bufferOf_[static_cast<size_t>(value)], linearIndex(value, index));
+    auto key = std::make_pair(value, std::vector<ExprId>(index.begin(), index.end()));
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+
+    const FusedNode& n = f_.node(value);
+    if (n.isConstant()) {
+      DType t = n.type.dtype;
+      return isFloat(t) ? b_.floatConst(n.floatValue, t) : b_.intConst(n.intValue, t);
+    }
+    if (!n.op->compute)
+      throw Error("kernel " + f_.name + ": operator '" + n.op->name + "' has no loop lowering yet");
+    std::vector<ops::TensorDesc> operands;
+    for (int32_t in : n.inputs) operands.push_back(f_.typeOf(in));
+    ops::ComputeCall call{*n.op,
+                          ops::AttrReader(n.op->name, n.attrs),
+                          operands,
+                          n.type,
+                          b_,
+                          index,
+                          [&](size_t k, std::span<const ExprId> idx) { return valueAt(n.inputs[k], idx); },
+                          [&](size_t k, size_t d) { return dimOf(n.inputs[k], d); }};
+    ExprId e;
+    try {
+      e = n.op->compute(call);
+    } catch (const ops::OpError& err) {
+      throw Error("kernel " + f_.name + ": " + err.what());
+    }
+    memo_.emplace(std::move(key), e);
+    return e;
+  }
+
+  loop::StmtId outputNest(int32_t value, int32_t buffer) {
+    const ops::TensorDesc& t = f_.typeOf(value);
+    size_t rank = t.rank();
+    std::vector<int32_t> vars(rank);
+    std::vector<ExprId> index(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      vars[d] = b_.newVar();
+      index[d] = b_.var(vars[d]);
+    }
+    ExprId v = valueAt(value, index);
+    if (b_.typeOf(v) != (t.dtype == DType::Float16 ? DType::Float32 : t.dtype)) v = b_.cast(t.dtype, v);
+    loop::StmtId s = b_.store(buffer, linearIndex(value, index), v);
+    for (size_t d = rank; d-- > 0;) {
+      loop::LoopKind kind = d + 1 == rank ? loop::LoopKind::Vectorized
+                            : d == 0     ? loop::LoopKind::Parallel
+                                         : loop::LoopKind::Serial;
+      s = b_.forLoop(vars[d], dimOf(value, d), kind, {s});
+    }
+    return s;
+  }
+
+  const FusedFunction& f_;
+  loop::LoopKernel& k_;
+  loop::LoopBuilder b_;
+  std::vector<int32_t> slots_;
+  std::vector<int32_t> bufferOf_;
+  std::map<std::pair<int32_t, std::vector<ExprId>>, ExprId> memo_;
+};
+
+}  // namespace
+
+loop::LoopKernel lowerToLoops(const FusedFunction& f) {
+  loop::LoopKernel k;
+  Lowering(f, k).run();
+  return k;
+}
+
+}  // namespace kiln::jit

@@ -1,0 +1,21 @@
+// Lowering: a FusedFunction to the loop-level representation.
+//
+// Each output gets one loop nest over its elements; every operator on the way is
+// inlined through its compute rule, so the kernel makes one pass over memory.
+// Buffers are the parameters then the outputs, in order. The run-time shape array
+// holds every value's dimensions (parameters, then nodes), as computeShapes gives
+// them; static dimensions are compiled in as constants and never read from it.
+#pragma once
+
+#include "jit/fused_function.h"
+#include "jit/loop_ir.h"
+
+namespace kiln::jit {
+
+// Offsets of each value's dimensions in the run-time shape array.
+std::vector<int32_t> shapeSlots(const FusedFunction& f, int32_t* total = nullptr);
+
+// Throws kiln::Error when an operator in `f` has no lowering yet.
+loop::LoopKernel lowerToLoops(const FusedFunction& f);
+
+}  // namespace kiln::jit

@@ -1,0 +1,30 @@
+// Vectorizable float32 approximations of exp, log, tanh, sigmoid and erf, emitted
+// as straight-line LLVM IR (no calls, no branches), so the loop vectorizer widens
+// them to AVX-512 like any arithmetic. libm calls would stay scalar.
+//
+// Each function handles 0, ±inf, NaN and the full float range (including
+// denormal results); the maximum errors below are checked against double-precision
+// libm over wide ranges in tests/unit/vector_math_test.cc.
+#pragma once
+
+namespace llvm {
+class Value;
+class IRBuilderBase;
+}  // namespace llvm
+
+namespace kiln::jit {
+
+// Maximum relative error against the exact result, for results that are normal floats.
+inline constexpr double kExpMaxRelError = 4e-7;
+inline constexpr double kLogMaxRelError = 4e-7;      // away from x = 1, where the absolute error is below 1e-7
+inline constexpr double kTanhMaxRelError = 6e-7;
+inline constexpr double kSigmoidMaxRelError = 6e-7;
+inline constexpr double kErfMaxAbsError = 4e-7;      // and relative 4e-7 for |x| < 1
+
+llvm::Value* emitExpF32(llvm::IRBuilderBase& b, llvm::Value* x);
+llvm::Value* emitLogF32(llvm::IRBuilderBase& b, llvm::Value* x);
+llvm::Value* emitTanhF32(llvm::IRBuilderBase& b, llvm::Value* x);
+llvm::Value* emitSigmoidF32(llvm::IRBuilderBase& b, llvm::Value* x);
+llvm::Value* emitErfF32(llvm::IRBuilderBase& b, llvm::Value* x);
+
+}  // namespace kiln::jit

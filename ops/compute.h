@@ -1,0 +1,37 @@
+// Compute rules: each operator's lowering to the loop-level representation,
+// written beside its shape rule so an operator is defined in one place.
+//
+// A compute rule says what one output element is, given a way to read its
+// operands at any index. Fusion is composition: when an operand is itself the
+// result of another operator in the same kernel, `load` inlines that operator's
+// compute rule at the requested index, so a fused chain becomes one expression
+// evaluated in one pass over memory.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "jit/loop_ir.h"
+#include "ops/op.h"
+
+namespace kiln::ops {
+
+struct ComputeCall {
+  const OpDef& op;
+  AttrReader attrs;
+  std::span<const TensorDesc> inputs;  // operand types (`?` where dynamic)
+  const TensorDesc& output;            // this operator's result type
+  loop::LoopBuilder& b;
+  std::span<const loop::ExprId> index;  // the output element to compute, one Int64 per dimension
+  // Operand k's value at a multi-index (one Int64 expression per dimension of operand k).
+  std::function<loop::ExprId(size_t k, std::span<const loop::ExprId> index)> load;
+  // Extent of dimension d of operand k (a constant where static).
+  std::function<loop::ExprId(size_t k, size_t d)> inputDim;
+};
+
+// Operand k's index for the current output element under numpy broadcasting:
+// dimensions of extent 1 read index 0; a `?` dimension decides at run time.
+std::vector<loop::ExprId> broadcastIndex(const ComputeCall& c, size_t k);
+
+}  // namespace kiln::ops

@@ -1,0 +1,301 @@
+// Element-wise kernels against a plain reference implementation: every unary and
+// binary operator, each applicable dtype, broadcasting, size-0 and size-1
+// dimensions and dynamic dimensions; fused against unfused evaluation.
+#include <functional>
+#include <map>
+
+#include "kernel_util.h"
+
+using namespace kiln;
+using test::getElement;
+
+namespace {
+
+// Reference semantics, in double, for one element. `dt` is the operand dtype.
+double wrapInt(double v, DType dt) {
+  auto i = static_cast<int64_t>(v);
+  switch (dt) {
+    case DType::Int8: return static_cast<int8_t>(i);
+    case DType::Int16: return static_cast<int16_t>(i);
+    case DType::Int32: return static_cast<int32_t>(i);
+    case DType::UInt8: return static_cast<uint8_t>(i);
+    default: return static_cast<double>(i);
+  }
+}
+
+double refUnary(const std::string& op, double x, DType dt) {
+  bool flt = isFloat(dt);
+  if (op == "exp") return std::exp(x);
+  if (op == "log") return std::log(x);
+  if (op == "sqrt") return std::sqrt(x);
+  if (op == "rsqrt") return 1 / std::sqrt(x);
+  if (op == "tanh") return std::tanh(x);
+  if (op == "sigmoid") return 1 / (1 + std::exp(-x));
+  if (op == "erf") return std::erf(x);
+  if (op == "sin") return std::sin(x);
+  if (op == "cos") return std::cos(x);
+  if (op == "negative") return flt ? -x : wrapInt(-x, dt);
+  if (op == "abs") return flt ? std::fabs(x) : wrapInt(std::fabs(x), dt);
+  if (op == "nn.relu") return x > 0 ? x : 0;
+  if (op == "floor") return std::floor(x);
+  if (op == "ceil") return std::ceil(x);
+  if (op == "round") return std::nearbyint(x);
+  if (op == "logical_not") return x == 0;
+  if (op == "copy") return x;
+  FAIL("no reference for " << op);
+  return 0;
+}
+
+double refBinary(const std::string& op, double a, double b, DType dt) {
+  bool flt = isFloat(dt);
+  bool uns = dt == DType::UInt8;
+  if (op == "add") return flt ? a + b : wrapInt(a + b, dt);
+  if (op == "subtract") return flt ? a - b : wrapInt(a - b, dt);
+  if (op == "multiply") return flt ? a * b : wrapInt(a * b, dt);
+  if (op == "maximum") return std::max(a, b);
+  if (op == "minimum") return std::min(a, b);
+  if (op == "equal") return a == b;
+  if (op == "not_equal") return a != b;
+  if (op == "less") return a < b;
+  if (op == "less_equal") return a <= b;
+  if (op == "greater") return a > b;
+  if (op == "greater_equal") return a >= b;
+  if (op == "logical_and") return a != 0 && b != 0;
+  if (op == "logical_or") return a != 0 || b != 0;
+  if (op == "power") return flt ? std::pow(a, b) : wrapInt(std::pow(a, b), dt);
+  if (flt) {
+    if (op == "divide") return a / b;
+    if (op == "floor_divide") return std::floor(a / b);
+    if (op == "mod") return std::fmod(a, b);
+    if (op == "floor_mod") {
+      double r = std::fmod(a, b);
+      return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    }
+  }
+  // Integers: C truncation for divide/mod, flooring variants round down; x / 0 and x % 0 are 0.
+  auto x = static_cast<int64_t>(a), y = static_cast<int64_t>(b);
+  if (y == 0) return 0;
+  int64_t q = x / y, r = x % y;
+  if (!uns && r != 0 && ((r < 0) != (y < 0))) {
+    if (op == "floor_divide") return wrapInt(static_cast<double>(q - 1), dt);
+    if (op == "floor_mod") return static_cast<double>(r + y);
+  }
+  if (op == "divide" || op == "floor_divide") return wrapInt(static_cast<double>(q), dt);
+  if (op == "mod" || op == "floor_mod") return static_cast<double>(r);
+  FAIL("no reference for " << op);
+  return 0;
+}
+
+std::string relayType(DType dt, const std::string& dims) {
+  return "Tensor[(" + dims + "), " + std::string(dtypeName(dt)) + "]";
+}
+
+// Row-major index of `out` multi-index into a broadcast operand of shape `in`.
+int64_t broadcastOffset(const Shape& out, const Shape& in, int64_t flat) {
+  int64_t off = 0, stride = 1;
+  for (size_t d = out.size(); d-- > 0;) {
+    int64_t i = flat % out[d];
+    flat /= out[d];
+    size_t k = d - (out.size() - in.size());
+    if (d >= out.size() - in.size()) {
+      if (in[k] != 1) off += i * stride;
+      stride *= in[k];
+    }
+  }
+  return off;
+}
+
+const std::vector<DType> kFloats = {DType::Float16, DType::Float32, DType::Float64};
+const std::vector<DType> kNumeric = {DType::Float16, DType::Float32, DType::Float64, DType::Int8,
+                                     DType::Int16,   DType::Int32,   DType::Int64,   DType::UInt8};
+
+}  // namespace
+
+TEST_CASE("unary element-wise kernels match the reference for every dtype") {
+  std::mt19937 rng(7);
+  struct Case {
+    const char* op;
+    std::vector<DType> dtypes;
+    double lo, hi;
+  };
+  const Case cases[] = {
+      {"exp", kFloats, -8, 8},          {"log", kFloats, 0.01, 50},        {"sqrt", kFloats, 0, 50},
+      {"rsqrt", kFloats, 0.01, 50},     {"tanh", kFloats, -6, 6},          {"sigmoid", kFloats, -12, 12},
+      {"erf", kFloats, -4, 4},          {"sin", kFloats, -10, 10},         {"cos", kFloats, -10, 10},
+      {"negative", kNumeric, -5, 5},    {"abs", kNumeric, -5, 5},          {"nn.relu", kNumeric, -5, 5},
+      {"floor", kNumeric, -5, 5},       {"ceil", kNumeric, -5, 5},         {"round", kNumeric, -5, 5},
+      {"logical_not", {DType::Bool}, 0, 1},
+      {"copy", {DType::Float32, DType::Int64, DType::Bool, DType::UInt8}, -5, 5},
+  };
+  for (const Case& c : cases) {
+    for (DType dt : c.dtypes) {
+      CAPTURE(c.op);
+      CAPTURE(dtypeName(dt));
+      auto k = test::kernelFrom("def @main(%x: " + relayType(dt, "?, 7") + ") { " + c.op + "(%x) }");
+      for (int64_t rows : {5, 1, 0}) {
+        Tensor x = test::randomTensor(dt, {rows, 7}, rng, c.lo, c.hi);
+        std::vector<Tensor> in{x};
+        Tensor y = (*k)(in)[0];
+        REQUIRE(y.numel() == rows * 7);
+        DType outType = std::string(c.op) == "logical_not" ? DType::Bool : dt;
+        for (int64_t i = 0; i < y.numel(); ++i) {
+          double want = refUnary(c.op, getElement(x, i), dt);
+          // The reference value rounded to the result type, as the kernel stores it.
+          Tensor tmp = Tensor::empty(outType, {1});
+          test::setElement(tmp, 0, want);
+          double wantStored = isFloat(outType) ? want : getElement(tmp, 0);
+          CAPTURE(getElement(x, i));
+          CHECK(test::closeTo(getElement(y, i), wantStored, outType));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("binary element-wise kernels broadcast and match the reference") {
+  std::mt19937 rng(11);
+  const char* arith[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "floor_divide", "mod",
+                         "floor_mod"};
+  const char* compare[] = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"};
+  struct Op {
+    std::string name;
+    std::vector<DType> dtypes;
+  };
+  std::vector<Op> ops;
+  for (const char* a : arith) ops.push_back({a, kNumeric});
+  for (const char* c : compare) ops.push_back({c, {DType::Float32, DType::Int32, DType::UInt8, DType::Int64}});
+  ops.push_back({"logical_and", {DType::Bool}});
+  ops.push_back({"logical_or", {DType::Bool}});
+  ops.push_back({"power", {DType::Float32, DType::Float64}});
+  // (a's type, b's type, run-time shapes of a and b)
+  struct Shapes {
+    std::string ta, tb;
+    std::initializer_list<int64_t> a, b;
+  };
+  const Shapes shapes[] = {
+      {"?, 1, 5", "4, 1", {3, 1, 5}, {4, 1}},  // both sides broadcast
+      {"?, 6", "?, 6", {2, 6}, {2, 6}},        // same dynamic shape
+      {"?, 6", "?, 6", {2, 6}, {1, 6}},        // a `?` dimension that broadcasts at run time
+      {"?", "", {0}, {}},                      // size 0 against a scalar
+      {"1", "3", {1}, {3}},                    // size 1
+  };
+  for (const Op& op : ops) {
+    for (DType dt : op.dtypes) {
+      for (const Shapes& s : shapes) {
+        CAPTURE(op.name);
+        CAPTURE(dtypeName(dt));
+        CAPTURE(s.ta);
+        auto k = test::kernelFrom("def @main(%a: " + relayType(dt, s.ta) + ", %b: " + relayType(dt, s.tb) + ") { " +
+                                  op.name + "(%a, %b) }");
+        Tensor a = test::randomTensor(dt, s.a, rng), b = test::randomTensor(dt, s.b, rng);
+        if (op.name == "power") b = test::randomTensor(dt, s.b, rng, -2, 2), a = test::randomTensor(dt, s.a, rng, 0.1, 3);
+        std::vector<Tensor> in{a, b};
+        Tensor y = (*k)(in)[0];
+        for (int64_t i = 0; i < y.numel(); ++i) {
+          double av = getElement(a, broadcastOffset(y.shape(), a.shape(), i));
+          double bv = getElement(b, broadcastOffset(y.shape(), b.shape(), i));
+          double want = refBinary(op.name, av, bv, dt);
+          if (isFloat(dt) && y.dtype() == dt) {
+            // Compare against the operation done in the kernel's own precision.
+            if (dt == DType::Float16) want = halfToFloat(floatToHalf(static_cast<float>(want)));
+          }
+          CAPTURE(av);
+          CAPTURE(bv);
+          CHECK(test::closeTo(getElement(y, i), want, y.dtype()));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("where, clip and cast kernels") {
+  std::mt19937 rng(3);
+  auto k = test::kernelFrom(
+      "def @main(%c: Tensor[(?, 1), bool], %x: Tensor[(?, 4), float32], %y: float32) { where(%c, %x, %y) }");
+  Tensor c = test::randomTensor(DType::Bool, {3, 1}, rng), x = test::randomTensor(DType::Float32, {3, 4}, rng);
+  Tensor y = test::randomTensor(DType::Float32, {}, rng);
+  std::vector<Tensor> in{c, x, y};
+  Tensor r = (*k)(in)[0];
+  for (int64_t i = 0; i < 12; ++i)
+    CHECK(getElement(r, i) == (getElement(c, i / 4) != 0 ? getElement(x, i) : getElement(y, 0)));
+
+  auto clip = test::kernelFrom("def @main(%x: Tensor[(?,), int32]) { clip(%x, a_min=-2.5f, a_max=6f) }");
+  Tensor xi = test::randomTensor(DType::Int32, {50}, rng);
+  std::vector<Tensor> ci{xi};
+  Tensor cr = (*clip)(ci)[0];
+  for (int64_t i = 0; i < 50; ++i) CHECK(getElement(cr, i) == std::min(6.0, std::max(-2.0, getElement(xi, i))));
+
+  // Casts between every pair of a few dtypes, including saturating float -> int.
+  const DType types[] = {DType::Float32, DType::Float16, DType::Int8, DType::Int64, DType::UInt8, DType::Bool};
+  for (DType from : types) {
+    for (DType to : types) {
+      CAPTURE(dtypeName(from));
+      CAPTURE(dtypeName(to));
+      auto ck = test::kernelFrom("def @main(%x: " + relayType(from, "?") + ") { cast(%x, dtype=\"" +
+                                 std::string(dtypeName(to)) + "\") }");
+      Tensor src = test::randomTensor(from, {40}, rng, -300, 300);
+      std::vector<Tensor> si{src};
+      Tensor out = (*ck)(si)[0];
+      for (int64_t i = 0; i < 40; ++i) {
+        double v = getElement(src, i), want;
+        if (isBool(to)) want = v != 0;
+        else if (isFloat(to)) want = to == DType::Float16 ? halfToFloat(floatToHalf(static_cast<float>(v))) : v;
+        else {
+          double lo = to == DType::Int8 ? -128 : to == DType::UInt8 ? 0 : -9.2e18;
+          double hi = to == DType::Int8 ? 127 : to == DType::UInt8 ? 255 : 9.2e18;
+          want = std::trunc(std::min(hi, std::max(lo, v)));
+          if (!isFloat(from)) want = wrapInt(v, to);
+        }
+        CAPTURE(v);
+        CHECK(test::closeTo(getElement(out, i), want, to));
+      }
+    }
+  }
+}
+
+TEST_CASE("a fused chain equals the same operators run one kernel at a time") {
+  std::mt19937 rng(5);
+  const std::string params = "(%x: Tensor[(?, 8), float32], %b: Tensor[(8,), float32])";
+  auto fused = test::kernelFrom("def @main" + params +
+                                " { let %t = tanh(%x * 0.5f + %b); sigmoid(%t) * exp(-%t) - nn.relu(%x) }");
+  Tensor x = test::randomTensor(DType::Float32, {13, 8}, rng), b = test::randomTensor(DType::Float32, {8}, rng);
+  std::vector<Tensor> in{x, b};
+  Tensor f = (*fused)(in)[0];
+
+  auto one = [&](const std::string& body, std::vector<Tensor> args) {
+    std::string sig = "def @main(";
+    for (size_t i = 0; i < args.size(); ++i) {
+      std::string dims;
+      for (size_t d = 0; d < args[i].rank(); ++d) dims += (d ? ", " : "") + std::to_string(args[i].shape()[d]);
+      if (args[i].rank() == 1) dims += ",";
+      sig += (i ? ", %a" : "%a") + std::to_string(i) + ": Tensor[(" + dims + "), float32]";
+    }
+    return (*test::kernelFrom(sig + ") { " + body + " }"))(args)[0];
+  };
+  Tensor half = Tensor::empty(DType::Float32, std::initializer_list<int64_t>{});
+  Tensor m = one("multiply(%a0, 0.5f)", {x});
+  Tensor t = one("tanh(add(%a0, %a1))", {m, b});
+  Tensor s = one("sigmoid(%a0)", {t});
+  Tensor e = one("exp(negative(%a0))", {t});
+  Tensor se = one("multiply(%a0, %a1)", {s, e});
+  Tensor r = one("nn.relu(%a0)", {x});
+  Tensor u = one("subtract(%a0, %a1)", {se, r});
+  for (int64_t i = 0; i < u.numel(); ++i) CHECK(getElement(f, i) == doctest::Approx(getElement(u, i)).epsilon(1e-6));
+  (void)half;
+}
+
+TEST_CASE("a kernel with several outputs writes each in one pass") {
+  std::mt19937 rng(9);
+  auto k = test::kernelFrom("def @main(%x: Tensor[(?, 6), float32]) { let %y = %x * 2f; (%y + 1f, %y < 0f, %y) }");
+  Tensor x = test::randomTensor(DType::Float32, {4, 6}, rng);
+  std::vector<Tensor> in{x};
+  auto outs = (*k)(in);
+  REQUIRE(outs.size() == 3);
+  CHECK(outs[1].dtype() == DType::Bool);
+  for (int64_t i = 0; i < 24; ++i) {
+    double v = getElement(x, i) * 2;
+    CHECK(getElement(outs[0], i) == doctest::Approx(v + 1));
+    CHECK(getElement(outs[1], i) == (v < 0));
+    CHECK(getElement(outs[2], i) == doctest::Approx(v));
+  }
+}

@@ -1,0 +1,125 @@
+// Tensor storage, devices and printing.
+#include "kiln/tensor.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <cstring>
+#include <vector>
+#include <new>
+
+#include "kiln/error.h"
+#include "kiln/half.h"
+
+namespace kiln {
+
+std::string Device::toString() const {
+  std::string s = kind == Kind::CPU ? "cpu" : "cuda";
+  if (index != 0) s += ":" + std::to_string(index);
+  return s;
+}
+
+Device Device::parse(const std::string& name) {
+  Device d;
+  std::string kind = name.substr(0, name.find(':'));
+  if (kind == "cpu") d.kind = Kind::CPU;
+  else if (kind == "cuda") d.kind = Kind::CUDA;
+  else throw Error("unknown device '" + name + "' (expected cpu, cuda, cpu:N or cuda:N)");
+  if (kind.size() < name.size()) {
+    std::string idx = name.substr(kind.size() + 1);
+    if (idx.empty() || idx.size() > 3 || idx.find_first_not_of("0123456789") != std::string::npos)
+      throw Error("bad device index in '" + name + "'");
+    d.index = static_cast<uint16_t>(std::stoi(idx));
+  }
+  return d;
+}
+
+int64_t numElements(std::span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shapeString(std::span<const int64_t> shape) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+  return s;
+}
+
+Tensor Tensor::empty(DType dtype, std::span<const int64_t> shape, Device device) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error("negative dimension in shape " + shapeString(shape));
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_.assign(shape.begin(), shape.end());
+  t.device_ = device;
+  size_t bytes = static_cast<size_t>(numElements(shape)) * dtypeSize(dtype);
+  // Round up so vector kernels may read a whole 64-byte line; never zero bytes.
+  size_t alloc = (bytes + 63) / 64 * 64 + 64;
+  void* p = ::operator new(alloc, std::align_val_t(64));
+  t.buffer_ = std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t(64)); });
+  return t;
+}
+
+Tensor Tensor::reshaped(std::span<const int64_t> shape) const {
+  if (numElements(shape) != numel())
+    throw Error("cannot view a tensor of shape " + shapeString(shape_) + " as " + shapeString(shape));
+  Tensor t = *this;
+  t.shape_.assign(shape.begin(), shape.end());
+  return t;
+}
+
+namespace {
+std::string element(const Tensor& t, int64_t i) {
+  char buf[64];
+  switch (t.dtype()) {
+    case DType::Float32: std::snprintf(buf, sizeof buf, "%g", static_cast<double>(t.data<float>()[i])); break;
+    case DType::Float64: std::snprintf(buf, sizeof buf, "%g", t.data<double>()[i]); break;
+    case DType::Float16:
+      std::snprintf(buf, sizeof buf, "%g", static_cast<double>(halfToFloat(t.data<uint16_t>()[i])));
+      break;
+    case DType::Int8: return std::to_string(t.data<int8_t>()[i]);
+    case DType::Int16: return std::to_string(t.data<int16_t>()[i]);
+    case DType::Int32: return std::to_string(t.data<int32_t>()[i]);
+    case DType::Int64: return std::to_string(t.data<int64_t>()[i]);
+    case DType::UInt8: return std::to_string(t.data<uint8_t>()[i]);
+    case DType::Bool: return t.data<uint8_t>()[i] ? "1" : "0";
+  }
+  return buf;
+}
+}  // namespace
+
+namespace {
+// One bracketed level of a row-major tensor; stops (closing every bracket) once
+// `budget` elements have been printed.
+void printLevel(const Tensor& t, size_t d, int64_t& flat, size_t& budget, bool& cut, std::string& out) {
+  out += "[";
+  for (int64_t i = 0; i < t.shape()[d] && !cut; ++i) {
+    if (i) out += " ";
+    if (d + 1 < t.rank()) {
+      printLevel(t, d + 1, flat, budget, cut, out);
+    } else if (budget == 0) {
+      out += "...";
+      cut = true;
+    } else {
+      out += element(t, flat++);
+      --budget;
+    }
+  }
+  out += "]";
+}
+}  // namespace
+
+std::string Tensor::toString(size_t maxElements) const {
+  std::string out = shapeString(shape_);
+  out += (shape_.empty() ? "" : "x") + std::string(dtypeShortName(dtype_)) + "=";
+  if (!defined()) return out + "<undefined>";
+  if (shape_.empty()) return out + element(*this, 0);
+  int64_t flat = 0;
+  size_t budget = maxElements;
+  bool cut = false;
+  printLevel(*this, 0, flat, budget, cut, out);
+  return out;
+}
+
+}  // namespace kiln
