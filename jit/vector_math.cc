@@ -28,16 +28,17 @@ llvm::Value* unaryIntrinsic(llvm::IRBuilderBase& b, llvm::Intrinsic::ID id, llvm
 
 llvm::Value* isNaN(llvm::IRBuilderBase& b, llvm::Value* x) { return b.CreateFCmpUNO(x, x); }
 
-// 2^n for an integer-valued float n in [-150, 128], as a product of two powers of two
-// that are each normal floats (so results down in the denormal range stay exact).
-llvm::Value* pow2(llvm::IRBuilderBase& b, llvm::Value* n) {
+// x * 2^n for an integer-valued float n in [-150, 128], applied as two factors that
+// are each normal floats, one after the other: neither the factors nor the
+// intermediate overflow, and results in the denormal range round once.
+llvm::Value* scaleByPow2(llvm::IRBuilderBase& b, llvm::Value* x, llvm::Value* n) {
   llvm::Value* ni = b.CreateFPToSI(n, b.getInt32Ty());
   llvm::Value* n1 = b.CreateAShr(ni, 1);
   llvm::Value* n2 = b.CreateSub(ni, n1);
-  auto scale = [&](llvm::Value* e) {
+  auto pow2 = [&](llvm::Value* e) {
     return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, ci(b, 127)), 23), b.getFloatTy());
   };
-  return b.CreateFMul(scale(n1), scale(n2));
+  return b.CreateFMul(b.CreateFMul(x, pow2(n2)), pow2(n1));
 }
 
 }  // namespace
@@ -52,7 +53,7 @@ llvm::Value* emitExpF32(llvm::IRBuilderBase& b, llvm::Value* x) {
   llvm::Value* p = horner(b, r, {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2,
                                  1.6666665459E-1, 5.0000001201E-1});
   p = b.CreateFAdd(b.CreateFAdd(b.CreateFMul(p, z), r), c(b, 1.0));
-  llvm::Value* result = b.CreateFMul(p, pow2(b, n));
+  llvm::Value* result = scaleByPow2(b, p, n);
   result = b.CreateSelect(b.CreateFCmpOGT(x, c(b, 88.72283935546875)), c(b, INFINITY), result);
   result = b.CreateSelect(b.CreateFCmpOLT(x, c(b, -103.972084045410)), c(b, 0.0), result);
   return b.CreateSelect(isNaN(b, x), x, result);
@@ -90,6 +91,7 @@ llvm::Value* emitTanhF32(llvm::IRBuilderBase& b, llvm::Value* x) {
   llvm::Value* p = horner(b, z, {-5.70498872745E-3, 2.06390887954E-2, -5.37397155531E-2, 1.33314422036E-1,
                                  -3.33332819422E-1});
   llvm::Value* small = b.CreateFAdd(b.CreateFMul(b.CreateFMul(p, z), x), x);
+  small = b.CreateSelect(b.CreateFCmpOEQ(x, c(b, 0.0)), x, small);  // keeps the sign of -0
   // 1 - 2 / (exp(2|x|) + 1), with the sign of x; exact 1 once exp overflows.
   llvm::Value* e = emitExpF32(b, b.CreateFAdd(a, a));
   llvm::Value* t = b.CreateFSub(c(b, 1.0), b.CreateFDiv(c(b, 2.0), b.CreateFAdd(e, c(b, 1.0))));
@@ -98,8 +100,11 @@ llvm::Value* emitTanhF32(llvm::IRBuilderBase& b, llvm::Value* x) {
 }
 
 llvm::Value* emitSigmoidF32(llvm::IRBuilderBase& b, llvm::Value* x) {
-  llvm::Value* e = emitExpF32(b, b.CreateFNeg(x));
-  return b.CreateFDiv(c(b, 1.0), b.CreateFAdd(c(b, 1.0), e));
+  // With e = exp(-|x|) <= 1: 1 / (1 + e) for x >= 0, e / (1 + e) below, so tiny
+  // results (down to denormals) keep their precision instead of flushing to 0.
+  llvm::Value* e = emitExpF32(b, b.CreateFNeg(unaryIntrinsic(b, llvm::Intrinsic::fabs, x)));
+  llvm::Value* d = b.CreateFAdd(c(b, 1.0), e);
+  return b.CreateSelect(b.CreateFCmpOGE(x, c(b, 0.0)), b.CreateFDiv(c(b, 1.0), d), b.CreateFDiv(e, d));
 }
 
 llvm::Value* emitErfF32(llvm::IRBuilderBase& b, llvm::Value* x) {
