@@ -134,9 +134,26 @@ class CpuCodegen {
         b_.CreateStore(v, p);
         return;
       }
+      case StmtKind::If: {
+        llvm::Value* cond = emitExpr(s.value);
+        auto* thenBB = llvm::BasicBlock::Create(ctx_, "then", fn_);
+        auto* elseBB = llvm::BasicBlock::Create(ctx_, "else", fn_);
+        auto* join = llvm::BasicBlock::Create(ctx_, "join", fn_);
+        b_.CreateCondBr(cond, thenBB, elseBB);
+        for (auto [bb, stmts] : {std::pair{thenBB, &s.body}, std::pair{elseBB, &s.orElse}}) {
+          b_.SetInsertPoint(bb);
+          scopes_.emplace_back();
+          for (loop::StmtId c : *stmts) emitStmt(c);
+          for (ExprId e : scopes_.back()) cache_[static_cast<size_t>(e)] = nullptr;
+          scopes_.pop_back();
+          b_.CreateBr(join);
+        }
+        b_.SetInsertPoint(join);
+        return;
+      }
       case StmtKind::For: {
         llvm::Value* extent = emitExpr(s.extent);
-        emitLoop(s.var, extent, s.loop == loop::LoopKind::Vectorized, [&] {
+        emitLoop(s.var, extent, s.loop == loop::LoopKind::Vectorized ? LoopHint::Vectorize : LoopHint::NoVectorize, [&] {
           for (loop::StmtId c : s.body) emitStmt(c);
         });
         return;
@@ -145,8 +162,12 @@ class CpuCodegen {
   }
 
   // for (var = 0; var < extent; ++var) body(); caches of values computed inside are dropped after.
+  // Vectorize: ask for vectorization; NoVectorize: forbid it (loops whose
+  // vectorization would only cost compile time); Auto: leave it to LLVM.
+  enum class LoopHint { Vectorize, NoVectorize, Auto };
+
   template <class Body>
-  void emitLoop(int32_t var, llvm::Value* extent, bool vectorize, Body&& body) {
+  void emitLoop(int32_t var, llvm::Value* extent, LoopHint hint, Body&& body) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* header = llvm::BasicBlock::Create(ctx_, "loop", fn_);
     auto* bodyBB = llvm::BasicBlock::Create(ctx_, "body", fn_);
@@ -165,11 +186,19 @@ class CpuCodegen {
     llvm::Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
     auto* back = b_.CreateBr(header);
     i->addIncoming(next, b_.GetInsertBlock());
-    if (vectorize) {
+    if (hint != LoopHint::Auto) {
       llvm::MDNode* enable = llvm::MDNode::get(
-          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())});
+          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
+                 llvm::ConstantAsMetadata::get(hint == LoopHint::Vectorize ? b_.getTrue() : b_.getFalse())});
       llvm::MDNode* progress = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
-      auto* loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, enable, progress});
+      // One vector iteration per loop trip: interleaving multiplies code (and compile
+      // time) for little gain in loops that are bound by memory or by math.
+      llvm::MDNode* interleave = llvm::MDNode::get(
+          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.interleave.count"), llvm::ConstantAsMetadata::get(b_.getInt32(1))});
+      // No unrolling either: a short static trip count would otherwise be unrolled
+      // into several copies of the (math-heavy) vector body.
+      llvm::MDNode* noUnroll = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")});
+      auto* loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, enable, progress, interleave, noUnroll});
       loopID->replaceOperandWith(0, loopID);
       back->setMetadata(llvm::LLVMContext::MD_loop, loopID);
     }
@@ -401,7 +430,8 @@ class CpuCodegen {
     }
     size_t at = static_cast<size_t>(n.c + level);
     llvm::Value* extent = emitExpr(k_.reduceExtents[at]);
-    emitLoop(k_.reduceVars[at], extent, level + 1 == n.ival, [&] { emitReduceLevel(n, level + 1, acc, op); });
+    emitLoop(k_.reduceVars[at], extent, level + 1 == n.ival ? LoopHint::Vectorize : LoopHint::Auto,
+             [&] { emitReduceLevel(n, level + 1, acc, op); });
   }
 
   const loop::LoopKernel& k_;

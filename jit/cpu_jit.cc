@@ -84,7 +84,8 @@ CpuCompileResult compileForHost(std::unique_ptr<llvm::Module> module, std::uniqu
   std::string verifyErrors;
   llvm::raw_string_ostream vos(verifyErrors);
   if (llvm::verifyModule(*module, &vos)) throw Error("internal: invalid kernel IR for " + symbol + ": " + vos.str());
-  auto tm = hostMachine();
+  // Building a TargetMachine costs milliseconds; each thread keeps its own.
+  thread_local std::unique_ptr<llvm::TargetMachine> tm = hostMachine();
   module->setDataLayout(tm->createDataLayout());
   optimize(*module, *tm);
   if (keepIR) {

@@ -37,7 +37,7 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR) : f_
   compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::vector<Tensor> CompiledKernel::operator()(std::span<const Tensor> inputs) const {
+std::vector<Shape> CompiledKernel::shapesFor(std::span<const Tensor> inputs) const {
   if (inputs.size() != f_.params.size())
     throw Error("kernel " + f_.name + " takes " + std::to_string(f_.params.size()) + " input(s), but " +
                 std::to_string(inputs.size()) + " were given");
@@ -53,18 +53,42 @@ std::vector<Tensor> CompiledKernel::operator()(std::span<const Tensor> inputs) c
                   " but the kernel runs on " + device_.toString());
     paramShapes.push_back(t.shape());
   }
-  std::vector<Shape> shapes = computeShapes(f_, paramShapes);
-  std::vector<int64_t> flat;
+  return computeShapes(f_, paramShapes);
+}
+
+void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                            const std::vector<Shape>& shapes) const {
+  // Small fixed-size arrays cover almost every kernel without a heap allocation.
+  boost::container::small_vector<int64_t, 64> flat;
   for (const Shape& s : shapes) flat.insert(flat.end(), s.begin(), s.end());
-  std::vector<Tensor> outputs;
-  std::vector<void*> buffers;
+  boost::container::small_vector<void*, 16> buffers;
   for (const Tensor& t : inputs) buffers.push_back(t.data());
-  for (int32_t o : f_.outputs) {
-    outputs.push_back(Tensor::empty(f_.typeOf(o).dtype, shapes[static_cast<size_t>(o)], device_));
-    buffers.push_back(outputs.back().data());
-  }
+  for (const Tensor& t : outputs) buffers.push_back(t.data());
   entry_(buffers.data(), flat.data());
+}
+
+std::vector<Tensor> CompiledKernel::operator()(std::span<const Tensor> inputs) const {
+  std::vector<Shape> shapes = shapesFor(inputs);
+  std::vector<Tensor> outputs;
+  for (int32_t o : f_.outputs) outputs.push_back(Tensor::empty(f_.typeOf(o).dtype, shapes[static_cast<size_t>(o)], device_));
+  launch(inputs, outputs, shapes);
   return outputs;
+}
+
+void CompiledKernel::run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) const {
+  std::vector<Shape> shapes = shapesFor(inputs);
+  if (outputs.size() != f_.outputs.size())
+    throw Error("kernel " + f_.name + " has " + std::to_string(f_.outputs.size()) + " output(s), but " +
+                std::to_string(outputs.size()) + " were given");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    int32_t o = f_.outputs[i];
+    const Tensor& t = outputs[i];
+    const Shape& want = shapes[static_cast<size_t>(o)];
+    if (!t.defined() || t.dtype() != f_.typeOf(o).dtype || t.shape() != want || !(t.device() == device_))
+      throw Error("kernel " + f_.name + ": output " + std::to_string(i) + " must be " + shapeString(want) + "x" +
+                  std::string(dtypeShortName(f_.typeOf(o).dtype)) + " on " + device_.toString());
+  }
+  launch(inputs, outputs, shapes);
 }
 
 KernelCache& KernelCache::global() {

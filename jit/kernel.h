@@ -39,10 +39,19 @@ class CompiledKernel {
   // mismatch is a kiln::Error naming the input.
   std::vector<Tensor> operator()(std::span<const Tensor> inputs) const;
 
+  // Destination passing: writes into `outputs`, which must have the kernel's
+  // output dtypes and the shapes its shape function gives for these inputs.
+  void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) const;
+
+  // The concrete shape of every value for these inputs (checked against the kernel).
+  std::vector<Shape> shapesFor(std::span<const Tensor> inputs) const;
+
  private:
   FusedFunction f_;
   Device device_;
   loop::LoopKernel loops_;
+  void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs, const std::vector<Shape>& shapes) const;
+
   std::string ir_;
   KernelEntry entry_ = nullptr;
   double compileMillis_ = 0;

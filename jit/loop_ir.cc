@@ -98,6 +98,14 @@ ExprId LoopBuilder::unary(UnaryOp op, ExprId a) {
 }
 
 ExprId LoopBuilder::binary(BinaryOp op, ExprId a, ExprId b) {
+  // Folds that let provably true guards disappear.
+  if (a == b && !isFloat(typeOf(a)) && (op == BinaryOp::Eq || op == BinaryOp::Le || op == BinaryOp::Ge))
+    return intConst(1, DType::Bool);
+  if (op == BinaryOp::And && typeOf(a) == DType::Bool) {
+    int64_t v;
+    if (isIntConst(a, &v)) return v ? b : a;
+    if (isIntConst(b, &v)) return v ? a : b;
+  }
   if (typeOf(a) != typeOf(b))
     throw Error(std::string("internal: loop IR ") + binaryName(op) + " of " + std::string(dtypeName(typeOf(a))) +
                 " and " + std::string(dtypeName(typeOf(b))));
@@ -188,6 +196,15 @@ StmtId LoopBuilder::block(std::vector<StmtId> body) {
   return static_cast<StmtId>(k_.stmts.size() - 1);
 }
 
+StmtId LoopBuilder::ifThenElse(ExprId cond, std::vector<StmtId> thenBody, std::vector<StmtId> elseBody) {
+  StmtNode s{StmtKind::If};
+  s.value = cond;
+  s.body = std::move(thenBody);
+  s.orElse = std::move(elseBody);
+  k_.stmts.push_back(std::move(s));
+  return static_cast<StmtId>(k_.stmts.size() - 1);
+}
+
 namespace {
 
 std::string exprString(const LoopKernel& k, ExprId id) {
@@ -233,6 +250,12 @@ void stmtString(const LoopKernel& k, StmtId id, int indent, std::string& out) {
       break;
     case StmtKind::Block:
       for (StmtId b : s.body) stmtString(k, b, indent, out);
+      break;
+    case StmtKind::If:
+      out += pad + "if " + exprString(k, s.value) + ":\n";
+      for (StmtId b : s.body) stmtString(k, b, indent + 1, out);
+      out += pad + "else:\n";
+      for (StmtId b : s.orElse) stmtString(k, b, indent + 1, out);
       break;
   }
 }

@@ -57,7 +57,7 @@ struct ExprNode {
 };
 
 enum class LoopKind : uint8_t { Serial, Parallel, Vectorized };
-enum class StmtKind : uint8_t { For, Store, Block };
+enum class StmtKind : uint8_t { For, Store, Block, If };
 
 struct StmtNode {
   StmtKind kind;
@@ -66,8 +66,9 @@ struct StmtNode {
   ExprId extent = -1;     // For: iterations (0 .. extent)
   int32_t buffer = -1;    // Store
   ExprId index = -1;      // Store: linear element index
-  ExprId value = -1;      // Store
-  std::vector<StmtId> body = {};  // For, Block
+  ExprId value = -1;      // Store; If: the condition
+  std::vector<StmtId> body = {};  // For, Block; If: the `then` statements
+  std::vector<StmtId> orElse = {};  // If: the `else` statements
 };
 
 struct BufferDecl {
@@ -127,6 +128,7 @@ class LoopBuilder {
   StmtId forLoop(int32_t var, ExprId extent, LoopKind kind, std::vector<StmtId> body);
   StmtId store(int32_t buffer, ExprId index, ExprId value);
   StmtId block(std::vector<StmtId> body);
+  StmtId ifThenElse(ExprId cond, std::vector<StmtId> thenBody, std::vector<StmtId> elseBody);
 
   bool isIntConst(ExprId e, int64_t* value = nullptr) const;
 

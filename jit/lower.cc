@@ -27,6 +27,9 @@ class Lowering {
  public:
   Lowering(const FusedFunction& f, loop::LoopKernel& k) : f_(f), k_(k), b_(k) {
     slots_ = shapeSlots(f, &k.numShapeSlots);
+    parent_.resize(static_cast<size_t>(k.numShapeSlots));
+    for (size_t i = 0; i < parent_.size(); ++i) parent_[i] = static_cast<int32_t>(i);
+    equateDims();
   }
 
   void run() {
@@ -41,16 +44,73 @@ class Lowering {
       outBuffers.push_back(static_cast<int32_t>(k_.buffers.size()));
       k_.buffers.push_back({f_.typeOf(f_.outputs[o]).dtype, true, "out" + std::to_string(o)});
     }
-    std::vector<loop::StmtId> nests;
-    for (size_t o = 0; o < f_.outputs.size(); ++o) nests.push_back(outputNest(f_.outputs[o], outBuffers[o]));
-    k_.body = b_.block(std::move(nests));
+    // The fast version assumes no `?` dimension broadcasts (contiguous loads that
+    // vectorize); if that needed any assumption, the general version is the fallback.
+    std::vector<ExprId> guards;
+    guards_ = &guards;
+    std::vector<loop::StmtId> fast;
+    for (size_t o = 0; o < f_.outputs.size(); ++o) fast.push_back(outputNest(f_.outputs[o], outBuffers[o]));
+    guards_ = nullptr;
+    std::erase_if(guards, [&](ExprId g) { return b_.isIntConst(g); });  // provably true
+    if (guards.empty()) {
+      k_.body = b_.block(std::move(fast));
+      return;
+    }
+    memo_.clear();
+    // The general version runs only when a `?` dimension broadcasts at run time:
+    // plain loops keep its compile time low.
+    generalVersion_ = true;
+    std::vector<loop::StmtId> general;
+    for (size_t o = 0; o < f_.outputs.size(); ++o) general.push_back(outputNest(f_.outputs[o], outBuffers[o]));
+    ExprId all = guards[0];
+    for (size_t i = 1; i < guards.size(); ++i) all = b_.binary(loop::BinaryOp::And, all, guards[i]);
+    k_.body = b_.ifThenElse(all, std::move(fast), std::move(general));
   }
 
  private:
+  // ---- run-time dimensions known to be equal ----
+  int32_t find(int32_t s) {
+    while (parent_[static_cast<size_t>(s)] != s) s = parent_[static_cast<size_t>(s)] = parent_[static_cast<size_t>(parent_[static_cast<size_t>(s)])];
+    return s;
+  }
+  int32_t slotOf(int32_t value, size_t d) { return slots_[static_cast<size_t>(value)] + static_cast<int32_t>(d); }
+
+  // Element-wise and broadcasting operators: a `?` result dimension equals the
+  // operands' dimensions when every operand that could set it (covers it, not a
+  // static 1) has the same run-time extent. Such dimensions share one slot, so
+  // the guards that compare them fold away.
+  void equateDims() {
+    for (size_t i = 0; i < f_.nodes.size(); ++i) {
+      const FusedNode& n = f_.nodes[i];
+      if (n.isConstant() || n.op->pattern > ops::OpPattern::Broadcast || n.op->name == "expand_dims") continue;
+      int32_t value = static_cast<int32_t>(f_.params.size() + i);
+      size_t outRank = n.type.rank();
+      for (size_t od = 0; od < outRank; ++od) {
+        if (n.type.shape[od] != ops::kAnyDim) continue;
+        int32_t cls = -1;
+        bool same = true;
+        for (int32_t in : n.inputs) {
+          const ops::TensorDesc& t = f_.typeOf(in);
+          if (od < outRank - t.rank()) continue;
+          size_t d = od - (outRank - t.rank());
+          if (t.shape[d] == 1) continue;
+          if (t.shape[d] != ops::kAnyDim) {
+            same = false;
+            break;
+          }
+          int32_t c = find(slotOf(in, d));
+          if (cls >= 0 && c != cls) same = false;
+          cls = c;
+        }
+        if (same && cls >= 0) parent_[static_cast<size_t>(find(slotOf(value, od)))] = cls;
+      }
+    }
+  }
+
   ExprId dimOf(int32_t value, size_t d) {
     int64_t s = f_.typeOf(value).shape[d];
     if (s != ops::kAnyDim) return b_.intConst(s);
-    return b_.dim(slots_[static_cast<size_t>(value)] + static_cast<int32_t>(d));
+    return b_.dim(find(slotOf(value, d)));
   }
 
   // Row-major linear index of `index` into a value of that value's shape.
@@ -86,7 +146,9 @@ class Lowering {
                           b_,
                           index,
                           [&](size_t k, std::span<const ExprId> idx) { return valueAt(n.inputs[k], idx); },
-                          [&](size_t k, size_t d) { return dimOf(n.inputs[k], d); }};
+                          [&](size_t k, size_t d) { return dimOf(n.inputs[k], d); },
+                          [&](size_t d) { return dimOf(value, d); },
+                          guards_};
     ExprId e;
     try {
       e = n.op->compute(call);
@@ -110,9 +172,9 @@ class Lowering {
     if (b_.typeOf(v) != (t.dtype == DType::Float16 ? DType::Float32 : t.dtype)) v = b_.cast(t.dtype, v);
     loop::StmtId s = b_.store(buffer, linearIndex(value, index), v);
     for (size_t d = rank; d-- > 0;) {
-      loop::LoopKind kind = d + 1 == rank ? loop::LoopKind::Vectorized
-                            : d == 0     ? loop::LoopKind::Parallel
-                                         : loop::LoopKind::Serial;
+      loop::LoopKind kind = d + 1 == rank && !generalVersion_ ? loop::LoopKind::Vectorized
+                            : d == 0                           ? loop::LoopKind::Parallel
+                                                               : loop::LoopKind::Serial;
       s = b_.forLoop(vars[d], dimOf(value, d), kind, {s});
     }
     return s;
@@ -122,8 +184,11 @@ class Lowering {
   loop::LoopKernel& k_;
   loop::LoopBuilder b_;
   std::vector<int32_t> slots_;
+  std::vector<int32_t> parent_;  // union-find over shape slots
   std::vector<int32_t> bufferOf_;
   std::map<std::pair<int32_t, std::vector<ExprId>>, ExprId> memo_;
+  std::vector<ExprId>* guards_ = nullptr;  // set while building the fast version
+  bool generalVersion_ = false;
 };
 
 }  // namespace

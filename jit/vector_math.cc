@@ -103,8 +103,8 @@ llvm::Value* emitSigmoidF32(llvm::IRBuilderBase& b, llvm::Value* x) {
   // With e = exp(-|x|) <= 1: 1 / (1 + e) for x >= 0, e / (1 + e) below, so tiny
   // results (down to denormals) keep their precision instead of flushing to 0.
   llvm::Value* e = emitExpF32(b, b.CreateFNeg(unaryIntrinsic(b, llvm::Intrinsic::fabs, x)));
-  llvm::Value* d = b.CreateFAdd(c(b, 1.0), e);
-  return b.CreateSelect(b.CreateFCmpOGE(x, c(b, 0.0)), b.CreateFDiv(c(b, 1.0), d), b.CreateFDiv(e, d));
+  llvm::Value* r = b.CreateFDiv(c(b, 1.0), b.CreateFAdd(c(b, 1.0), e));  // one division
+  return b.CreateSelect(b.CreateFCmpOGE(x, c(b, 0.0)), r, b.CreateFMul(e, r));
 }
 
 llvm::Value* emitErfF32(llvm::IRBuilderBase& b, llvm::Value* x) {

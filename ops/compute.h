@@ -26,8 +26,13 @@ struct ComputeCall {
   std::span<const loop::ExprId> index;  // the output element to compute, one Int64 per dimension
   // Operand k's value at a multi-index (one Int64 expression per dimension of operand k).
   std::function<loop::ExprId(size_t k, std::span<const loop::ExprId> index)> load;
-  // Extent of dimension d of operand k (a constant where static).
+  // Extent of dimension d of operand k / of the result (a constant where static).
   std::function<loop::ExprId(size_t k, size_t d)> inputDim;
+  std::function<loop::ExprId(size_t d)> outputDim;
+  // When set, lowering is building the fast version of a kernel: a `?` dimension
+  // is assumed not to broadcast, and each such assumption is appended here as a
+  // condition that the kernel checks at run time before taking the fast version.
+  std::vector<loop::ExprId>* noBroadcastGuards = nullptr;
 };
 
 // Operand k's index for the current output element under numpy broadcasting:

@@ -1,0 +1,66 @@
+// The machine's limits, measured in the same run as a benchmark so every figure
+// can be printed as a ratio: memory copy bandwidth and one core's FP32 FMA peak.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace kiln::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Best-of-N bytes/s of a plain copy loop over `floats` elements (read + write counted).
+inline double copyBandwidth(size_t floats = size_t(16) << 20, int reps = 7) {
+  std::vector<float> a(floats, 1.0f), b(floats, 0.0f);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    float* __restrict dst = b.data();
+    const float* __restrict src = a.data();
+    for (size_t i = 0; i < floats; ++i) dst[i] = src[i];
+    best = std::min(best, secondsSince(t0));
+    a[static_cast<size_t>(r)] = b[floats - 1 - static_cast<size_t>(r)];  // keep the loop alive
+  }
+  return 2.0 * static_cast<double>(floats) * sizeof(float) / best;
+}
+
+namespace detail {
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+
+// 12 independent accumulators hide FMA latency; nothing touches memory in the loop.
+template <class V>
+__attribute__((always_inline)) inline double fmaLoop(int64_t iters) {
+  V acc[12];
+  for (int k = 0; k < 12; ++k) acc[k] = V{} + static_cast<float>(k) * 1e-3f;
+  V m = V{} + 0.999999f, a = V{} + 1e-7f;
+  auto t0 = Clock::now();
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int k = 0; k < 12; ++k) acc[k] = acc[k] * m + a;  // contracted to FMAs (-ffp-contract=fast)
+  }
+  double s = secondsSince(t0);
+  volatile float sink = 0;
+  for (int k = 0; k < 12; ++k) sink = sink + acc[k][0];
+  return 2.0 * 12 * (sizeof(V) / 4) * static_cast<double>(iters) / s;
+}
+
+__attribute__((target("avx512f,fma"))) inline double fma512(int64_t iters) { return fmaLoop<v16f>(iters); }
+__attribute__((target("avx2,fma"))) inline double fma256(int64_t iters) { return fmaLoop<v8f>(iters); }
+}  // namespace detail
+
+// FP32 FLOP/s of one core with fused multiply-adds in registers (AVX-512 where present).
+inline double fp32Peak() {
+  bool avx512 = __builtin_cpu_supports("avx512f");
+  double best = 0;
+  for (int r = 0; r < 5; ++r)
+    best = std::max(best, avx512 ? detail::fma512(20'000'000) : detail::fma256(20'000'000));
+  return best;
+}
+
+}  // namespace kiln::bench
