@@ -9,6 +9,7 @@
 #include "compiler/frontend.h"
 #include "compiler/passes/to_fused_function.h"
 #include "jit/kernel.h"
+#include "jit/thread_pool.h"
 #include "machine_limits.h"
 
 using namespace kiln;
@@ -28,10 +29,13 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main() {
-  double bw = bench::copyBandwidth();
+  int threads = jit::numThreads();
+  double bw1 = bench::copyBandwidth();
+  double bw = bench::copyBandwidthThreads(threads);
   double peak = bench::fp32Peak();
-  std::printf("machine: copy bandwidth %.1f GB/s (one thread), FP32 peak %.1f GFLOP/s (one core)\n\n", bw / 1e9,
-              peak / 1e9);
+  std::printf("machine: copy bandwidth %.1f GB/s (one thread), %.1f GB/s (%d threads); FP32 peak %.1f GFLOP/s (one core)\n",
+              bw1 / 1e9, bw / 1e9, threads, peak / 1e9);
+  std::printf("kernels below run on %d threads; ratios are against the %d-thread copy bandwidth\n\n", threads, threads);
 
   // Fused element-wise chain on 16M float32: reads x and y, writes one result.
   const int64_t n = int64_t(16) << 20;
@@ -53,6 +57,39 @@ int main() {
   double bytes = 3.0 * static_cast<double>(n) * sizeof(float);
   std::printf("fused element-wise chain, 16M float32 (sigmoid(x*y+1)*x-y): %.2f ms, %.1f GB/s = %.2f of copy bandwidth\n",
               best * 1e3, bytes / best / 1e9, bytes / best / bw);
+
+  // Row softmax and row sum over 4096 x 4096: one read of the input from memory
+  // (a row stays in cache between the passes over it) and one write of the result.
+  {
+    const int64_t rows = 4096, cols = 4096;
+    Tensor m = Tensor::empty(DType::Float32, {rows, cols});
+    for (int64_t i = 0; i < rows * cols; ++i) m.data<float>()[i] = d(rng);
+    std::vector<Tensor> min{m};
+    struct Case {
+      const char* name;
+      const char* body;
+      std::initializer_list<int64_t> out;
+      double bytes;
+    };
+    const Case cases[] = {
+        {"row softmax 4096x4096", "nn.softmax(%x, axis=-1)", {rows, cols}, 2.0 * rows * cols * 4},
+        {"row sum 4096x4096", "sum(%x, axis=[1])", {rows}, 1.0 * rows * cols * 4},
+    };
+    for (const Case& c : cases) {
+      auto rk = jit::KernelCache::global().get(
+          fused(std::string("def @main(%x: Tensor[(?, 4096), float32]) { ") + c.body + " }", "reduce"));
+      std::vector<Tensor> rout{Tensor::empty(DType::Float32, c.out)};
+      rk->run(min, rout);
+      double t = 1e30;
+      for (int r = 0; r < 5; ++r) {
+        auto t0 = bench::Clock::now();
+        rk->run(min, rout);
+        t = std::min(t, bench::secondsSince(t0));
+      }
+      std::printf("%s: %.2f ms, %.1f GB/s = %.2f of copy bandwidth\n", c.name, t * 1e3, c.bytes / t / 1e9,
+                  c.bytes / t / bw);
+    }
+  }
 
   // JIT latency: fused function to callable, for fresh element-wise kernels.
   std::vector<double> ms;

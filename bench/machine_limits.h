@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace kiln::bench {
@@ -26,6 +27,27 @@ inline double copyBandwidth(size_t floats = size_t(16) << 20, int reps = 7) {
     for (size_t i = 0; i < floats; ++i) dst[i] = src[i];
     best = std::min(best, secondsSince(t0));
     a[static_cast<size_t>(r)] = b[floats - 1 - static_cast<size_t>(r)];  // keep the loop alive
+  }
+  return 2.0 * static_cast<double>(floats) * sizeof(float) / best;
+}
+
+// The same copy split over `threads` threads (each copying its own contiguous part).
+inline double copyBandwidthThreads(int threads, size_t floats = size_t(16) << 20, int reps = 7) {
+  std::vector<float> a(floats, 1.0f), b(floats, 0.0f);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<std::thread> ts;
+    auto t0 = Clock::now();
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        size_t begin = floats * static_cast<size_t>(t) / static_cast<size_t>(threads);
+        size_t end = floats * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+        float* __restrict dst = b.data();
+        const float* __restrict src = a.data();
+        for (size_t i = begin; i < end; ++i) dst[i] = src[i];
+      });
+    for (auto& t : ts) t.join();
+    best = std::min(best, secondsSince(t0));
   }
   return 2.0 * static_cast<double>(floats) * sizeof(float) / best;
 }

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 #include "jit/vector_math.h"
 #include "kiln/error.h"
@@ -52,23 +53,13 @@ class CpuCodegen {
     m->setTargetTriple(target_.triple);
     llvm::Type* ptr = b_.getPtrTy();
 
-    // The body: noalias buffer pointers, then the shape array.
-    std::vector<llvm::Type*> params(k_.buffers.size(), ptr);
-    params.push_back(ptr);
-    auto* bodyTy = llvm::FunctionType::get(b_.getVoidTy(), params, false);
-    fn_ = llvm::Function::Create(bodyTy, llvm::Function::InternalLinkage, symbol + ".body", m.get());
-    setAttributes(fn_);
-    for (size_t i = 0; i < k_.buffers.size(); ++i) {
-      fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
-      fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoCapture);
-      if (!k_.buffers[i].output) fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::ReadOnly);
-    }
-    fn_->addParamAttr(static_cast<unsigned>(k_.buffers.size()), llvm::Attribute::ReadOnly);
-    fn_->addParamAttr(static_cast<unsigned>(k_.buffers.size()), llvm::Attribute::NoAlias);
+    symbol_ = symbol;
+    fn_ = makeBodyFunction(symbol + ".body", false);
     entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry_);
     cache_.assign(k_.exprs.size(), nullptr);
     vars_.assign(static_cast<size_t>(k_.numVars), nullptr);
+    varDepth_.assign(static_cast<size_t>(k_.numVars), -1);
     scopes_.emplace_back();
     if (k_.body >= 0) emitStmt(k_.body);
     b_.CreateRetVoid();
@@ -82,12 +73,110 @@ class CpuCodegen {
     for (size_t i = 0; i < k_.buffers.size(); ++i)
       args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, entry->getArg(0), i)));
     args.push_back(entry->getArg(1));
+    args.push_back(entry->getArg(0));
     b_.CreateCall(fn_, args);
     b_.CreateRetVoid();
     return m;
   }
 
  private:
+  // Body functions take the buffers as noalias pointers (so loops vectorize without
+  // alias checks), then the shape array, then the original buffer array (passed on
+  // to parallel tasks); ranged ones (task bodies) also take [begin, end).
+  llvm::Function* makeBodyFunction(const std::string& name, bool ranged) {
+    llvm::Type* ptr = b_.getPtrTy();
+    std::vector<llvm::Type*> params(k_.buffers.size(), ptr);
+    params.push_back(ptr);
+    params.push_back(ptr);
+    if (ranged) {
+      params.push_back(b_.getInt64Ty());
+      params.push_back(b_.getInt64Ty());
+    }
+    auto* ty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+    auto* f = llvm::Function::Create(ty, llvm::Function::InternalLinkage, name, m_);
+    setAttributes(f);
+    for (size_t i = 0; i < k_.buffers.size(); ++i) {
+      f->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+      f->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoCapture);
+      if (!k_.buffers[i].output) f->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::ReadOnly);
+    }
+    f->addParamAttr(static_cast<unsigned>(k_.buffers.size()), llvm::Attribute::ReadOnly);
+    f->addParamAttr(static_cast<unsigned>(k_.buffers.size()), llvm::Attribute::NoAlias);
+    if (ranged) f->addFnAttr(llvm::Attribute::AlwaysInline);
+    return f;
+  }
+
+  // An outermost parallel loop becomes a task function over [begin, end), run by
+  // kiln_parallel_for on the thread pool.
+  void emitParallelLoop(const loop::StmtNode& s) {
+    llvm::Type* ptr = b_.getPtrTy();
+    std::string base = symbol_ + ".task" + std::to_string(tasks_++);
+    llvm::Function* inner = makeBodyFunction(base + ".body", true);
+    auto* taskTy = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, b_.getInt64Ty(), b_.getInt64Ty()}, false);
+    auto* task = llvm::Function::Create(taskTy, llvm::Function::InternalLinkage, base, m_);
+    setAttributes(task);
+    {
+      llvm::IRBuilder<> tb(llvm::BasicBlock::Create(ctx_, "entry", task));
+      std::vector<llvm::Value*> args;
+      for (size_t i = 0; i < k_.buffers.size(); ++i)
+        args.push_back(tb.CreateLoad(ptr, tb.CreateConstInBoundsGEP1_64(ptr, task->getArg(0), i)));
+      args.push_back(task->getArg(1));
+      args.push_back(task->getArg(0));
+      args.push_back(task->getArg(2));
+      args.push_back(task->getArg(3));
+      tb.CreateCall(inner, args);
+      tb.CreateRetVoid();
+    }
+    // The caller: the extent, an estimate of the work, and the call.
+    unsigned n = static_cast<unsigned>(k_.buffers.size());
+    llvm::Value* extent = emitExpr(s.extent);
+    llvm::Value* work = extent;
+    for (const loop::StmtNode* t = &s; t->body.size() == 1 && k_.stmt(t->body[0]).kind == StmtKind::For;) {
+      t = &k_.stmt(t->body[0]);
+      if (!closedExpr(t->extent)) break;
+      work = b_.CreateMul(work, emitExpr(t->extent));
+    }
+    llvm::FunctionCallee pfor = m_->getOrInsertFunction(
+        "kiln_parallel_for", llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), ptr, ptr, ptr}, false));
+    llvm::Value* bufs = fn_->getArg(n + 1);
+    llvm::Value* shapes = fn_->getArg(n);
+
+    // The loop itself, emitted into the task body with fresh per-function state.
+    llvm::Function* savedFn = fn_;
+    llvm::BasicBlock* savedEntry = entry_;
+    std::vector<llvm::Value*> savedCache(k_.exprs.size(), nullptr);
+    savedCache.swap(cache_);
+    std::vector<std::vector<ExprId>> savedScopes(1);
+    savedScopes.swap(scopes_);
+    {
+      llvm::IRBuilderBase::InsertPointGuard guard(b_);
+      fn_ = inner;
+      entry_ = llvm::BasicBlock::Create(ctx_, "entry", inner);
+      b_.SetInsertPoint(entry_);
+      LoopHint hint = loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::Auto;
+      emitLoop(s.var, inner->getArg(n + 3), hint, [&] {
+        for (loop::StmtId c : s.body) emitStmt(c);
+      }, inner->getArg(n + 2));
+      b_.CreateRetVoid();
+    }
+    fn_ = savedFn;
+    entry_ = savedEntry;
+    cache_.swap(savedCache);
+    scopes_.swap(savedScopes);
+    b_.CreateCall(pfor, {extent, work, task, bufs, shapes});
+  }
+
+  // Whether an expression reads no loop variable and no memory (a shape product).
+  bool closedExpr(ExprId id) const {
+    const ExprNode& n = k_.expr(id);
+    switch (n.kind) {
+      case ExprKind::IntConst:
+      case ExprKind::Dim: return true;
+      case ExprKind::Binary: return closedExpr(n.a) && closedExpr(n.b);
+      default: return false;
+    }
+  }
+
   void setAttributes(llvm::Function* f) {
     f->addFnAttr(llvm::Attribute::NoUnwind);
     f->addFnAttr("target-cpu", target_.cpu);
@@ -152,8 +241,12 @@ class CpuCodegen {
         return;
       }
       case StmtKind::For: {
+        if (loop::isParallel(s.loop) && preheaders_.empty()) {
+          emitParallelLoop(s);
+          return;
+        }
         llvm::Value* extent = emitExpr(s.extent);
-        emitLoop(s.var, extent, s.loop == loop::LoopKind::Vectorized ? LoopHint::Vectorize : LoopHint::NoVectorize, [&] {
+        emitLoop(s.var, extent, loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::NoVectorize, [&] {
           for (loop::StmtId c : s.body) emitStmt(c);
         });
         return;
@@ -167,22 +260,31 @@ class CpuCodegen {
   enum class LoopHint { Vectorize, NoVectorize, Auto };
 
   template <class Body>
-  void emitLoop(int32_t var, llvm::Value* extent, LoopHint hint, Body&& body) {
+  void emitLoop(int32_t var, llvm::Value* extent, LoopHint hint, Body&& body, llvm::Value* begin = nullptr) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* header = llvm::BasicBlock::Create(ctx_, "loop", fn_);
     auto* bodyBB = llvm::BasicBlock::Create(ctx_, "body", fn_);
     auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
     b_.CreateBr(header);
+    preheaders_.push_back(pre);  // code hoisted out of this loop goes before pre's branch
     b_.SetInsertPoint(header);
     llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i" + std::to_string(var));
-    i->addIncoming(b_.getInt64(0), pre);
+    i->addIncoming(begin ? begin : b_.getInt64(0), pre);
     b_.CreateCondBr(b_.CreateICmpSLT(i, extent), bodyBB, exit);
     b_.SetInsertPoint(bodyBB);
     vars_[static_cast<size_t>(var)] = i;
+    varDepth_[static_cast<size_t>(var)] = static_cast<int>(scopes_.size());
     scopes_.emplace_back();
+    size_t loopsBefore = ++loopsEmitted_;
     body();
+    // A loop with loops inside (a reduction that could not be hoisted) is not an
+    // innermost loop: forcing vectorization there would only fail.
+    if (loopsEmitted_ != loopsBefore && hint == LoopHint::Vectorize) hint = LoopHint::Auto;
     for (ExprId e : scopes_.back()) cache_[static_cast<size_t>(e)] = nullptr;
     scopes_.pop_back();
+    varDepth_[static_cast<size_t>(var)] = -1;
+    vars_[static_cast<size_t>(var)] = nullptr;
+    preheaders_.pop_back();
     llvm::Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
     auto* back = b_.CreateBr(header);
     i->addIncoming(next, b_.GetInsertBlock());
@@ -209,9 +311,78 @@ class CpuCodegen {
   llvm::Value* emitExpr(ExprId id) {
     llvm::Value*& slot = cache_[static_cast<size_t>(id)];
     if (slot) return slot;
+    const ExprNode& n = k_.expr(id);
+    if (n.kind == ExprKind::Reduce) return emitHoisted(id);
+    llvm::Value* v = emitNode(n);
+    cache_[static_cast<size_t>(id)] = v;
+    scopes_.back().push_back(id);
+    return v;
+  }
+
+  // The deepest loop scope whose variable `id` uses (0: none). Variables bound
+  // inside the expression itself (a reduction's own) are not bound yet: -1.
+  int dependDepth(ExprId id, std::unordered_map<ExprId, int>& memo) {
+    auto it = memo.find(id);
+    if (it != memo.end()) return it->second;
+    const ExprNode& n = k_.expr(id);
+    int d = 0;
+    if (n.kind == ExprKind::Var) d = std::max(0, varDepth_[static_cast<size_t>(n.a)]);
+    if (n.kind == ExprKind::Reduce) {
+      for (int64_t i = 0; i < n.ival; ++i) d = std::max(d, dependDepth(k_.reduceExtents[static_cast<size_t>(n.c + i)], memo));
+    }
+    if (n.kind != ExprKind::IntConst && n.kind != ExprKind::FloatConst && n.kind != ExprKind::Dim &&
+        n.kind != ExprKind::Var) {
+      for (ExprId c : {n.kind == ExprKind::Load ? n.b : n.a, n.kind == ExprKind::Load ? -1 : n.b, n.c}) {
+        if (c < 0 || (n.kind == ExprKind::Reduce && c != n.a)) continue;
+        d = std::max(d, dependDepth(c, memo));
+      }
+    }
+    memo.emplace(id, d);
+    return d;
+  }
+
+  // A reduction contains loops, which LLVM will not hoist: emit it in the
+  // outermost scope where all its free variables are bound, before the loops it
+  // does not depend on, so a row's max or sum is computed once per row.
+  llvm::Value* emitHoisted(ExprId id) {
+    std::unordered_map<ExprId, int> memo;
+    int depth = dependDepth(id, memo);
+    int here = static_cast<int>(scopes_.size()) - 1;
+    if (depth >= here) {
+      llvm::Value* v = emitNode(k_.expr(id));
+      cache_[static_cast<size_t>(id)] = v;
+      scopes_.back().push_back(id);
+      return v;
+    }
+    // Emit at the end of the preheader of the loop just inside scope `depth`: take
+    // its branch off, emit (possibly new blocks and loops), branch on again.
+    llvm::BasicBlock* pre = preheaders_[static_cast<size_t>(depth)];
+    llvm::Instruction* term = pre->getTerminator();
+    llvm::BasicBlock* header = term->getSuccessor(0);
+    term->eraseFromParent();
+    llvm::IRBuilderBase::InsertPointGuard guard(b_);
+    b_.SetInsertPoint(pre);
+    // Values cached in deeper scopes do not dominate the preheader: hide them.
+    std::vector<std::pair<ExprId, llvm::Value*>> hidden;
+    for (size_t sc = static_cast<size_t>(depth) + 1; sc < scopes_.size(); ++sc)
+      for (ExprId e : scopes_[sc]) {
+        hidden.emplace_back(e, cache_[static_cast<size_t>(e)]);
+        cache_[static_cast<size_t>(e)] = nullptr;
+      }
+    std::vector<std::vector<ExprId>> inner(scopes_.begin() + depth + 1, scopes_.end());
+    scopes_.resize(static_cast<size_t>(depth) + 1);
     llvm::Value* v = emitNode(k_.expr(id));
     cache_[static_cast<size_t>(id)] = v;
     scopes_.back().push_back(id);
+    scopes_.insert(scopes_.end(), inner.begin(), inner.end());
+    for (auto& [e, val] : hidden)
+      if (!cache_[static_cast<size_t>(e)]) cache_[static_cast<size_t>(e)] = val;
+    llvm::BasicBlock* end = b_.GetInsertBlock();
+    b_.CreateBr(header);
+    if (end != pre) {
+      header->replacePhiUsesWith(pre, end);
+      preheaders_[static_cast<size_t>(depth)] = end;
+    }
     return v;
   }
 
@@ -389,6 +560,7 @@ class CpuCodegen {
                              : llvm::ConstantInt::get(ty, llvm::APInt::getSignedMaxValue(ty->getIntegerBitWidth()));
       case loop::ReduceOp::All: return b_.getTrue();
       case loop::ReduceOp::Any: return b_.getFalse();
+      default: break;
     }
     return nullptr;
   }
@@ -406,32 +578,98 @@ class CpuCodegen {
       case loop::ReduceOp::Min: return emitBinary(BinaryOp::Min, acc, v, t);
       case loop::ReduceOp::All: return b_.CreateAnd(acc, v);
       case loop::ReduceOp::Any: return b_.CreateOr(acc, v);
+      default: break;
     }
     (void)flt;
     return nullptr;
   }
 
+  struct Accumulator {
+    llvm::AllocaInst* value;
+    llvm::AllocaInst* index;  // ArgMax/ArgMin: position of the best value so far
+    llvm::AllocaInst* count;  // ArgMax/ArgMin: position of the current element
+    llvm::AllocaInst* sawNaN = nullptr;  // float Max/Min: whether any element was NaN
+  };
+
   llvm::Value* emitReduce(const ExprNode& n) {
     auto op = static_cast<loop::ReduceOp>(n.op);
-    llvm::Type* ty = valueType(n.type);
-    // The accumulator is a stack slot in the entry block; mem2reg makes it a register.
+    bool arg = op == loop::ReduceOp::ArgMax || op == loop::ReduceOp::ArgMin;
+    DType valueType_ = arg ? k_.expr(n.a).type : n.type;
+    llvm::Type* ty = valueType(valueType_);
+    // Accumulators are stack slots in the entry block; mem2reg makes them registers.
     llvm::IRBuilder<> entryB(entry_, entry_->begin());
-    llvm::AllocaInst* acc = entryB.CreateAlloca(ty);
-    b_.CreateStore(reduceInit(op, n.type), acc);
-    emitReduceLevel(n, 0, acc, op);
-    return b_.CreateLoad(ty, acc);
+    Accumulator acc{entryB.CreateAlloca(ty), nullptr, nullptr};
+    loop::ReduceOp valueOp = op == loop::ReduceOp::ArgMax ? loop::ReduceOp::Max
+                             : op == loop::ReduceOp::ArgMin ? loop::ReduceOp::Min
+                                                            : op;
+    b_.CreateStore(reduceInit(valueOp, valueType_), acc.value);
+    // Float max/min: maxnum/minnum (which skip NaN and vectorize) plus a flag that
+    // restores NaN propagation at the end.
+    bool floatExtreme = !arg && isFloat(valueType_) && (op == loop::ReduceOp::Max || op == loop::ReduceOp::Min);
+    if (floatExtreme) {
+      acc.sawNaN = entryB.CreateAlloca(b_.getInt1Ty());
+      b_.CreateStore(b_.getFalse(), acc.sawNaN);
+    }
+    if (arg) {
+      acc.index = entryB.CreateAlloca(b_.getInt64Ty());
+      acc.count = entryB.CreateAlloca(b_.getInt64Ty());
+      b_.CreateStore(b_.getInt64(0), acc.index);
+      b_.CreateStore(b_.getInt64(0), acc.count);
+    }
+    emitReduceLevel(n, 0, acc, op, valueType_);
+    if (arg) return b_.CreateLoad(b_.getInt64Ty(), acc.index);
+    llvm::Value* result = b_.CreateLoad(ty, acc.value);
+    if (acc.sawNaN)
+      result = b_.CreateSelect(b_.CreateLoad(b_.getInt1Ty(), acc.sawNaN), llvm::ConstantFP::getNaN(ty), result);
+    return result;
   }
 
-  void emitReduceLevel(const ExprNode& n, int64_t level, llvm::AllocaInst* acc, loop::ReduceOp op) {
+  void emitReduceLevel(const ExprNode& n, int64_t level, const Accumulator& acc, loop::ReduceOp op, DType vt) {
     if (level == n.ival) {
       llvm::Value* v = emitExpr(n.a);
-      b_.CreateStore(reduceCombine(op, n.type, b_.CreateLoad(acc->getAllocatedType(), acc), v), acc);
+      llvm::Value* cur = b_.CreateLoad(acc.value->getAllocatedType(), acc.value);
+      if (acc.sawNaN) {
+        bool isMax = op == loop::ReduceOp::Max;
+        // nnan+nsz let LLVM recognize (and vectorize) the reduction. A NaN makes the
+        // accumulator poison, but then the NaN flag selects NaN for the result.
+        llvm::FastMathFlags fmf;
+        fmf.setNoNaNs();
+        fmf.setNoSignedZeros();
+        llvm::Value* m = b_.CreateBinaryIntrinsic(isMax ? llvm::Intrinsic::maxnum : llvm::Intrinsic::minnum, cur, v);
+        llvm::cast<llvm::Instruction>(m)->setFastMathFlags(fmf);
+        b_.CreateStore(m, acc.value);
+        llvm::Value* flag = b_.CreateLoad(b_.getInt1Ty(), acc.sawNaN);
+        b_.CreateStore(b_.CreateOr(flag, b_.CreateFCmpUNO(v, v)), acc.sawNaN);
+        return;
+      }
+      if (!acc.index) {
+        b_.CreateStore(reduceCombine(op, vt, cur, v), acc.value);
+        return;
+      }
+      // Strictly better (or the first NaN) replaces the best: the first extreme wins.
+      bool isMax = op == loop::ReduceOp::ArgMax;
+      llvm::Value* better;
+      if (isFloat(vt)) {
+        llvm::Value* strict = isMax ? b_.CreateFCmpOGT(v, cur) : b_.CreateFCmpOLT(v, cur);
+        better = b_.CreateOr(strict, b_.CreateAnd(b_.CreateFCmpUNO(v, v), b_.CreateFCmpORD(cur, cur)));
+      } else {
+        bool uns = isUnsigned(vt);
+        better = isMax ? (uns ? b_.CreateICmpUGT(v, cur) : b_.CreateICmpSGT(v, cur))
+                       : (uns ? b_.CreateICmpULT(v, cur) : b_.CreateICmpSLT(v, cur));
+      }
+      llvm::Value* pos = b_.CreateLoad(b_.getInt64Ty(), acc.count);
+      // The first element always sets the best (the initial value is only a placeholder).
+      better = b_.CreateOr(better, b_.CreateICmpEQ(pos, b_.getInt64(0)));
+      b_.CreateStore(b_.CreateSelect(better, v, cur), acc.value);
+      b_.CreateStore(b_.CreateSelect(better, pos, b_.CreateLoad(b_.getInt64Ty(), acc.index)), acc.index);
+      b_.CreateStore(b_.CreateAdd(pos, b_.getInt64(1)), acc.count);
       return;
     }
     size_t at = static_cast<size_t>(n.c + level);
     llvm::Value* extent = emitExpr(k_.reduceExtents[at]);
-    emitLoop(k_.reduceVars[at], extent, level + 1 == n.ival ? LoopHint::Vectorize : LoopHint::Auto,
-             [&] { emitReduceLevel(n, level + 1, acc, op); });
+    // Arg reductions carry a position through the loop: left scalar.
+    LoopHint hint = level + 1 == n.ival && !acc.index ? LoopHint::Vectorize : LoopHint::Auto;
+    emitLoop(k_.reduceVars[at], extent, hint, [&] { emitReduceLevel(n, level + 1, acc, op, vt); });
   }
 
   const loop::LoopKernel& k_;
@@ -439,11 +677,16 @@ class CpuCodegen {
   llvm::IRBuilder<> b_;
   const CpuTarget& target_;
   llvm::Module* m_ = nullptr;
+  std::string symbol_;
+  int tasks_ = 0;
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* entry_ = nullptr;
   std::vector<llvm::Value*> cache_;
   std::vector<llvm::Value*> vars_;
   std::vector<std::vector<ExprId>> scopes_;
+  size_t loopsEmitted_ = 0;
+  std::vector<int> varDepth_;                   // scope index where a loop variable is bound, -1 if not
+  std::vector<llvm::BasicBlock*> preheaders_;   // per open loop: the block that enters it
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "jit/thread_pool.h"
 #include "kiln/error.h"
 
 namespace kiln::jit {
@@ -40,6 +41,13 @@ llvm::orc::LLJIT& theJit() {
     auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess((*j)->getDataLayout().getGlobalPrefix());
     if (!gen) throw Error("cannot set up the CPU JIT: " + errorText(gen.takeError()));
     (*j)->getMainJITDylib().addGenerator(std::move(*gen));
+    // The runtime entry points kernels call, defined explicitly so they resolve
+    // whether or not the executable exports its symbols.
+    llvm::orc::SymbolMap runtime;
+    runtime[(*j)->mangleAndIntern("kiln_parallel_for")] =
+        llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(&kiln_parallel_for), llvm::JITSymbolFlags::Exported);
+    if (auto e = (*j)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(runtime))))
+      throw Error("cannot set up the CPU JIT: " + errorText(std::move(e)));
     return std::move(*j);
   }();
   return *jit;

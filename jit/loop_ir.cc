@@ -19,7 +19,7 @@ const char* binaryName(BinaryOp op) {
   return names[static_cast<int>(op)];
 }
 const char* reduceName(ReduceOp op) {
-  static const char* const names[] = {"sum", "prod", "max", "min", "all", "any"};
+  static const char* const names[] = {"sum", "prod", "max", "min", "all", "any", "argmax", "argmin"};
   return names[static_cast<int>(op)];
 }
 bool isComparison(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
@@ -134,7 +134,8 @@ ExprId LoopBuilder::cast(DType type, ExprId a) {
 
 ExprId LoopBuilder::reduce(ReduceOp op, const std::vector<int32_t>& vars, const std::vector<ExprId>& extents,
                            ExprId body) {
-  ExprNode n{ExprKind::Reduce, typeOf(body)};
+  bool arg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+  ExprNode n{ExprKind::Reduce, arg ? DType::Int64 : typeOf(body)};
   n.op = static_cast<uint8_t>(op);
   n.a = body;
   n.c = static_cast<int32_t>(k_.reduceVars.size());
@@ -239,7 +240,10 @@ void stmtString(const LoopKernel& k, StmtId id, int indent, std::string& out) {
   std::string pad(static_cast<size_t>(indent) * 2, ' ');
   switch (s.kind) {
     case StmtKind::For: {
-      const char* kind = s.loop == LoopKind::Parallel ? "parallel " : s.loop == LoopKind::Vectorized ? "vectorized " : "";
+      const char* kind = s.loop == LoopKind::ParallelVectorized ? "parallel vectorized "
+                         : s.loop == LoopKind::Parallel       ? "parallel "
+                         : s.loop == LoopKind::Vectorized     ? "vectorized "
+                                                              : "";
       out += pad + kind + "for i" + std::to_string(s.var) + " < " + exprString(k, s.extent) + ":\n";
       for (StmtId b : s.body) stmtString(k, b, indent + 1, out);
       break;

@@ -32,7 +32,9 @@ enum class BinaryOp : uint8_t {
   Add, Sub, Mul, Div, Pow, Max, Min, FloorDiv, Mod, FloorMod,
   Eq, Ne, Lt, Le, Gt, Ge, And, Or,
 };
-enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, All, Any };
+// ArgMax/ArgMin give the (Int64) position of the first extreme element, counted
+// row-major over the reduction variables.
+enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, All, Any, ArgMax, ArgMin };
 
 enum class ExprKind : uint8_t {
   IntConst,    // ival, of `type` (Int64 for indices)
@@ -56,7 +58,11 @@ struct ExprNode {
   double fval = 0;
 };
 
-enum class LoopKind : uint8_t { Serial, Parallel, Vectorized };
+// Parallel loops run their iterations on the thread pool (outermost loops only);
+// vectorized ones are innermost and ask for SIMD; a 1-D nest's loop is both.
+enum class LoopKind : uint8_t { Serial, Parallel, Vectorized, ParallelVectorized };
+inline bool isParallel(LoopKind k) { return k == LoopKind::Parallel || k == LoopKind::ParallelVectorized; }
+inline bool isVectorized(LoopKind k) { return k == LoopKind::Vectorized || k == LoopKind::ParallelVectorized; }
 enum class StmtKind : uint8_t { For, Store, Block, If };
 
 struct StmtNode {

@@ -172,9 +172,9 @@ class Lowering {
     if (b_.typeOf(v) != (t.dtype == DType::Float16 ? DType::Float32 : t.dtype)) v = b_.cast(t.dtype, v);
     loop::StmtId s = b_.store(buffer, linearIndex(value, index), v);
     for (size_t d = rank; d-- > 0;) {
-      loop::LoopKind kind = d + 1 == rank && !generalVersion_ ? loop::LoopKind::Vectorized
-                            : d == 0                           ? loop::LoopKind::Parallel
-                                                               : loop::LoopKind::Serial;
+      bool vectorize = d + 1 == rank && !generalVersion_;
+      loop::LoopKind kind = d == 0 ? (vectorize ? loop::LoopKind::ParallelVectorized : loop::LoopKind::Parallel)
+                                   : (vectorize ? loop::LoopKind::Vectorized : loop::LoopKind::Serial);
       s = b_.forLoop(vars[d], dimOf(value, d), kind, {s});
     }
     return s;

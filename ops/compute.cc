@@ -44,4 +44,31 @@ std::vector<loop::ExprId> broadcastIndex(const ComputeCall& c, size_t k) {
   return idx;
 }
 
+std::vector<loop::ExprId> unflatten(const ComputeCall& c, size_t k, loop::ExprId flat) {
+  size_t rank = c.inputs[k].rank();
+  std::vector<loop::ExprId> idx(rank);
+  for (size_t d = rank; d-- > 0;) {
+    loop::ExprId extent = c.inputDim(k, d);
+    if (d == 0) {
+      idx[d] = flat;
+    } else {
+      idx[d] = c.b.binary(loop::BinaryOp::Mod, flat, extent);
+      flat = c.b.binary(loop::BinaryOp::Div, flat, extent);
+    }
+  }
+  return idx;
+}
+
+loop::ExprId flattenOutput(const ComputeCall& c, std::span<const loop::ExprId> index) {
+  loop::ExprId flat = c.b.intConst(0);
+  for (size_t d = 0; d < index.size(); ++d) flat = c.b.add(c.b.mul(flat, c.outputDim(d)), index[d]);
+  return flat;
+}
+
+loop::ExprId operandSize(const ComputeCall& c, size_t k) {
+  loop::ExprId n = c.b.intConst(1);
+  for (size_t d = 0; d < c.inputs[k].rank(); ++d) n = c.b.mul(n, c.inputDim(k, d));
+  return n;
+}
+
 }  // namespace kiln::ops

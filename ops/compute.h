@@ -35,6 +35,13 @@ struct ComputeCall {
   std::vector<loop::ExprId>* noBroadcastGuards = nullptr;
 };
 
+// Row-major multi-index of a flat position within operand k's shape.
+std::vector<loop::ExprId> unflatten(const ComputeCall& c, size_t k, loop::ExprId flat);
+// Row-major flat position of `index` within the result's shape.
+loop::ExprId flattenOutput(const ComputeCall& c, std::span<const loop::ExprId> index);
+// Product of operand k's extents (Int64).
+loop::ExprId operandSize(const ComputeCall& c, size_t k);
+
 // Operand k's index for the current output element under numpy broadcasting:
 // dimensions of extent 1 read index 0; a `?` dimension decides at run time.
 std::vector<loop::ExprId> broadcastIndex(const ComputeCall& c, size_t k);

@@ -1,6 +1,7 @@
 // Neural-network operators: bias_add, softmax, layer_norm, conv2d and pooling (NCHW).
 #include <array>
 
+#include "ops/compute.h"
 #include "ops/shape_util.h"
 
 namespace kiln::ops {
@@ -139,13 +140,75 @@ std::vector<TensorDesc> globalPoolRule(const OpCall& call) {
   return {TensorDesc{x.dtype, {x.shape[0], x.shape[1], 1, 1}}};
 }
 
+
+// ---- compute rules ----
+using loop::BinaryOp;
+using loop::ExprId;
+using loop::ReduceOp;
+
+size_t axisOf(const ComputeCall& c, int64_t dflt) {
+  int64_t a = c.attrs.getInt("axis", dflt);
+  return static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(c.inputs[0].rank()) : a);
+}
+
+int32_t biasAddCompute(const ComputeCall& c) {
+  size_t a = axisOf(c, 1);
+  std::vector<ExprId> bi{c.index[a]};
+  return c.b.binary(BinaryOp::Add, c.load(0, c.index), c.load(1, bi));
+}
+
+// The operand along `axis` at position var `v`, the rest of the index fixed.
+ExprId alongAxis(const ComputeCall& c, size_t axis, int32_t v) {
+  std::vector<ExprId> idx(c.index.begin(), c.index.end());
+  idx[axis] = c.b.var(v);
+  return c.load(0, idx);
+}
+
+ExprId reduceAlong(const ComputeCall& c, size_t axis, ReduceOp op, const std::function<ExprId(ExprId)>& body) {
+  int32_t v = c.b.newVar();
+  return c.b.reduce(op, {v}, {c.inputDim(0, axis)}, body(alongAxis(c, axis, v)));
+}
+
+template <bool Log>
+int32_t softmaxCompute(const ComputeCall& c) {
+  size_t a = axisOf(c, -1);
+  ExprId m = reduceAlong(c, a, ReduceOp::Max, [](ExprId x) { return x; });
+  ExprId s = reduceAlong(c, a, ReduceOp::Sum, [&](ExprId x) {
+    return c.b.unary(loop::UnaryOp::Exp, c.b.binary(BinaryOp::Sub, x, m));
+  });
+  ExprId shifted = c.b.binary(BinaryOp::Sub, c.load(0, c.index), m);
+  if (Log) return c.b.binary(BinaryOp::Sub, shifted, c.b.unary(loop::UnaryOp::Log, s));
+  // One division per row (loop-invariant, hoisted), a multiplication per element.
+  ExprId inv = c.b.binary(BinaryOp::Div, c.b.floatConst(1.0, c.b.typeOf(s)), s);
+  return c.b.binary(BinaryOp::Mul, c.b.unary(loop::UnaryOp::Exp, shifted), inv);
+}
+
+int32_t layerNormCompute(const ComputeCall& c) {
+  size_t a = axisOf(c, -1);
+  DType t = c.b.typeOf(c.load(0, c.index));
+  ExprId n = c.b.cast(t, c.inputDim(0, a));
+  ExprId mean = c.b.binary(BinaryOp::Div, reduceAlong(c, a, ReduceOp::Sum, [](ExprId x) { return x; }), n);
+  ExprId var = c.b.binary(BinaryOp::Div, reduceAlong(c, a, ReduceOp::Sum, [&](ExprId x) {
+                            ExprId d = c.b.binary(BinaryOp::Sub, x, mean);
+                            return c.b.binary(BinaryOp::Mul, d, d);
+                          }), n);
+  ExprId eps = c.b.floatConst(c.attrs.getFloat("epsilon", 1e-5), t);
+  ExprId y = c.b.binary(BinaryOp::Mul, c.b.binary(BinaryOp::Sub, c.load(0, c.index), mean),
+                        c.b.unary(loop::UnaryOp::Rsqrt, c.b.binary(BinaryOp::Add, var, eps)));
+  std::vector<ExprId> pi{c.index[a]};
+  if (c.attrs.getBool("scale", true)) y = c.b.binary(BinaryOp::Mul, y, c.load(1, pi));
+  if (c.attrs.getBool("center", true)) y = c.b.binary(BinaryOp::Add, y, c.load(2, pi));
+  return y;
+}
+
 }  // namespace
 
 void registerNNOps(OpTable& t) {
-  t.add("nn.bias_add", 2, OpPattern::Broadcast, biasAddRule, {"axis"});
-  t.add("nn.softmax", 1, OpPattern::Opaque, softmaxRule, {"axis"});
-  t.add("nn.log_softmax", 1, OpPattern::Opaque, softmaxRule, {"axis"});
-  t.add("nn.layer_norm", 3, OpPattern::Opaque, layerNormRule, {"axis", "epsilon", "center", "scale"});
+  t.add("nn.bias_add", 2, OpPattern::Broadcast, biasAddRule, {"axis"}).compute = biasAddCompute;
+  t.add("nn.softmax", 1, OpPattern::Opaque, softmaxRule, {"axis"}).compute = softmaxCompute<false>;
+  t.add("nn.log_softmax", 1, OpPattern::Opaque, softmaxRule, {"axis"}).compute = softmaxCompute<true>;
+  t.add("nn.layer_norm", 3, OpPattern::Opaque, layerNormRule, {"axis", "epsilon", "center", "scale"}).compute =
+      layerNormCompute;
   t.add("nn.conv2d", 2, OpPattern::OutEWiseFusable, conv2dRule,
         {"strides", "padding", "dilation", "groups", "channels", "kernel_size", "data_layout", "kernel_layout",
          "out_layout", "out_dtype"});

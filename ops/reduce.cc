@@ -1,6 +1,7 @@
 // Reductions (sum, mean, max, min, prod, all, any, argmax, argmin) and cumsum.
 #include <algorithm>
 
+#include "ops/compute.h"
 #include "ops/shape_util.h"
 
 namespace kiln::ops {
@@ -48,17 +49,106 @@ std::vector<TensorDesc> cumsumRule(const OpCall& call) {
   return {TensorDesc{dt, x.shape}};
 }
 
+
+// ---- compute rules ----
+using loop::ExprId;
+
+// The reduced axes, as the shape rule decided them (the attributes were checked then).
+std::vector<bool> axesToReduce(const AttrReader& attrs, size_t rank) {
+  std::vector<bool> reduced(rank, false);
+  auto axes = attrs.getIntList("axis");
+  bool exclude = attrs.getBool("exclude", false);
+  if (!axes) {
+    std::fill(reduced.begin(), reduced.end(), !exclude);
+    return reduced;
+  }
+  for (int64_t a : *axes) reduced[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a)] = true;
+  if (exclude) reduced.flip();
+  return reduced;
+}
+
+template <loop::ReduceOp Op, bool Mean>
+int32_t reduceCompute(const ComputeCall& c) {
+  size_t rank = c.inputs[0].rank();
+  std::vector<bool> reduced = axesToReduce(c.attrs, rank);
+  bool keepdims = c.attrs.getBool("keepdims", false);
+  std::vector<ExprId> idx(rank);
+  std::vector<int32_t> vars;
+  std::vector<ExprId> extents;
+  size_t out = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    if (reduced[d]) {
+      int32_t v = c.b.newVar();
+      vars.push_back(v);
+      extents.push_back(c.inputDim(0, d));
+      idx[d] = c.b.var(v);
+      if (keepdims) ++out;
+    } else {
+      idx[d] = c.index[out++];
+    }
+  }
+  ExprId body = c.load(0, idx);
+  if (vars.empty()) return body;
+  // Integer sums and products accumulate in int64 (a mean of uint8 must not wrap);
+  // the result is cast back to the operand's dtype.
+  DType t = c.b.typeOf(body);
+  bool widen = isInt(t) && (Op == loop::ReduceOp::Sum || Op == loop::ReduceOp::Prod);
+  if (widen) body = c.b.cast(DType::Int64, body);
+  ExprId r = c.b.reduce(Op, vars, extents, body);
+  if (Op == loop::ReduceOp::ArgMax || Op == loop::ReduceOp::ArgMin) return c.b.cast(DType::Int32, r);
+  if (Mean) {
+    ExprId count = c.b.intConst(1);
+    for (ExprId e : extents) count = c.b.mul(count, e);
+    r = c.b.binary(loop::BinaryOp::Div, r, c.b.cast(c.b.typeOf(r), count));
+  }
+  return widen ? c.b.cast(t, r) : r;
+}
+
+int32_t cumsumCompute(const ComputeCall& c) {
+  bool exclusive = c.attrs.getBool("exclusive", false);
+  DType dt = c.output.dtype;
+  int32_t v = c.b.newVar();
+  ExprId k = c.b.var(v);
+  ExprId extent, body;
+  if (!c.attrs.has("axis")) {
+    // Over the flattened operand.
+    extent = exclusive ? c.index[0] : c.b.add(c.index[0], c.b.intConst(1));
+    body = c.load(0, unflatten(c, 0, k));
+  } else {
+    int64_t axis = c.attrs.getInt("axis", 0);
+    size_t a = static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(c.inputs[0].rank()) : axis);
+    std::vector<ExprId> idx(c.index.begin(), c.index.end());
+    extent = exclusive ? idx[a] : c.b.add(idx[a], c.b.intConst(1));
+    idx[a] = k;
+    body = c.load(0, idx);
+  }
+  return c.b.reduce(loop::ReduceOp::Sum, {v}, {extent}, c.b.cast(dt, body));
+}
+
 }  // namespace
 
 void registerReduceOps(OpTable& t) {
-  for (const char* name : {"sum", "mean", "max", "min", "prod"})
-    t.add(name, 1, OpPattern::CommReduce, reduceRule<DTypeClass::Numeric, false>, {"axis", "keepdims", "exclude"});
-  for (const char* name : {"all", "any"})
-    t.add(name, 1, OpPattern::CommReduce, reduceRule<DTypeClass::Bool, false>, {"axis", "keepdims", "exclude"});
-  for (const char* name : {"argmax", "argmin"})
-    t.add(name, 1, OpPattern::CommReduce, reduceRule<DTypeClass::Numeric, true>,
-          {"axis", "keepdims", "exclude", "select_last_index"});
-  t.add("cumsum", 1, OpPattern::Opaque, cumsumRule, {"axis", "dtype", "exclusive"});
+  const std::initializer_list<const char*> attrs = {"axis", "keepdims", "exclude"};
+  t.add("sum", 1, OpPattern::CommReduce, reduceRule<DTypeClass::Numeric, false>, attrs).compute =
+      reduceCompute<loop::ReduceOp::Sum, false>;
+  t.add("mean", 1, OpPattern::CommReduce, reduceRule<DTypeClass::Numeric, false>, attrs).compute =
+      reduceCompute<loop::ReduceOp::Sum, true>;
+  t.add("max", 1, OpPattern::CommReduce, reduceRule<DTypeClass::Numeric, false>, attrs).compute =
+      reduceCompute<loop::ReduceOp::Max, false>;
+  t.add("min", 1, OpPattern::CommReduce, reduceRule<DTypeClass::Numeric, false>, attrs).compute =
+      reduceCompute<loop::ReduceOp::Min, false>;
+  t.add("prod", 1, OpPattern::CommReduce, reduceRule<DTypeClass::Numeric, false>, attrs).compute =
+      reduceCompute<loop::ReduceOp::Prod, false>;
+  t.add("all", 1, OpPattern::CommReduce, reduceRule<DTypeClass::Bool, false>, attrs).compute =
+      reduceCompute<loop::ReduceOp::All, false>;
+  t.add("any", 1, OpPattern::CommReduce, reduceRule<DTypeClass::Bool, false>, attrs).compute =
+      reduceCompute<loop::ReduceOp::Any, false>;
+  const std::initializer_list<const char*> argAttrs = {"axis", "keepdims", "exclude", "select_last_index"};
+  t.add("argmax", 1, OpPattern::CommReduce, reduceRule<DTypeClass::Numeric, true>, argAttrs).compute =
+      reduceCompute<loop::ReduceOp::ArgMax, false>;
+  t.add("argmin", 1, OpPattern::CommReduce, reduceRule<DTypeClass::Numeric, true>, argAttrs).compute =
+      reduceCompute<loop::ReduceOp::ArgMin, false>;
+  t.add("cumsum", 1, OpPattern::Opaque, cumsumRule, {"axis", "dtype", "exclusive"}).compute = cumsumCompute;
 }
 
 }  // namespace kiln::ops

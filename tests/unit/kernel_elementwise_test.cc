@@ -4,6 +4,10 @@
 #include <functional>
 #include <map>
 
+#include <atomic>
+#include <thread>
+
+#include "jit/thread_pool.h"
 #include "kernel_util.h"
 
 using namespace kiln;
@@ -298,4 +302,32 @@ TEST_CASE("a kernel with several outputs writes each in one pass") {
     CHECK(getElement(outs[1], i) == (v < 0));
     CHECK(getElement(outs[2], i) == doctest::Approx(v));
   }
+}
+
+TEST_CASE("large kernels run on the thread pool and agree with one thread, also from many threads at once") {
+  std::mt19937 rng(17);
+  auto k = test::kernelFrom("def @main(%x: Tensor[(?, 1000), float32], %b: Tensor[(1000,), float32]) {"
+                            " (tanh(%x + %b) * 3f, sum(%x * %x, axis=[1])) }");
+  Tensor x = test::randomTensor(DType::Float32, {300, 1000}, rng), b = test::randomTensor(DType::Float32, {1000}, rng);
+  std::vector<Tensor> in{x, b};
+  jit::setNumThreads(1);
+  auto serial = (*k)(in);
+  jit::setNumThreads(4);
+  auto parallel = (*k)(in);
+  for (size_t o = 0; o < 2; ++o)
+    for (int64_t i = 0; i < serial[o].numel(); ++i) CHECK(getElement(parallel[o], i) == getElement(serial[o], i));
+  // Kernels called from several threads at once: each result is right.
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int r = 0; r < 5; ++r) {
+        auto out = (*k)(in);
+        for (int64_t i = 0; i < out[1].numel(); ++i)
+          if (getElement(out[1], i) != getElement(serial[1], i)) ++mismatches;
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(mismatches == 0);
+  jit::setNumThreads(std::max(1u, std::thread::hardware_concurrency()));
 }
