@@ -145,6 +145,7 @@ class Lowering {
                           n.type,
                           b_,
                           index,
+                          n.field,
                           [&](size_t k, std::span<const ExprId> idx) { return valueAt(n.inputs[k], idx); },
                           [&](size_t k, size_t d) { return dimOf(n.inputs[k], d); },
                           [&](size_t d) { return dimOf(value, d); },

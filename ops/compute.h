@@ -24,6 +24,7 @@ struct ComputeCall {
   const TensorDesc& output;            // this operator's result type
   loop::LoopBuilder& b;
   std::span<const loop::ExprId> index;  // the output element to compute, one Int64 per dimension
+  int32_t field;                        // which result of a tuple-producing operator (split)
   // Operand k's value at a multi-index (one Int64 expression per dimension of operand k).
   std::function<loop::ExprId(size_t k, std::span<const loop::ExprId> index)> load;
   // Extent of dimension d of operand k / of the result (a constant where static).

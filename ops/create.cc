@@ -1,5 +1,6 @@
 // Tensor creation (zeros, ones, full, *_like, arange), dynamic-shape operators
 // (shape_of, dyn.*, argwhere) and the device annotations (on_device, device_copy).
+#include "ops/compute.h"
 #include "ops/shape_util.h"
 
 namespace kiln::ops {
@@ -118,17 +119,34 @@ std::vector<TensorDesc> deviceCopyRule(const OpCall& call) {
   return {};
 }
 
+
+// ---- compute rules ----
+template <int Value>
+int32_t constantCompute(const ComputeCall& c) { return c.b.constant(Value, c.output.dtype); }
+
+int32_t fullCompute(const ComputeCall& c) { return c.b.cast(c.output.dtype, c.load(0, {})); }
+int32_t fullLikeCompute(const ComputeCall& c) { return c.b.cast(c.output.dtype, c.load(1, {})); }
+
+int32_t shapeOfCompute(const ComputeCall& c) {
+  size_t rank = c.inputs[0].rank();
+  if (rank == 0) return c.b.constant(0, c.output.dtype);
+  loop::ExprId v = c.inputDim(0, rank - 1);
+  for (size_t d = rank - 1; d-- > 0;)
+    v = c.b.select(c.b.binary(loop::BinaryOp::Eq, c.index[0], c.b.intConst(static_cast<int64_t>(d))), c.inputDim(0, d), v);
+  return c.b.cast(c.output.dtype, v);
+}
+
 }  // namespace
 
 void registerCreateOps(OpTable& t) {
-  t.add("zeros", 0, OpPattern::ElemWise, constantFillRule, {"shape", "dtype"});
-  t.add("ones", 0, OpPattern::ElemWise, constantFillRule, {"shape", "dtype"});
-  t.add("full", 1, OpPattern::ElemWise, fullRule, {"shape", "dtype"});
-  t.add("zeros_like", 1, OpPattern::ElemWise, likeRule);
-  t.add("ones_like", 1, OpPattern::ElemWise, likeRule);
-  t.add("full_like", 2, OpPattern::ElemWise, fullLikeRule);
+  t.add("zeros", 0, OpPattern::ElemWise, constantFillRule, {"shape", "dtype"}).compute = constantCompute<0>;
+  t.add("ones", 0, OpPattern::ElemWise, constantFillRule, {"shape", "dtype"}).compute = constantCompute<1>;
+  t.add("full", 1, OpPattern::ElemWise, fullRule, {"shape", "dtype"}).compute = fullCompute;
+  t.add("zeros_like", 1, OpPattern::ElemWise, likeRule).compute = constantCompute<0>;
+  t.add("ones_like", 1, OpPattern::ElemWise, likeRule).compute = constantCompute<1>;
+  t.add("full_like", 2, OpPattern::ElemWise, fullLikeRule).compute = fullLikeCompute;
   t.add("arange", 3, OpPattern::Opaque, arangeRule, {"dtype"}).dataDependent = true;
-  t.add("shape_of", 1, OpPattern::Opaque, shapeOfRule, {"dtype"});
+  t.add("shape_of", 1, OpPattern::Opaque, shapeOfRule, {"dtype"}).compute = shapeOfCompute;
   t.add("dyn.reshape", 2, OpPattern::Opaque, dynReshapeRule, {"allowzero"}).dataDependent = true;
   t.add("dyn.broadcast_to", 2, OpPattern::Opaque, dynBroadcastToRule).dataDependent = true;
   t.add("dyn.zeros", 1, OpPattern::Opaque, dynZerosRule, {"dtype"}).dataDependent = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "ops/compute.h"
 #include "ops/shape_util.h"
 
 namespace kiln::ops {
@@ -303,21 +304,201 @@ std::vector<TensorDesc> reverseRule(const OpCall& call) {
   return {x};
 }
 
+
+// ---- compute rules ----
+using loop::BinaryOp;
+using loop::ExprId;
+
+size_t axisAttr(const ComputeCall& c, const char* name, int64_t dflt, size_t rank) {
+  int64_t a = c.attrs.getInt(name, dflt);
+  return static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a);
+}
+
+ExprId lt(const ComputeCall& c, ExprId a, ExprId b) { return c.b.binary(BinaryOp::Lt, a, b); }
+ExprId ge(const ComputeCall& c, ExprId a, ExprId b) { return c.b.binary(BinaryOp::Ge, a, b); }
+ExprId iconst(const ComputeCall& c, int64_t v) { return c.b.intConst(v); }
+ExprId clampIndex(const ComputeCall& c, ExprId v, ExprId extent) {
+  // Into [0, extent - 1]; an empty extent gives 0 (element 0 of a buffer is always readable).
+  ExprId hi = c.b.binary(BinaryOp::Sub, extent, iconst(c, 1));
+  return c.b.binary(BinaryOp::Max, c.b.binary(BinaryOp::Min, v, hi), iconst(c, 0));
+}
+// `index` if `ok`, else all zeros: reads guarded by a select never leave the buffer.
+std::vector<ExprId> guarded(const ComputeCall& c, ExprId ok, std::vector<ExprId> index) {
+  for (ExprId& e : index) e = c.b.select(ok, e, iconst(c, 0));
+  return index;
+}
+
+int32_t reshapeCompute(const ComputeCall& c) { return c.load(0, unflatten(c, 0, flattenOutput(c, c.index))); }
+
+int32_t transposeCompute(const ComputeCall& c) {
+  size_t rank = c.inputs[0].rank();
+  std::vector<ExprId> idx(rank);
+  auto axes = c.attrs.getIntList("axes");
+  for (size_t d = 0; d < rank; ++d) {
+    size_t src = axes ? static_cast<size_t>((*axes)[d] < 0 ? (*axes)[d] + static_cast<int64_t>(rank) : (*axes)[d])
+                      : rank - 1 - d;
+    idx[src] = c.index[d];
+  }
+  return c.load(0, idx);
+}
+
+int32_t expandDimsCompute(const ComputeCall& c) {
+  size_t axis = axisAttr(c, "axis", 0, c.inputs[0].rank() + 1);
+  size_t num = static_cast<size_t>(c.attrs.getInt("num_newaxis", 1));
+  std::vector<ExprId> idx;
+  for (size_t d = 0; d < c.index.size(); ++d)
+    if (d < axis || d >= axis + num) idx.push_back(c.index[d]);
+  return c.load(0, idx);
+}
+
+int32_t squeezeCompute(const ComputeCall& c) {
+  const TensorDesc& x = c.inputs[0];
+  std::vector<bool> drop(x.rank(), false);
+  if (auto axes = c.attrs.getIntList("axis")) {
+    for (int64_t a : *axes) drop[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(x.rank()) : a)] = true;
+  } else {
+    for (size_t d = 0; d < x.rank(); ++d) drop[d] = x.shape[d] == 1;
+  }
+  std::vector<ExprId> idx;
+  size_t o = 0;
+  for (size_t d = 0; d < x.rank(); ++d) idx.push_back(drop[d] ? iconst(c, 0) : c.index[o++]);
+  return c.load(0, idx);
+}
+
+int32_t concatenateCompute(const ComputeCall& c) {
+  size_t a = axisAttr(c, "axis", 0, c.output.rank());
+  ExprId offset = iconst(c, 0), result = -1;
+  std::vector<std::pair<ExprId, ExprId>> fields;  // (in range, value)
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
+    ExprId end = c.b.add(offset, c.inputDim(k, a));
+    ExprId ok = c.b.binary(BinaryOp::And, ge(c, c.index[a], offset), lt(c, c.index[a], end));
+    std::vector<ExprId> idx(c.index.begin(), c.index.end());
+    idx[a] = c.b.binary(BinaryOp::Sub, idx[a], offset);
+    fields.emplace_back(ok, c.load(k, guarded(c, ok, idx)));
+    offset = end;
+  }
+  result = fields.back().second;
+  for (size_t k = fields.size() - 1; k-- > 0;) result = c.b.select(fields[k].first, fields[k].second, result);
+  return result;
+}
+
+int32_t stackCompute(const ComputeCall& c) {
+  size_t a = axisAttr(c, "axis", 0, c.output.rank());
+  std::vector<ExprId> idx;
+  for (size_t d = 0; d < c.index.size(); ++d)
+    if (d != a) idx.push_back(c.index[d]);
+  ExprId result = c.load(c.inputs.size() - 1, idx);
+  for (size_t k = c.inputs.size() - 1; k-- > 0;)
+    result = c.b.select(c.b.binary(BinaryOp::Eq, c.index[a], iconst(c, static_cast<int64_t>(k))), c.load(k, idx), result);
+  return result;
+}
+
+// One field of split: an offset along the axis (ComputeCall::field says which).
+int32_t splitCompute(const ComputeCall& c) {
+  size_t a = axisAttr(c, "axis", 0, c.inputs[0].rank());
+  const AttrValue* ios = c.attrs.map().find("indices_or_sections");
+  ExprId offset;
+  if (ios->kind == AttrValue::Kind::Int) {
+    ExprId piece = c.b.binary(BinaryOp::Div, c.inputDim(0, a), iconst(c, ios->i));
+    offset = c.b.mul(iconst(c, c.field), piece);
+  } else {
+    std::vector<int64_t> idx = *c.attrs.getIntList("indices_or_sections");
+    offset = iconst(c, c.field == 0 ? 0 : idx[static_cast<size_t>(c.field - 1)]);
+  }
+  std::vector<ExprId> in(c.index.begin(), c.index.end());
+  in[a] = c.b.add(in[a], offset);
+  return c.load(0, in);
+}
+
+int32_t stridedSliceCompute(const ComputeCall& c) {
+  const TensorDesc& x = c.inputs[0];
+  std::vector<int64_t> begin = c.attrs.requireIntList("begin");
+  std::vector<int64_t> strides = c.attrs.getIntList("strides").value_or(std::vector<int64_t>{});
+  std::vector<int64_t> axes;
+  if (auto a = c.attrs.getIntList("axes")) {
+    for (int64_t v : *a) axes.push_back(v < 0 ? v + static_cast<int64_t>(x.rank()) : v);
+  } else {
+    for (size_t i = 0; i < begin.size() && i < x.rank(); ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  std::vector<ExprId> idx(c.index.begin(), c.index.end());
+  for (size_t k = 0; k < axes.size(); ++k) {
+    size_t ax = static_cast<size_t>(axes[k]);
+    int64_t stride = strides.empty() ? 1 : (k < strides.size() ? strides[k] : strides.back());
+    if (c.attrs.getString("slice_mode", "end") == "size") stride = 1;
+    ExprId dim = c.inputDim(0, ax);
+    int64_t b = k < begin.size() ? begin[k] : 0;
+    // TVM's normalization: a negative begin counts from the end, then clamps.
+    ExprId start = b < 0 ? c.b.add(dim, iconst(c, b)) : iconst(c, b);
+    ExprId lo = iconst(c, stride > 0 ? 0 : -1);
+    ExprId hi = stride > 0 ? dim : c.b.binary(BinaryOp::Sub, dim, iconst(c, 1));
+    start = c.b.binary(BinaryOp::Max, c.b.binary(BinaryOp::Min, start, hi), lo);
+    idx[ax] = c.b.add(start, c.b.mul(c.index[ax], iconst(c, stride)));
+  }
+  return c.load(0, idx);
+}
+
+int32_t takeCompute(const ComputeCall& c) {
+  const TensorDesc& x = c.inputs[0];
+  size_t idxRank = c.inputs[1].rank();
+  bool wrap = c.attrs.getString("mode", "clip") == "wrap";
+  auto fix = [&](ExprId v, ExprId extent) {
+    if (!wrap) return clampIndex(c, v, extent);
+    // Python-style wrap; an empty extent reads element 0.
+    ExprId safe = c.b.binary(BinaryOp::Max, extent, iconst(c, 1));
+    return c.b.binary(BinaryOp::FloorMod, v, safe);
+  };
+  if (!c.attrs.has("axis")) {
+    ExprId v = c.b.cast(DType::Int64, c.load(1, c.index));
+    return c.load(0, unflatten(c, 0, fix(v, operandSize(c, 0))));
+  }
+  size_t a = axisAttr(c, "axis", 0, x.rank());
+  std::vector<ExprId> pos(c.index.begin() + static_cast<long>(a), c.index.begin() + static_cast<long>(a + idxRank));
+  ExprId v = c.b.cast(DType::Int64, c.load(1, pos));
+  std::vector<ExprId> idx(c.index.begin(), c.index.begin() + static_cast<long>(a));
+  idx.push_back(fix(v, c.inputDim(0, a)));
+  idx.insert(idx.end(), c.index.begin() + static_cast<long>(a + idxRank), c.index.end());
+  return c.load(0, idx);
+}
+
+int32_t broadcastToCompute(const ComputeCall& c) { return c.load(0, broadcastIndex(c, 0)); }
+
+int32_t tileCompute(const ComputeCall& c) {
+  size_t inRank = c.inputs[0].rank(), outRank = c.output.rank();
+  std::vector<ExprId> idx(inRank);
+  for (size_t d = 0; d < inRank; ++d)
+    idx[d] = c.b.binary(BinaryOp::Mod, c.index[d + (outRank - inRank)], c.b.binary(BinaryOp::Max, c.inputDim(0, d), iconst(c, 1)));
+  return c.load(0, idx);
+}
+
+int32_t reverseCompute(const ComputeCall& c) {
+  size_t a = axisAttr(c, "axis", 0, c.inputs[0].rank());
+  std::vector<ExprId> idx(c.index.begin(), c.index.end());
+  idx[a] = c.b.binary(BinaryOp::Sub, c.b.binary(BinaryOp::Sub, c.inputDim(0, a), iconst(c, 1)), idx[a]);
+  return c.load(0, idx);
+}
+
 }  // namespace
 
 void registerTransformOps(OpTable& t) {
-  t.add("reshape", 1, OpPattern::Injective, reshapeRule, {"newshape", "allowzero"});
-  t.add("transpose", 1, OpPattern::Injective, transposeRule, {"axes"});
-  t.add("expand_dims", 1, OpPattern::Broadcast, expandDimsRule, {"axis", "num_newaxis"});
-  t.add("squeeze", 1, OpPattern::Injective, squeezeRule, {"axis"});
-  t.add("concatenate", 1, OpPattern::Injective, concatenateRule, {"axis"}).tupleInput = true;
-  t.add("stack", 1, OpPattern::Injective, stackRule, {"axis"}).tupleInput = true;
-  t.add("split", 1, OpPattern::Injective, splitRule, {"indices_or_sections", "axis"}).tupleOutput = true;
-  t.add("strided_slice", 1, OpPattern::Injective, stridedSliceRule, {"begin", "end", "strides", "axes", "slice_mode"});
-  t.add("take", 2, OpPattern::Injective, takeRule, {"axis", "mode", "batch_dims"});
-  t.add("broadcast_to", 1, OpPattern::Broadcast, broadcastToRule, {"shape"});
-  t.add("tile", 1, OpPattern::Injective, tileRule, {"reps"});
-  t.add("reverse", 1, OpPattern::Injective, reverseRule, {"axis"});
+  t.add("reshape", 1, OpPattern::Injective, reshapeRule, {"newshape", "allowzero"}).compute = reshapeCompute;
+  t.add("transpose", 1, OpPattern::Injective, transposeRule, {"axes"}).compute = transposeCompute;
+  t.add("expand_dims", 1, OpPattern::Broadcast, expandDimsRule, {"axis", "num_newaxis"}).compute = expandDimsCompute;
+  t.add("squeeze", 1, OpPattern::Injective, squeezeRule, {"axis"}).compute = squeezeCompute;
+  OpDef& concat = t.add("concatenate", 1, OpPattern::Injective, concatenateRule, {"axis"});
+  concat.tupleInput = true;
+  concat.compute = concatenateCompute;
+  OpDef& stack = t.add("stack", 1, OpPattern::Injective, stackRule, {"axis"});
+  stack.tupleInput = true;
+  stack.compute = stackCompute;
+  OpDef& split = t.add("split", 1, OpPattern::Injective, splitRule, {"indices_or_sections", "axis"});
+  split.tupleOutput = true;
+  split.compute = splitCompute;
+  t.add("strided_slice", 1, OpPattern::Injective, stridedSliceRule, {"begin", "end", "strides", "axes", "slice_mode"})
+      .compute = stridedSliceCompute;
+  t.add("take", 2, OpPattern::Injective, takeRule, {"axis", "mode", "batch_dims"}).compute = takeCompute;
+  t.add("broadcast_to", 1, OpPattern::Broadcast, broadcastToRule, {"shape"}).compute = broadcastToCompute;
+  t.add("tile", 1, OpPattern::Injective, tileRule, {"reps"}).compute = tileCompute;
+  t.add("reverse", 1, OpPattern::Injective, reverseRule, {"axis"}).compute = reverseCompute;
 }
 
 }  // namespace kiln::ops
