@@ -65,6 +65,11 @@ loop::ExprId flattenOutput(const ComputeCall& c, std::span<const loop::ExprId> i
   return flat;
 }
 
+std::vector<loop::ExprId> guardIndex(const ComputeCall& c, loop::ExprId ok, std::vector<loop::ExprId> index) {
+  for (loop::ExprId& e : index) e = c.b.select(ok, e, c.b.intConst(0));
+  return index;
+}
+
 loop::ExprId operandSize(const ComputeCall& c, size_t k) {
   loop::ExprId n = c.b.intConst(1);
   for (size_t d = 0; d < c.inputs[k].rank(); ++d) n = c.b.mul(n, c.inputDim(k, d));

@@ -43,6 +43,10 @@ loop::ExprId flattenOutput(const ComputeCall& c, std::span<const loop::ExprId> i
 // Product of operand k's extents (Int64).
 loop::ExprId operandSize(const ComputeCall& c, size_t k);
 
+// `index` where `ok` holds, all zeros elsewhere: a read guarded by a select then
+// never leaves its buffer (element 0 is always readable, see kiln/tensor.h).
+std::vector<loop::ExprId> guardIndex(const ComputeCall& c, loop::ExprId ok, std::vector<loop::ExprId> index);
+
 // Operand k's index for the current output element under numpy broadcasting:
 // dimensions of extent 1 read index 0; a `?` dimension decides at run time.
 std::vector<loop::ExprId> broadcastIndex(const ComputeCall& c, size_t k);

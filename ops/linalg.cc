@@ -1,4 +1,5 @@
 // Linear algebra: nn.dense, nn.matmul, nn.batch_matmul.
+#include "ops/compute.h"
 #include "ops/shape_util.h"
 
 namespace kiln::ops {
@@ -78,13 +79,59 @@ std::vector<TensorDesc> batchMatmulRule(const OpCall& call) {
   return {TensorDesc{outDType(call, a.dtype), {batch, m, n}}};
 }
 
+
+// ---- compute rules (generic: a sum over the contraction) ----
+using loop::BinaryOp;
+using loop::ExprId;
+
+ExprId contract(const ComputeCall& c, int32_t k, ExprId extent, ExprId a, ExprId b) {
+  DType t = c.output.dtype == DType::Float16 ? DType::Float32 : c.output.dtype;
+  return c.b.reduce(loop::ReduceOp::Sum, {k}, {extent}, c.b.binary(BinaryOp::Mul, c.b.cast(t, a), c.b.cast(t, b)));
+}
+
+int32_t denseCompute(const ComputeCall& c) {
+  size_t r = c.output.rank();
+  int32_t k = c.b.newVar();
+  std::vector<ExprId> xi(c.index.begin(), c.index.end());
+  xi[r - 1] = c.b.var(k);
+  std::vector<ExprId> wi{c.index[r - 1], c.b.var(k)};
+  return contract(c, k, c.inputDim(1, 1), c.load(0, xi), c.load(1, wi));
+}
+
+int32_t matmulCompute(const ComputeCall& c) {
+  bool ta = c.attrs.getBool("transpose_a", false), tb = c.attrs.getBool("transpose_b", false);
+  size_t r = c.output.rank();
+  int32_t k = c.b.newVar();
+  ExprId kv = c.b.var(k);
+  std::vector<ExprId> ai(c.index.begin(), c.index.end());
+  ai[r - 2] = ta ? kv : c.index[r - 2];
+  ai[r - 1] = ta ? c.index[r - 2] : kv;
+  std::vector<ExprId> bi = tb ? std::vector<ExprId>{c.index[r - 1], kv} : std::vector<ExprId>{kv, c.index[r - 1]};
+  return contract(c, k, c.inputDim(0, ta ? r - 2 : r - 1), c.load(0, ai), c.load(1, bi));
+}
+
+int32_t batchMatmulCompute(const ComputeCall& c) {
+  bool ta = c.attrs.getBool("transpose_a", false), tb = c.attrs.getBool("transpose_b", true);
+  int32_t k = c.b.newVar();
+  ExprId kv = c.b.var(k);
+  auto batch = [&](size_t op) {
+    // A batch extent of 1 broadcasts.
+    ExprId one = c.b.binary(BinaryOp::Eq, c.inputDim(op, 0), c.b.intConst(1));
+    return c.inputs[op].shape[0] == 1 ? c.b.intConst(0) : c.b.select(one, c.b.intConst(0), c.index[0]);
+  };
+  std::vector<ExprId> ai{batch(0), ta ? kv : c.index[1], ta ? c.index[1] : kv};
+  std::vector<ExprId> bi{batch(1), tb ? c.index[2] : kv, tb ? kv : c.index[2]};
+  return contract(c, k, c.inputDim(0, ta ? 1 : 2), c.load(0, ai), c.load(1, bi));
+}
+
 }  // namespace
 
 void registerLinalgOps(OpTable& t) {
-  t.add("nn.dense", 2, OpPattern::OutEWiseFusable, denseRule, {"units", "out_dtype"});
-  t.add("nn.matmul", 2, OpPattern::OutEWiseFusable, matmulRule, {"units", "out_dtype", "transpose_a", "transpose_b"});
-  t.add("nn.batch_matmul", 2, OpPattern::OutEWiseFusable, batchMatmulRule,
-        {"out_dtype", "transpose_a", "transpose_b"});
+  t.add("nn.dense", 2, OpPattern::OutEWiseFusable, denseRule, {"units", "out_dtype"}).compute = denseCompute;
+  t.add("nn.matmul", 2, OpPattern::OutEWiseFusable, matmulRule, {"units", "out_dtype", "transpose_a", "transpose_b"})
+      .compute = matmulCompute;
+  t.add("nn.batch_matmul", 2, OpPattern::OutEWiseFusable, batchMatmulRule, {"out_dtype", "transpose_a", "transpose_b"})
+      .compute = batchMatmulCompute;
 }
 
 }  // namespace kiln::ops

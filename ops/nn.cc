@@ -1,5 +1,7 @@
 // Neural-network operators: bias_add, softmax, layer_norm, conv2d and pooling (NCHW).
 #include <array>
+#include <climits>
+#include <cmath>
 
 #include "ops/compute.h"
 #include "ops/shape_util.h"
@@ -201,6 +203,108 @@ int32_t layerNormCompute(const ComputeCall& c) {
   return y;
 }
 
+
+// conv2d and pooling: windows over (H, W); padded positions read nothing.
+struct Window {
+  std::array<int64_t, 2> strides, dilation;
+  std::array<int64_t, 4> pad;
+};
+
+Window windowAttrs(const ComputeCall& c) {
+  Window w;
+  auto pair = [&](const char* name) {
+    auto v = c.attrs.getIntList(name).value_or(std::vector<int64_t>{1, 1});
+    if (v.size() == 1) v.push_back(v[0]);
+    return std::array<int64_t, 2>{v[0], v[1]};
+  };
+  w.strides = pair("strides");
+  w.dilation = pair("dilation");
+  auto p = c.attrs.getIntList("padding").value_or(std::vector<int64_t>{0, 0});
+  if (p.size() == 1) w.pad = {p[0], p[0], p[0], p[0]};
+  else if (p.size() == 2) w.pad = {p[0], p[1], p[0], p[1]};
+  else w.pad = {p[0], p[1], p[2], p[3]};
+  return w;
+}
+
+// Input position along spatial axis `s` (0: H, 1: W) for output position `o` and window offset `k`.
+ExprId windowPos(const ComputeCall& c, const Window& w, int s, ExprId o, ExprId k) {
+  ExprId base = c.b.mul(o, c.b.intConst(w.strides[static_cast<size_t>(s)]));
+  ExprId off = c.b.mul(k, c.b.intConst(w.dilation[static_cast<size_t>(s)]));
+  return c.b.binary(BinaryOp::Sub, c.b.add(base, off), c.b.intConst(w.pad[static_cast<size_t>(s)]));
+}
+
+ExprId inside(const ComputeCall& c, ExprId pos, ExprId extent) {
+  return c.b.binary(BinaryOp::And, c.b.binary(BinaryOp::Ge, pos, c.b.intConst(0)), c.b.binary(BinaryOp::Lt, pos, extent));
+}
+
+int32_t conv2dCompute(const ComputeCall& c) {
+  Window w = windowAttrs(c);
+  int64_t groups = c.attrs.getInt("groups", 1);
+  DType t = c.output.dtype == DType::Float16 ? DType::Float32 : c.output.dtype;
+  int32_t ci = c.b.newVar(), kh = c.b.newVar(), kw = c.b.newVar();
+  ExprId cinPerGroup = c.inputDim(1, 1);
+  // Output channel o belongs to group o / (O / groups).
+  ExprId outPerGroup = c.b.binary(BinaryOp::Div, c.inputDim(1, 0), c.b.intConst(groups));
+  ExprId group = c.b.binary(BinaryOp::Div, c.index[1], outPerGroup);
+  ExprId ih = windowPos(c, w, 0, c.index[2], c.b.var(kh));
+  ExprId iw = windowPos(c, w, 1, c.index[3], c.b.var(kw));
+  ExprId ok = c.b.binary(BinaryOp::And, inside(c, ih, c.inputDim(0, 2)), inside(c, iw, c.inputDim(0, 3)));
+  ExprId channel = c.b.add(c.b.mul(group, cinPerGroup), c.b.var(ci));
+  ExprId x = c.load(0, guardIndex(c, ok, {c.index[0], channel, ih, iw}));
+  ExprId wt = c.load(1, std::vector<ExprId>{c.index[1], c.b.var(ci), c.b.var(kh), c.b.var(kw)});
+  ExprId prod = c.b.binary(BinaryOp::Mul, c.b.cast(t, x), c.b.cast(t, wt));
+  ExprId body = c.b.select(ok, prod, c.b.constant(0, t));
+  return c.b.reduce(loop::ReduceOp::Sum, {ci, kh, kw}, {cinPerGroup, c.inputDim(1, 2), c.inputDim(1, 3)}, body);
+}
+
+template <bool Max>
+int32_t pool2dCompute(const ComputeCall& c) {
+  Window w = windowAttrs(c);
+  auto pool = c.attrs.getIntList("pool_size").value_or(std::vector<int64_t>{1, 1});
+  if (pool.size() == 1) pool.push_back(pool[0]);
+  int32_t ph = c.b.newVar(), pw = c.b.newVar();
+  ExprId ih = windowPos(c, w, 0, c.index[2], c.b.var(ph));
+  ExprId iw = windowPos(c, w, 1, c.index[3], c.b.var(pw));
+  ExprId ok = c.b.binary(BinaryOp::And, inside(c, ih, c.inputDim(0, 2)), inside(c, iw, c.inputDim(0, 3)));
+  ExprId x = c.load(0, guardIndex(c, ok, {c.index[0], c.index[1], ih, iw}));
+  DType t = c.b.typeOf(x);
+  std::vector<int32_t> vars{ph, pw};
+  std::vector<ExprId> extents{c.b.intConst(pool[0]), c.b.intConst(pool[1])};
+  if (Max) {
+    ExprId lowest = isFloat(t) ? c.b.floatConst(-INFINITY, t) : c.b.constant(isInt(t) && t != DType::UInt8 ? -1e18 : 0, t);
+    if (t == DType::Int8) lowest = c.b.intConst(-128, t);
+    if (t == DType::Int16) lowest = c.b.intConst(-32768, t);
+    if (t == DType::Int32) lowest = c.b.intConst(INT32_MIN, t);
+    if (t == DType::Int64) lowest = c.b.intConst(INT64_MIN, t);
+    return c.b.reduce(loop::ReduceOp::Max, vars, extents, c.b.select(ok, x, lowest));
+  }
+  DType acc = isFloat(t) ? t : DType::Int64;
+  ExprId sum = c.b.reduce(loop::ReduceOp::Sum, vars, extents, c.b.select(ok, c.b.cast(acc, x), c.b.constant(0, acc)));
+  ExprId count;
+  if (c.attrs.getBool("count_include_pad", false)) {
+    count = c.b.intConst(pool[0] * pool[1]);
+  } else {
+    // The number of valid (unpadded) positions: a sum of ok ? 1 : 0 over the same window.
+    int32_t qh = c.b.newVar(), qw = c.b.newVar();
+    ExprId jh = windowPos(c, w, 0, c.index[2], c.b.var(qh));
+    ExprId jw = windowPos(c, w, 1, c.index[3], c.b.var(qw));
+    ExprId valid = c.b.binary(BinaryOp::And, inside(c, jh, c.inputDim(0, 2)), inside(c, jw, c.inputDim(0, 3)));
+    count = c.b.reduce(loop::ReduceOp::Sum, {qh, qw}, extents, c.b.select(valid, c.b.intConst(1), c.b.intConst(0)));
+    count = c.b.binary(BinaryOp::Max, count, c.b.intConst(1));
+  }
+  return c.b.cast(t, c.b.binary(BinaryOp::Div, sum, c.b.cast(acc, count)));
+}
+
+int32_t globalAvgPoolCompute(const ComputeCall& c) {
+  int32_t h = c.b.newVar(), w = c.b.newVar();
+  ExprId x = c.load(0, std::vector<ExprId>{c.index[0], c.index[1], c.b.var(h), c.b.var(w)});
+  DType t = c.b.typeOf(x);
+  DType acc = isFloat(t) ? t : DType::Int64;
+  ExprId sum = c.b.reduce(loop::ReduceOp::Sum, {h, w}, {c.inputDim(0, 2), c.inputDim(0, 3)}, c.b.cast(acc, x));
+  ExprId n = c.b.binary(BinaryOp::Max, c.b.mul(c.inputDim(0, 2), c.inputDim(0, 3)), c.b.intConst(1));
+  return c.b.cast(t, c.b.binary(BinaryOp::Div, sum, c.b.cast(acc, n)));
+}
+
 }  // namespace
 
 void registerNNOps(OpTable& t) {
@@ -211,11 +315,14 @@ void registerNNOps(OpTable& t) {
       layerNormCompute;
   t.add("nn.conv2d", 2, OpPattern::OutEWiseFusable, conv2dRule,
         {"strides", "padding", "dilation", "groups", "channels", "kernel_size", "data_layout", "kernel_layout",
-         "out_layout", "out_dtype"});
-  for (const char* name : {"nn.max_pool2d", "nn.avg_pool2d"})
-    t.add(name, 1, OpPattern::OutEWiseFusable, pool2dRule,
-          {"pool_size", "strides", "padding", "dilation", "layout", "out_layout", "ceil_mode", "count_include_pad"});
-  t.add("nn.global_avg_pool2d", 1, OpPattern::OutEWiseFusable, globalPoolRule, {"layout", "out_layout"});
+         "out_layout", "out_dtype"})
+      .compute = conv2dCompute;
+  const std::initializer_list<const char*> poolAttrs = {"pool_size", "strides",   "padding",   "dilation",
+                                                        "layout",    "out_layout", "ceil_mode", "count_include_pad"};
+  t.add("nn.max_pool2d", 1, OpPattern::OutEWiseFusable, pool2dRule, poolAttrs).compute = pool2dCompute<true>;
+  t.add("nn.avg_pool2d", 1, OpPattern::OutEWiseFusable, pool2dRule, poolAttrs).compute = pool2dCompute<false>;
+  t.add("nn.global_avg_pool2d", 1, OpPattern::OutEWiseFusable, globalPoolRule, {"layout", "out_layout"}).compute =
+      globalAvgPoolCompute;
 }
 
 }  // namespace kiln::ops

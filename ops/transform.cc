@@ -322,11 +322,6 @@ ExprId clampIndex(const ComputeCall& c, ExprId v, ExprId extent) {
   ExprId hi = c.b.binary(BinaryOp::Sub, extent, iconst(c, 1));
   return c.b.binary(BinaryOp::Max, c.b.binary(BinaryOp::Min, v, hi), iconst(c, 0));
 }
-// `index` if `ok`, else all zeros: reads guarded by a select never leave the buffer.
-std::vector<ExprId> guarded(const ComputeCall& c, ExprId ok, std::vector<ExprId> index) {
-  for (ExprId& e : index) e = c.b.select(ok, e, iconst(c, 0));
-  return index;
-}
 
 int32_t reshapeCompute(const ComputeCall& c) { return c.load(0, unflatten(c, 0, flattenOutput(c, c.index))); }
 
@@ -374,7 +369,7 @@ int32_t concatenateCompute(const ComputeCall& c) {
     ExprId ok = c.b.binary(BinaryOp::And, ge(c, c.index[a], offset), lt(c, c.index[a], end));
     std::vector<ExprId> idx(c.index.begin(), c.index.end());
     idx[a] = c.b.binary(BinaryOp::Sub, idx[a], offset);
-    fields.emplace_back(ok, c.load(k, guarded(c, ok, idx)));
+    fields.emplace_back(ok, c.load(k, guardIndex(c, ok, idx)));
     offset = end;
   }
   result = fields.back().second;

@@ -1,0 +1,168 @@
+// Linear algebra, convolution and pooling kernels against plain reference loops.
+#include "kernel_util.h"
+
+using namespace kiln;
+using test::getElement;
+
+namespace {
+
+double at(const Tensor& t, std::initializer_list<int64_t> index) {
+  int64_t flat = 0;
+  size_t d = 0;
+  for (int64_t i : index) flat = flat * t.shape()[d++] + i;
+  return getElement(t, flat);
+}
+
+void checkApprox(const Tensor& got, const std::vector<double>& want, double eps = 1e-5) {
+  REQUIRE(static_cast<size_t>(got.numel()) == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(getElement(got, static_cast<int64_t>(i)) == doctest::Approx(want[i]).epsilon(eps).scale(1.0));
+  }
+}
+
+std::vector<Tensor> run(const std::string& src, std::vector<Tensor> inputs) { return (*test::kernelFrom(src))(inputs); }
+
+}  // namespace
+
+TEST_CASE("dense, matmul and batch_matmul match the reference") {
+  std::mt19937 rng(31);
+  Tensor x = test::randomTensor(DType::Float32, {5, 7}, rng), w = test::randomTensor(DType::Float32, {3, 7}, rng);
+  Tensor y = run("def @main(%x: Tensor[(?, 7), float32], %w: Tensor[(3, 7), float32]) { nn.dense(%x, %w, units=3) }", {x, w})[0];
+  std::vector<double> want;
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t n = 0; n < 3; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < 7; ++k) s += at(x, {i, k}) * at(w, {n, k});
+      want.push_back(s);
+    }
+  checkApprox(y, want);
+
+  Tensor xi = test::randomTensor(DType::Int32, {4, 6}, rng), wi = test::randomTensor(DType::Int32, {2, 6}, rng);
+  Tensor yi = run("def @main(%x: Tensor[(4, 6), int32], %w: Tensor[(2, 6), int32]) { nn.dense(%x, %w) }", {xi, wi})[0];
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t n = 0; n < 2; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < 6; ++k) s += at(xi, {i, k}) * at(wi, {n, k});
+      CHECK(getElement(yi, i * 2 + n) == s);
+    }
+
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      Tensor a = test::randomTensor(DType::Float32, ta ? std::initializer_list<int64_t>{6, 4} : std::initializer_list<int64_t>{4, 6}, rng);
+      Tensor b = test::randomTensor(DType::Float32, tb ? std::initializer_list<int64_t>{5, 6} : std::initializer_list<int64_t>{6, 5}, rng);
+      std::string at_ = ta ? "Tensor[(6, 4), float32]" : "Tensor[(4, 6), float32]";
+      std::string bt_ = tb ? "Tensor[(5, 6), float32]" : "Tensor[(6, 5), float32]";
+      Tensor m = run("def @main(%a: " + at_ + ", %b: " + bt_ + ") { nn.matmul(%a, %b, transpose_a=" + (ta ? "True" : "False") +
+                         ", transpose_b=" + (tb ? "True" : "False") + ") }", {a, b})[0];
+      std::vector<double> mw;
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t j = 0; j < 5; ++j) {
+          double s = 0;
+          for (int64_t k = 0; k < 6; ++k) s += (ta ? at(a, {k, i}) : at(a, {i, k})) * (tb ? at(b, {j, k}) : at(b, {k, j}));
+          mw.push_back(s);
+        }
+      checkApprox(m, mw);
+    }
+
+  Tensor ba = test::randomTensor(DType::Float32, {1, 3, 4}, rng), bb = test::randomTensor(DType::Float32, {2, 5, 4}, rng);
+  Tensor bm = run("def @main(%a: Tensor[(?, 3, 4), float32], %b: Tensor[(2, 5, 4), float32]) { nn.batch_matmul(%a, %b) }", {ba, bb})[0];
+  CHECK(bm.shape() == Shape{2, 3, 5});
+  std::vector<double> bw;
+  for (int64_t q = 0; q < 2; ++q)
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 5; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < 4; ++k) s += at(ba, {0, i, k}) * at(bb, {q, j, k});
+        bw.push_back(s);
+      }
+  checkApprox(bm, bw);
+}
+
+TEST_CASE("conv2d with padding, strides, dilation and groups matches the reference") {
+  std::mt19937 rng(37);
+  struct Case {
+    int64_t n, c, h, w, o, kh, kw, groups;
+    std::array<int64_t, 2> stride, dilation;
+    std::array<int64_t, 4> pad;  // top, left, bottom, right
+  };
+  const Case cases[] = {
+      {1, 3, 8, 8, 4, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {2, 4, 9, 7, 6, 3, 2, 2, {2, 1}, {1, 2}, {0, 1, 2, 0}},
+      {1, 4, 6, 6, 4, 3, 3, 4, {1, 1}, {2, 2}, {2, 2, 2, 2}},  // depthwise
+  };
+  for (const Case& k : cases) {
+    Tensor x = test::randomTensor(DType::Float32, {k.n, k.c, k.h, k.w}, rng);
+    Tensor w = test::randomTensor(DType::Float32, {k.o, k.c / k.groups, k.kh, k.kw}, rng);
+    auto dims = [](std::initializer_list<int64_t> d) {
+      std::string s;
+      for (int64_t v : d) s += (s.empty() ? "" : ", ") + std::to_string(v);
+      return s;
+    };
+    std::string src = "def @main(%x: Tensor[(?, " + dims({k.c, k.h, k.w}) + "), float32], %w: Tensor[(" +
+                      dims({k.o, k.c / k.groups, k.kh, k.kw}) + "), float32]) { nn.conv2d(%x, %w, strides=[" +
+                      dims({k.stride[0], k.stride[1]}) + "], padding=[" + dims({k.pad[0], k.pad[1], k.pad[2], k.pad[3]}) +
+                      "], dilation=[" + dims({k.dilation[0], k.dilation[1]}) + "], groups=" + std::to_string(k.groups) + ") }";
+    Tensor y = run(src, {x, w})[0];
+    int64_t oh = (k.h + k.pad[0] + k.pad[2] - k.dilation[0] * (k.kh - 1) - 1) / k.stride[0] + 1;
+    int64_t ow = (k.w + k.pad[1] + k.pad[3] - k.dilation[1] * (k.kw - 1) - 1) / k.stride[1] + 1;
+    CHECK(y.shape() == Shape{k.n, k.o, oh, ow});
+    std::vector<double> want;
+    int64_t cpg = k.c / k.groups, opg = k.o / k.groups;
+    for (int64_t n = 0; n < k.n; ++n)
+      for (int64_t o = 0; o < k.o; ++o)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            double s = 0;
+            for (int64_t ci = 0; ci < cpg; ++ci)
+              for (int64_t a = 0; a < k.kh; ++a)
+                for (int64_t b = 0; b < k.kw; ++b) {
+                  int64_t ih = i * k.stride[0] + a * k.dilation[0] - k.pad[0];
+                  int64_t iw = j * k.stride[1] + b * k.dilation[1] - k.pad[1];
+                  if (ih < 0 || ih >= k.h || iw < 0 || iw >= k.w) continue;
+                  s += at(x, {n, (o / opg) * cpg + ci, ih, iw}) * at(w, {o, ci, a, b});
+                }
+            want.push_back(s);
+          }
+    checkApprox(y, want, 1e-4);
+  }
+}
+
+TEST_CASE("max, average and global pooling match the reference") {
+  std::mt19937 rng(41);
+  Tensor x = test::randomTensor(DType::Float32, {1, 2, 7, 6}, rng);
+  for (bool max : {true, false})
+    for (bool includePad : {false, true}) {
+      std::string op = max ? "nn.max_pool2d" : "nn.avg_pool2d";
+      Tensor y = run("def @main(%x: Tensor[(1, 2, 7, 6), float32]) { " + op +
+                         "(%x, pool_size=[3, 2], strides=[2, 2], padding=[1, 1], count_include_pad=" +
+                         (includePad ? "True" : "False") + ") }", {x})[0];
+      CHECK(y.shape() == Shape{1, 2, 4, 4});
+      std::vector<double> want;
+      for (int64_t ch = 0; ch < 2; ++ch)
+        for (int64_t i = 0; i < 4; ++i)
+          for (int64_t j = 0; j < 4; ++j) {
+            double m = -INFINITY, s = 0;
+            int count = 0;
+            for (int64_t a = 0; a < 3; ++a)
+              for (int64_t b = 0; b < 2; ++b) {
+                int64_t ih = i * 2 + a - 1, iw = j * 2 + b - 1;
+                if (ih < 0 || ih >= 7 || iw < 0 || iw >= 6) continue;
+                m = std::max(m, at(x, {0, ch, ih, iw}));
+                s += at(x, {0, ch, ih, iw});
+                ++count;
+              }
+            want.push_back(max ? m : s / (includePad ? 6 : count));
+          }
+      checkApprox(y, want);
+    }
+  Tensor g = run("def @main(%x: Tensor[(?, 2, 7, 6), float32]) { nn.global_avg_pool2d(%x) }", {x})[0];
+  CHECK(g.shape() == Shape{1, 2, 1, 1});
+  for (int64_t ch = 0; ch < 2; ++ch) {
+    double s = 0;
+    for (int64_t i = 0; i < 42; ++i) s += getElement(x, ch * 42 + i);
+    CHECK(getElement(g, ch) == doctest::Approx(s / 42).epsilon(1e-5));
+  }
+}
