@@ -2,6 +2,7 @@
 //
 // Exit status (shared/spec/tools.md): 0 success, 2 unusable input (bad flags,
 // unreadable file, parse or type error), 1 any other failure.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -10,6 +11,11 @@
 
 #include "compiler/frontend.h"
 #include "compiler/ir/printer.h"
+#include "compiler/passes/fuse_ops.h"
+#include "compiler/passes/to_fused_function.h"
+#include "jit/kernel.h"
+#include "jit/lower.h"
+#include "ops/shape_util.h"
 #include "kiln/error.h"
 
 namespace {
@@ -19,6 +25,10 @@ void usage(std::FILE* out) {
                "usage: kilnc PROGRAM.relay [-o OUT] [--emit WHAT] [--params FILE.npz] [--device LIST]\n"
                "  --emit ir        print the program after type inference\n"
                "  --emit parsed    print the program as parsed, before type inference\n"
+               "  --emit fused     print the program after operator fusion\n"
+               "  --emit kernels   list each fused kernel: input shapes (? for dynamic), call sites\n"
+               "  --emit loops     print each kernel's loop-level form\n"
+               "  --emit llvm      print each kernel's optimized LLVM IR\n"
                "  --no-prelude     do not add the prelude's definitions\n");
 }
 
@@ -27,6 +37,39 @@ int fail(int code, const std::string& msg) {
                                    ? msg.c_str()
                                    : ("error: " + msg).c_str());
   return code;
+}
+
+// --emit kernels / loops / llvm: each distinct kernel once, with its call sites.
+std::string describeKernels(const kiln::ir::Module& fused, const std::string& emit) {
+  std::vector<std::pair<kiln::jit::FusedFunction, int>> kernels;
+  for (const kiln::ir::Function* fn : kiln::compiler::primitiveFunctions(fused)) {
+    kiln::jit::FusedFunction f = kiln::compiler::toFusedFunction(fn, "", fused.file());
+    std::string key = f.toString();
+    auto it = std::find_if(kernels.begin(), kernels.end(), [&](auto& k) { return k.first.toString() == key; });
+    if (it != kernels.end()) {
+      ++it->second;
+    } else {
+      kernels.emplace_back(std::move(f), 1);
+    }
+  }
+  std::string out;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    auto& [f, sites] = kernels[i];
+    f.name = "kernel" + std::to_string(i);
+    out += f.name + ": inputs (";
+    for (size_t p = 0; p < f.params.size(); ++p) out += (p ? ", " : "") + kiln::ops::descToString(f.params[p]);
+    out += ") -> (";
+    for (size_t o = 0; o < f.outputs.size(); ++o) out += (o ? ", " : "") + kiln::ops::descToString(f.typeOf(f.outputs[o]));
+    out += "), " + std::to_string(sites) + " call site" + (sites == 1 ? "" : "s") + "\n";
+    if (emit == "kernels") {
+      out += f.toString() + "\n\n";
+    } else if (emit == "loops") {
+      out += kiln::jit::lowerToLoops(f).toString() + "\n";
+    } else {
+      out += kiln::jit::KernelCache::global().get(f, {}, true)->optimizedIR() + "\n";
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -66,8 +109,9 @@ int main(int argc, char** argv) {
     usage(stderr);
     return fail(2, "error: no program given");
   }
-  if (!emit.empty() && emit != "ir" && emit != "parsed")
-    return fail(2, "error: --emit " + emit + " is not available yet (available: ir, parsed)");
+  const std::vector<std::string> emits = {"ir", "parsed", "fused", "kernels", "loops", "llvm"};
+  if (!emit.empty() && std::find(emits.begin(), emits.end(), emit) == emits.end())
+    return fail(2, "error: --emit " + emit + " is not available (available: ir, parsed, fused, kernels, loops, llvm)");
   if (emit.empty() && out.empty()) return fail(2, "error: nothing to do: give -o OUT or --emit WHAT");
   if (!out.empty()) return fail(2, "error: writing executables (-o) is not available yet in this build");
 
@@ -77,9 +121,18 @@ int main(int argc, char** argv) {
     opts.prelude = prelude;
     opts.typeCheck = emit != "parsed";
     auto module = kiln::compiler::loadProgram(source, program, opts);
-    kiln::ir::PrintOptions popts;
-    popts.showTypes = emit == "ir";
-    std::string text = kiln::compiler::onCompilerStack([&] { return kiln::ir::printModule(*module, popts); });
+    std::string text = kiln::compiler::onCompilerStack([&] {
+      if (emit == "ir" || emit == "parsed") {
+        kiln::ir::PrintOptions popts;
+        popts.showTypes = emit == "ir";
+        return kiln::ir::printModule(*module, popts);
+      }
+      auto fused = kiln::compiler::fuseOps(*module);
+      kiln::ir::PrintOptions typed;
+      typed.showTypes = true;
+      if (emit == "fused") return kiln::ir::printModule(*fused, typed);
+      return describeKernels(*fused, emit);
+    });
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   } catch (const kiln::Error& e) {

@@ -122,6 +122,7 @@ struct Function : Expr {
   std::span<const Var* const> params;
   const Type* resultAnnotation = nullptr;
   const Expr* body;
+  bool primitive = false;  // a fused kernel (made by the fusion pass): only operators on tensors
 };
 
 struct Tuple : Expr {

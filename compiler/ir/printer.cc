@@ -265,7 +265,8 @@ class Printer {
         return;
       }
       case ExprKind::Function:
-        out_ += "fn ";
+        // Primitive (fused) functions are marked as TVM's printer marks them.
+        out_ += static_cast<const Function*>(e)->primitive ? "/* primitive */ fn " : "fn ";
         function(static_cast<const Function*>(e));
         return;
       case ExprKind::Tuple: {

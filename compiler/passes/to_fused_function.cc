@@ -31,8 +31,13 @@ class Converter {
       else bindings_[l->var] = l->value;  // e.g. a tuple, used through its fields
       body = l->body;
     }
-    if (body->kind == ExprKind::Tuple) {
-      for (const Expr* e : static_cast<const Tuple*>(body)->fields) f_.outputs.push_back(value(e));
+    const Expr* root = resolve(body);
+    if (root->kind == ExprKind::Tuple) {
+      for (const Expr* e : static_cast<const Tuple*>(root)->fields) f_.outputs.push_back(value(e));
+    } else if (root->kind == ExprKind::Call && asTuple(root->type)) {
+      // A tuple-producing operator (split) at the root: every field is an output.
+      auto* c = static_cast<const Call*>(root);
+      for (size_t i = 0; i < asTuple(root->type)->fields.size(); ++i) f_.outputs.push_back(opNode(c, static_cast<int32_t>(i)));
     } else {
       f_.outputs.push_back(value(body));
     }

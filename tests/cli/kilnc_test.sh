@@ -27,6 +27,18 @@ done
 check "tree_sum infers the @main result" grep -q -- '-> (float32, int32) {' "$tmp/tree.relay"
 check "tree_sum infers let types" grep -q 'let %kids: List\[float32\] = @map(@tree_sum, %children);' "$tmp/tree.relay"
 
+# Fusion and kernels: the MLP has three kernels (dense+bias+relu, dense+bias, softmax).
+"$kilnc" --emit fused "$src/samples/mlp.relay" > "$tmp/fused.relay"
+check "--emit fused marks primitive functions" test "$(grep -c '/\* primitive \*/ fn' "$tmp/fused.relay")" -eq 3
+check "--emit fused keeps dense+bias+relu together" grep -q 'nn.relu(nn.bias_add(nn.dense(%p0, %p1, units=128), %p2, axis=-1))' "$tmp/fused.relay"
+"$kilnc" --emit kernels "$src/samples/mlp.relay" > "$tmp/kernels.txt"
+check "--emit kernels lists input shapes with ?" grep -q '^kernel0: inputs (Tensor\[(?, 784), float32\], Tensor\[(128, 784), float32\], Tensor\[(128,), float32\]) -> (Tensor\[(?, 128), float32\]), 1 call site$' "$tmp/kernels.txt"
+check "--emit kernels finds three kernels" test "$(grep -c '^kernel' "$tmp/kernels.txt")" -eq 3
+"$kilnc" --emit llvm "$src/samples/mlp.relay" > "$tmp/kernels.ll"
+check "--emit llvm prints optimized IR with AVX-512 vectors or at least a kernel" grep -q '^define void @kiln_' "$tmp/kernels.ll"
+"$kilnc" --emit loops "$src/samples/mlp.relay" > "$tmp/loops.txt"
+check "--emit loops prints loop nests" grep -q 'parallel for' "$tmp/loops.txt"
+
 # A type error: exit 2, one error line naming file:line:col.
 printf 'def @main(%%a: Tensor[(2, 3), float32]) {\n  %%a + ones(shape=[4], dtype="float32")\n}\n' > "$tmp/bad.relay"
 "$kilnc" --emit ir "$tmp/bad.relay" > "$tmp/out" 2> "$tmp/err"

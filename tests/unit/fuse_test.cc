@@ -1,0 +1,140 @@
+// FuseOps: which operators land in which kernel, and that fused and unfused
+// evaluation of the same program give the same results.
+#include <unordered_map>
+
+#include "compiler/passes/fuse_ops.h"
+#include "kernel_util.h"
+
+using namespace kiln;
+using namespace kiln::ir;
+
+namespace {
+
+// Operator names of every kernel of @main, e.g. {"nn.dense nn.bias_add nn.relu", "nn.softmax"}.
+std::vector<std::string> kernelsOf(const std::string& src) {
+  auto m = test::check(src);
+  auto fused = compiler::fuseOps(*m);
+  std::vector<std::string> out;
+  for (const Function* fn : compiler::primitiveFunctions(*fused)) {
+    jit::FusedFunction f = compiler::toFusedFunction(fn, "k");
+    std::string ops;
+    for (const auto& n : f.nodes)
+      if (!n.isConstant()) ops += (ops.empty() ? "" : " ") + n.op->name;
+    out.push_back(ops);
+  }
+  return out;
+}
+
+// Evaluates a straight-line fused function body: lets, kernel calls, tuples.
+class KernelEvaluator {
+ public:
+  std::vector<Tensor> eval(const Expr* e) {
+    while (e->kind == ExprKind::Let) {
+      auto* l = static_cast<const Let*>(e);
+      env_[l->var] = eval(l->value);
+      e = l->body;
+    }
+    switch (e->kind) {
+      case ExprKind::Var: return env_.at(static_cast<const Var*>(e));
+      case ExprKind::Tuple: {
+        std::vector<Tensor> out;
+        for (const Expr* f : static_cast<const Tuple*>(e)->fields) {
+          auto v = eval(f);
+          REQUIRE(v.size() == 1);
+          out.push_back(v[0]);
+        }
+        return out;
+      }
+      case ExprKind::TupleGet: {
+        auto* g = static_cast<const TupleGet*>(e);
+        return {eval(g->tuple).at(g->index)};
+      }
+      case ExprKind::Call: {
+        auto* c = static_cast<const Call*>(e);
+        REQUIRE(c->callee->kind == ExprKind::Function);
+        auto* fn = static_cast<const Function*>(c->callee);
+        REQUIRE(fn->primitive);
+        std::vector<Tensor> args;
+        for (const Expr* a : c->args) {
+          auto v = eval(a);
+          REQUIRE(v.size() == 1);
+          args.push_back(v[0]);
+        }
+        ++kernelCalls;
+        return (*jit::KernelCache::global().get(compiler::toFusedFunction(fn, "k")))(args);
+      }
+      default: FAIL("unexpected expression in a straight-line program"); return {};
+    }
+  }
+  void bind(const Var* v, Tensor t) { env_[v] = {std::move(t)}; }
+  int kernelCalls = 0;
+
+ private:
+  std::unordered_map<const Var*, std::vector<Tensor>> env_;
+};
+
+std::vector<Tensor> evaluate(const Module& fused, const std::vector<Tensor>& inputs, int* calls) {
+  const GlobalFunction* main = fused.findFunction("main");
+  KernelEvaluator ev;
+  for (size_t i = 0; i < inputs.size(); ++i) ev.bind(main->fn->params[i], inputs[i]);
+  auto out = ev.eval(main->fn->body);
+  *calls = ev.kernelCalls;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("fusion groups follow the operator patterns") {
+  // A dense takes its bias and activation as an epilogue.
+  CHECK(kernelsOf("def @main(%x: Tensor[(?, 8), float32], %w: Tensor[(4, 8), float32], %b: Tensor[(4,), float32]) {"
+                  " nn.relu(nn.bias_add(nn.dense(%x, %w), %b)) }") ==
+        std::vector<std::string>{"nn.dense nn.bias_add nn.relu"});
+  // Element-wise producers fuse into a reduction, and an element-wise epilogue after it.
+  CHECK(kernelsOf("def @main(%x: Tensor[(?, 8), float32]) { sqrt(sum(exp(%x) * 2f, axis=[1])) }") ==
+        std::vector<std::string>{"exp multiply sum sqrt"});
+  // A value used twice is computed once, in a kernel of its own.
+  CHECK(kernelsOf("def @main(%x: Tensor[(8,), float32]) { let %a = exp(%x); (%a + 1f, %a * 2f) }") ==
+        std::vector<std::string>{"exp", "add", "multiply"});
+  // Two anchors never share a kernel; opaque operators stand alone; dense inputs are not inlined.
+  CHECK(kernelsOf("def @main(%x: Tensor[(4, 8), float32], %w: Tensor[(8, 8), float32]) {"
+                  " nn.softmax(sum(nn.dense(tanh(%x), %w), axis=[1], keepdims=True)) }") ==
+        std::vector<std::string>{"tanh", "nn.dense", "sum", "nn.softmax"});
+  // Injective operators fuse (reshape, transpose, concatenate through its tuple).
+  CHECK(kernelsOf("def @main(%x: Tensor[(2, 6), float32], %y: Tensor[(3, 2), float32]) {"
+                  " concatenate((transpose(reshape(%x, newshape=[6, 2])), transpose(%y * 2f)), axis=1) }") ==
+        std::vector<std::string>{"reshape transpose multiply transpose concatenate"});
+  // Control flow bounds kernels: nothing fuses across a branch.
+  CHECK(kernelsOf("def @main(%c: bool, %x: Tensor[(8,), float32]) { let %a = exp(%x); if (%c) { %a + 1f } else { %a } }") ==
+        std::vector<std::string>{"exp", "add"});
+}
+
+TEST_CASE("fused and unfused evaluation give the same results") {
+  std::mt19937 rng(51);
+  const std::string src =
+      "def @main(%x: Tensor[(?, 16), float32], %w: Tensor[(12, 16), float32], %b: Tensor[(12,), float32],"
+      "          %g: Tensor[(12,), float32]) {\n"
+      "  let %h = tanh(nn.bias_add(nn.dense(%x * 0.5f, %w), %b));\n"
+      "  let %n = nn.layer_norm(%h, %g, %b);\n"
+      "  let %s = split(%n, indices_or_sections=3, axis=1);\n"
+      "  let %m = max(%s.0 * sigmoid(%s.1), axis=[1], keepdims=True);\n"
+      "  (nn.log_softmax(%s.2 - %m), mean(exp(%h), axis=[0]), concatenate((%s.0, %s.2), axis=1))\n"
+      "}";
+  auto m = test::check(src);
+  auto fused = compiler::fuseOps(*m);
+  compiler::FuseOptions none;
+  none.fuse = false;
+  auto unfused = compiler::fuseOps(*m, none);
+  std::vector<Tensor> in{test::randomTensor(DType::Float32, {5, 16}, rng), test::randomTensor(DType::Float32, {12, 16}, rng),
+                         test::randomTensor(DType::Float32, {12}, rng), test::randomTensor(DType::Float32, {12}, rng)};
+  int fusedCalls = 0, unfusedCalls = 0;
+  auto a = evaluate(*fused, in, &fusedCalls);
+  auto b = evaluate(*unfused, in, &unfusedCalls);
+  CHECK(fusedCalls < unfusedCalls);
+  MESSAGE("kernel calls: fused " << fusedCalls << ", unfused " << unfusedCalls);
+  REQUIRE(a.size() == b.size());
+  for (size_t o = 0; o < a.size(); ++o) {
+    REQUIRE(a[o].shape() == b[o].shape());
+    for (int64_t i = 0; i < a[o].numel(); ++i)
+      CHECK(test::getElement(a[o], i) == doctest::Approx(test::getElement(b[o], i)).epsilon(1e-5));
+  }
+}
