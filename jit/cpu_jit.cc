@@ -3,7 +3,10 @@
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/ObjectCache.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
@@ -13,7 +16,9 @@
 
 #include <chrono>
 #include <mutex>
+#include <unordered_map>
 
+#include "jit/disk_cache.h"
 #include "jit/thread_pool.h"
 #include "kiln/error.h"
 
@@ -28,6 +33,36 @@ std::string errorText(llvm::Error e) {
   return os.str();
 }
 
+// Receives every object the JIT compiles; writes those a compile asked to keep.
+class KernelObjectCache : public llvm::ObjectCache {
+ public:
+  void expect(const std::string& module, DiskEntry entry) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_[module] = std::move(entry);
+  }
+  void notifyObjectCompiled(const llvm::Module* m, llvm::MemoryBufferRef obj) override {
+    DiskEntry entry;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = pending_.find(m->getModuleIdentifier());
+      if (it == pending_.end()) return;
+      entry = std::move(it->second);
+      pending_.erase(it);
+    }
+    entry.cache->store(entry.hash, entry.key, obj);
+  }
+  std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module*) override { return nullptr; }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, DiskEntry> pending_;
+};
+
+KernelObjectCache& objectCache() {
+  static KernelObjectCache cache;
+  return cache;
+}
+
 llvm::orc::LLJIT& theJit() {
   static std::unique_ptr<llvm::orc::LLJIT> jit = [] {
     llvm::InitializeNativeTarget();
@@ -35,7 +70,15 @@ llvm::orc::LLJIT& theJit() {
     auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
     if (!jtmb) throw Error("cannot set up the CPU JIT: " + errorText(jtmb.takeError()));
     jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    auto j = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
+    auto j = llvm::orc::LLJITBuilder()
+                 .setJITTargetMachineBuilder(std::move(*jtmb))
+                 .setCompileFunctionCreator([](llvm::orc::JITTargetMachineBuilder b)
+                                                -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
+                   auto tm = b.createTargetMachine();
+                   if (!tm) return tm.takeError();
+                   return std::make_unique<llvm::orc::TMOwningSimpleCompiler>(std::move(*tm), &objectCache());
+                 })
+                 .create();
     if (!j) throw Error("cannot set up the CPU JIT: " + errorText(j.takeError()));
     // Kernels may call libm (tanh, erf for float64, sin, cos, pow).
     auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess((*j)->getDataLayout().getGlobalPrefix());
@@ -84,8 +127,17 @@ double millisSince(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+KernelEntry loadCompiledObject(std::unique_ptr<llvm::MemoryBuffer> object, const std::string& symbol) {
+  llvm::orc::LLJIT& jit = theJit();
+  if (auto e = jit.addObjectFile(std::move(object)))
+    throw Error("cannot load cached kernel " + symbol + ": " + errorText(std::move(e)));
+  auto sym = jit.lookup(symbol);
+  if (!sym) throw Error("cannot load cached kernel " + symbol + ": " + errorText(sym.takeError()));
+  return sym->toPtr<KernelEntry>();
+}
+
 CpuCompileResult compileForHost(std::unique_ptr<llvm::Module> module, std::unique_ptr<llvm::LLVMContext> ctx,
-                                const std::string& symbol, bool keepIR) {
+                                const std::string& symbol, bool keepIR, const DiskEntry& disk) {
   CpuCompileResult out;
   llvm::orc::LLJIT& jit = theJit();
   auto t0 = std::chrono::steady_clock::now();
@@ -102,6 +154,7 @@ CpuCompileResult compileForHost(std::unique_ptr<llvm::Module> module, std::uniqu
   }
   out.optimizeMillis = millisSince(t0);
   auto t1 = std::chrono::steady_clock::now();
+  if (disk.cache) objectCache().expect(module->getModuleIdentifier(), disk);
   if (auto e = jit.addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
     throw Error("cannot compile kernel " + symbol + ": " + errorText(std::move(e)));
   auto sym = jit.lookup(symbol);

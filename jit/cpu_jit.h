@@ -11,6 +11,10 @@
 
 #include "jit/cpu_codegen.h"
 
+namespace llvm {
+class MemoryBuffer;
+}
+
 namespace kiln::jit {
 
 using KernelEntry = void (*)(void* const* buffers, const int64_t* shapes);
@@ -24,7 +28,18 @@ struct CpuCompileResult {
 
 // Optimizes (-O3, host CPU) and compiles `module`, whose entry point is `symbol`.
 // Throws kiln::Error if LLVM rejects it.
+// With `disk`, the compiled object is also written to the disk cache under
+// (`diskHash`, `diskKey`).
+class DiskCache;
+struct DiskEntry {
+  const DiskCache* cache = nullptr;
+  uint64_t hash = 0;
+  std::string key;
+};
 CpuCompileResult compileForHost(std::unique_ptr<llvm::Module> module, std::unique_ptr<llvm::LLVMContext> ctx,
-                                const std::string& symbol, bool keepIR);
+                                const std::string& symbol, bool keepIR, const DiskEntry& disk = {});
+
+// Loads a cached object (see disk_cache.h) and returns its entry point `symbol`.
+KernelEntry loadCompiledObject(std::unique_ptr<llvm::MemoryBuffer> object, const std::string& symbol);
 
 }  // namespace kiln::jit

@@ -4,9 +4,11 @@
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Support/MemoryBuffer.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "jit/lower.h"
 #include "kiln/error.h"
@@ -22,16 +24,42 @@ std::string hex(uint64_t v) {
 }
 }  // namespace
 
-CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR) : f_(std::move(f)), device_(device) {
+namespace {
+// Everything a compiled kernel depends on: its content, the device, the target and LLVM.
+std::string kernelKey(const FusedFunction& f, Device device) {
+  const CpuTarget& t = hostTarget();
+  FusedFunction unnamed = f;
+  unnamed.name.clear();
+  return unnamed.toString() + "|" + device.toString() + "|" + t.triple + "|" + t.cpu + "|" + t.features + "|llvm" +
+         LLVM_VERSION_STRING;
+}
+}  // namespace
+
+CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, const DiskCache* disk)
+    : f_(std::move(f)), device_(device) {
   if (device.kind != Device::Kind::CPU)
     throw Error("kernel " + f_.name + ": no code generator for device " + device.toString() + " in this build");
   f_.verify();
   auto t0 = std::chrono::steady_clock::now();
+  std::string key = kernelKey(f_, device);
+  uint64_t hash = hashText(key);
+  // One symbol per key (the kernel cache compiles a key once per process); a
+  // kernel kept with its IR is a separate compile under its own name.
+  std::string symbol = "kiln_" + hex(hash) + (keepIR ? "_ir" : "");
   loops_ = lowerToLoops(f_);
-  std::string symbol = "kiln_" + hex(f_.contentHash());
+  if (disk && !keepIR) {
+    if (auto object = disk->load(hash, key, symbol)) {
+      entry_ = loadCompiledObject(std::move(object), symbol);
+      fromDisk_ = true;
+      compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      return;
+    }
+  }
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto module = emitCpuModule(loops_, *ctx, symbol, hostTarget());
-  CpuCompileResult r = compileForHost(std::move(module), std::move(ctx), symbol, keepIR);
+  DiskEntry entry;
+  if (disk && !keepIR) entry = DiskEntry{disk, hash, key};
+  CpuCompileResult r = compileForHost(std::move(module), std::move(ctx), symbol, keepIR, entry);
   entry_ = r.entry;
   ir_ = std::move(r.optimizedIR);
   compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -91,18 +119,28 @@ void CompiledKernel::run(std::span<const Tensor> inputs, std::span<const Tensor>
   launch(inputs, outputs, shapes);
 }
 
+KernelCache::KernelCache() {
+  if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir && *dir) disk_ = std::make_unique<DiskCache>(dir);
+}
+
 KernelCache& KernelCache::global() {
   static KernelCache cache;
   return cache;
 }
 
+void KernelCache::setDiskCacheDir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(diskMu_);
+  disk_ = dir.empty() ? nullptr : std::make_unique<DiskCache>(dir);
+}
+
+std::string KernelCache::diskCacheDir() const {
+  std::lock_guard<std::mutex> lock(diskMu_);
+  return disk_ ? disk_->dir() : "";
+}
+
 std::shared_ptr<const CompiledKernel> KernelCache::get(const FusedFunction& f, Device device, bool keepIR) {
-  const CpuTarget& t = hostTarget();
   // The whole content, not just its hash, so a hash collision can never alias two kernels.
-  FusedFunction unnamed = f;
-  unnamed.name.clear();
-  std::string key = unnamed.toString() + "|" + device.toString() + "|" + t.cpu + "|" + t.features + "|llvm" +
-                    LLVM_VERSION_STRING + (keepIR ? "|ir" : "");
+  std::string key = kernelKey(f, device) + (keepIR ? "|ir" : "");
   std::promise<std::shared_ptr<const CompiledKernel>> promise;
   std::shared_future<std::shared_ptr<const CompiledKernel>> future;
   bool compileHere = false;
@@ -121,7 +159,14 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const FusedFunction& f, D
   if (compileHere) {
     try {
       ++compiles_;
-      promise.set_value(std::make_shared<const CompiledKernel>(f, device, keepIR));
+      const DiskCache* disk;
+      {
+        std::lock_guard<std::mutex> lock(diskMu_);
+        disk = disk_.get();
+      }
+      auto kernel = std::make_shared<const CompiledKernel>(f, device, keepIR, disk);
+      if (kernel->fromDiskCache()) ++diskHits_;
+      promise.set_value(std::move(kernel));
     } catch (...) {
       // A failed compile is not cached: report it to every waiter, and let a later request try again.
       promise.set_exception(std::current_exception());

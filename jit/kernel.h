@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "jit/cpu_jit.h"
+#include "jit/disk_cache.h"
 #include "jit/fused_function.h"
 #include "jit/loop_ir.h"
 #include "kiln/tensor.h"
@@ -26,7 +27,8 @@ namespace kiln::jit {
 
 class CompiledKernel {
  public:
-  CompiledKernel(FusedFunction f, Device device, bool keepIR);
+  CompiledKernel(FusedFunction f, Device device, bool keepIR, const DiskCache* disk = nullptr);
+  bool fromDiskCache() const { return fromDisk_; }
 
   const FusedFunction& function() const { return f_; }
   Device device() const { return device_; }
@@ -55,6 +57,7 @@ class CompiledKernel {
   std::string ir_;
   KernelEntry entry_ = nullptr;
   double compileMillis_ = 0;
+  bool fromDisk_ = false;
 };
 
 class KernelCache {
@@ -66,8 +69,18 @@ class KernelCache {
 
   size_t hits() const { return hits_; }
   size_t compiles() const { return compiles_; }
+  size_t diskHits() const { return diskHits_; }
+
+  // The on-disk cache directory ("" disables it). Defaults to $KILN_CACHE_DIR.
+  void setDiskCacheDir(const std::string& dir);
+  std::string diskCacheDir() const;
 
  private:
+  KernelCache();
+  friend class CompiledKernel;
+  std::unique_ptr<DiskCache> disk_;
+  std::atomic<size_t> diskHits_{0};
+  mutable std::mutex diskMu_;
   std::mutex mu_;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> kernels_;
   std::atomic<size_t> hits_{0}, compiles_{0};
