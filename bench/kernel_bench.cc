@@ -121,6 +121,56 @@ int main(int argc, char** argv) {
     }
   }
 
+  // dense 512 x 512 x 512 float32 on one thread and on all, against FP32 peak.
+  {
+    const int64_t n512 = 512;
+    Tensor a = Tensor::empty(DType::Float32, {n512, n512}), w = Tensor::empty(DType::Float32, {n512, n512});
+    for (int64_t i = 0; i < n512 * n512; ++i) a.data<float>()[i] = d(rng), w.data<float>()[i] = d(rng);
+    auto t0c = bench::Clock::now();
+    auto dk = jit::KernelCache::global().get(
+        fused("def @main(%x: Tensor[(?, 512), float32], %w: Tensor[(512, 512), float32]) { nn.dense(%x, %w) }", "dense"));
+    double denseCompile = bench::secondsSince(t0c) * 1e3;
+    std::vector<Tensor> din{a, w};
+    std::vector<Tensor> dout{Tensor::empty(DType::Float32, {n512, n512})};
+    double flops = 2.0 * n512 * n512 * n512;
+    double one = 0;
+    for (int t : {1, threads}) {
+      jit::setNumThreads(t);
+      dk->run(din, dout);
+      double best = 1e30;
+      for (int r = 0; r < 10; ++r) {
+        auto t0 = bench::Clock::now();
+        dk->run(din, dout);
+        best = std::min(best, bench::secondsSince(t0));
+      }
+      double gf = flops / best / 1e9;
+      if (t == 1) one = gf;
+      std::printf("dense 512x512x512 float32, %d thread(s): %.1f GFLOP/s = %.2f of one core's FP32 peak%s\n", t, gf,
+                  gf * 1e9 / peak, t > 1 ? (" (" + std::to_string(gf / one).substr(0, 4) + "x one thread)").c_str() : "");
+    }
+    std::printf("JIT latency, dense kernel (IR to callable): %.1f ms (target <= 40 ms)\n", denseCompile);
+
+    // conv2d 1x64x56x56, 64 3x3 filters, padding 1.
+    Tensor x = Tensor::empty(DType::Float32, {1, 64, 56, 56}), cw = Tensor::empty(DType::Float32, {64, 64, 3, 3});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = d(rng);
+    for (int64_t i = 0; i < cw.numel(); ++i) cw.data<float>()[i] = d(rng);
+    auto ck = jit::KernelCache::global().get(fused(
+        "def @main(%x: Tensor[(1, 64, 56, 56), float32], %w: Tensor[(64, 64, 3, 3), float32]) { nn.conv2d(%x, %w, padding=[1, 1]) }",
+        "conv"));
+    std::vector<Tensor> cin{x, cw};
+    std::vector<Tensor> cout{Tensor::empty(DType::Float32, {1, 64, 56, 56})};
+    ck->run(cin, cout);
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) {
+      auto t0 = bench::Clock::now();
+      ck->run(cin, cout);
+      best = std::min(best, bench::secondsSince(t0));
+    }
+    double cflops = 2.0 * 64 * 56 * 56 * 64 * 9;
+    std::printf("conv2d 1x64x56x56, 64 3x3 filters, pad 1, %d threads: %.1f GFLOP/s = %.2f of one core's FP32 peak\n", threads,
+                cflops / best / 1e9, cflops / best / peak);
+  }
+
   // JIT latency: fused function to callable, for fresh element-wise kernels, with
   // the disk cache on (so a second process can measure the warm start).
   std::string dir = (std::filesystem::temp_directory_path() / ("kiln_bench_cache_" + std::to_string(::getpid()))).string();

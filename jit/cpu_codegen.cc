@@ -223,6 +223,20 @@ class CpuCodegen {
         b_.CreateStore(v, p);
         return;
       }
+      case StmtKind::Gemm: {
+        const loop::GemmArgs& g = s.gemm;
+        llvm::Type* ptr = b_.getPtrTy();
+        llvm::Type* i64 = b_.getInt64Ty();
+        llvm::FunctionCallee sgemm = m_->getOrInsertFunction(
+            "kiln_sgemm", llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, i64, ptr, i64, ptr, i64, ptr, i64, i64}, false));
+        auto at = [&](int32_t buffer, ExprId offset) {
+          return b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(buffer)), emitExpr(offset));
+        };
+        int64_t flags = (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0);
+        b_.CreateCall(sgemm, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda),
+                              at(g.b, g.bOffset), emitExpr(g.ldb), at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(flags)});
+        return;
+      }
       case StmtKind::If: {
         llvm::Value* cond = emitExpr(s.value);
         auto* thenBB = llvm::BasicBlock::Create(ctx_, "then", fn_);

@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "jit/disk_cache.h"
+#include "jit/gemm.h"
 #include "jit/thread_pool.h"
 #include "kiln/error.h"
 
@@ -89,6 +90,8 @@ llvm::orc::LLJIT& theJit() {
     llvm::orc::SymbolMap runtime;
     runtime[(*j)->mangleAndIntern("kiln_parallel_for")] =
         llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(&kiln_parallel_for), llvm::JITSymbolFlags::Exported);
+    runtime[(*j)->mangleAndIntern("kiln_sgemm")] =
+        llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(&kiln_sgemm), llvm::JITSymbolFlags::Exported);
     if (auto e = (*j)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(runtime))))
       throw Error("cannot set up the CPU JIT: " + errorText(std::move(e)));
     return std::move(*j);

@@ -92,6 +92,14 @@ void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tens
   boost::container::small_vector<void*, 16> buffers;
   for (const Tensor& t : inputs) buffers.push_back(t.data());
   for (const Tensor& t : outputs) buffers.push_back(t.data());
+  // Scratch buffers (values kept in memory inside the kernel, e.g. a GEMM result
+  // before its epilogue) live for this call.
+  boost::container::small_vector<Tensor, 2> scratch;
+  for (size_t b = inputs.size() + outputs.size(); b < loops_.buffers.size(); ++b) {
+    int32_t v = loops_.buffers[b].scratchValue;
+    scratch.push_back(Tensor::empty(loops_.buffers[b].dtype, shapes[static_cast<size_t>(v)], device_));
+    buffers.push_back(scratch.back().data());
+  }
   entry_(buffers.data(), flat.data());
 }
 

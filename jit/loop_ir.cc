@@ -206,6 +206,13 @@ StmtId LoopBuilder::ifThenElse(ExprId cond, std::vector<StmtId> thenBody, std::v
   return static_cast<StmtId>(k_.stmts.size() - 1);
 }
 
+StmtId LoopBuilder::gemm(const GemmArgs& args) {
+  StmtNode s{StmtKind::Gemm};
+  s.gemm = args;
+  k_.stmts.push_back(std::move(s));
+  return static_cast<StmtId>(k_.stmts.size() - 1);
+}
+
 namespace {
 
 std::string exprString(const LoopKernel& k, ExprId id) {
@@ -255,6 +262,15 @@ void stmtString(const LoopKernel& k, StmtId id, int indent, std::string& out) {
     case StmtKind::Block:
       for (StmtId b : s.body) stmtString(k, b, indent, out);
       break;
+    case StmtKind::Gemm: {
+      const GemmArgs& g = s.gemm;
+      auto buf = [&](int32_t b) { return k.buffers[static_cast<size_t>(b)].name; };
+      out += pad + "gemm " + buf(g.c) + "[" + exprString(k, g.cOffset) + "] " + (g.accumulate ? "+= " : "= ") + buf(g.a) +
+             "[" + exprString(k, g.aOffset) + "]" + (g.transA ? "^T" : "") + " * " + buf(g.b) + "[" +
+             exprString(k, g.bOffset) + "]" + (g.transB ? "^T" : "") + "  (m=" + exprString(k, g.m) +
+             ", n=" + exprString(k, g.n) + ", k=" + exprString(k, g.k) + ")\n";
+      break;
+    }
     case StmtKind::If:
       out += pad + "if " + exprString(k, s.value) + ":\n";
       for (StmtId b : s.body) stmtString(k, b, indent + 1, out);

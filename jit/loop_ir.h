@@ -63,7 +63,15 @@ struct ExprNode {
 enum class LoopKind : uint8_t { Serial, Parallel, Vectorized, ParallelVectorized };
 inline bool isParallel(LoopKind k) { return k == LoopKind::Parallel || k == LoopKind::ParallelVectorized; }
 inline bool isVectorized(LoopKind k) { return k == LoopKind::Vectorized || k == LoopKind::ParallelVectorized; }
-enum class StmtKind : uint8_t { For, Store, Block, If };
+// Gemm: C[m x n] (+)= A * B through the runtime's float32 microkernel (jit/gemm.h).
+enum class StmtKind : uint8_t { For, Store, Block, If, Gemm };
+
+struct GemmArgs {
+  int32_t a = -1, b = -1, c = -1;       // buffers
+  ExprId m = -1, n = -1, k = -1, lda = -1, ldb = -1, ldc = -1;  // Int64
+  ExprId aOffset = -1, bOffset = -1, cOffset = -1;
+  bool transA = false, transB = false, accumulate = false;
+};
 
 struct StmtNode {
   StmtKind kind;
@@ -75,12 +83,16 @@ struct StmtNode {
   ExprId value = -1;      // Store; If: the condition
   std::vector<StmtId> body = {};  // For, Block; If: the `then` statements
   std::vector<StmtId> orElse = {};  // If: the `else` statements
+  GemmArgs gemm = {};               // Gemm
 };
 
 struct BufferDecl {
   DType dtype;   // element type in memory
   bool output;   // written by the kernel
   std::string name;
+  // A scratch buffer holds one value of the fused function (its id) inside the
+  // kernel; the runtime allocates it with that value's run-time shape.
+  int32_t scratchValue = -1;
 };
 
 struct LoopKernel {
@@ -135,6 +147,7 @@ class LoopBuilder {
   StmtId store(int32_t buffer, ExprId index, ExprId value);
   StmtId block(std::vector<StmtId> body);
   StmtId ifThenElse(ExprId cond, std::vector<StmtId> thenBody, std::vector<StmtId> elseBody);
+  StmtId gemm(const GemmArgs& args);
 
   bool isIntConst(ExprId e, int64_t* value = nullptr) const;
 

@@ -44,16 +44,21 @@ class Lowering {
       outBuffers.push_back(static_cast<int32_t>(k_.buffers.size()));
       k_.buffers.push_back({f_.typeOf(f_.outputs[o]).dtype, true, "out" + std::to_string(o)});
     }
+    // Matrix products run first, through the GEMM microkernel, into their output
+    // or a scratch buffer; everything after reads them like inputs.
+    std::vector<loop::StmtId> gemms = lowerGemms(outBuffers);
     // The fast version assumes no `?` dimension broadcasts (contiguous loads that
     // vectorize); if that needed any assumption, the general version is the fallback.
     std::vector<ExprId> guards;
     guards_ = &guards;
     std::vector<loop::StmtId> fast;
-    for (size_t o = 0; o < f_.outputs.size(); ++o) fast.push_back(outputNest(f_.outputs[o], outBuffers[o]));
+    for (size_t o = 0; o < f_.outputs.size(); ++o)
+      if (!writtenByGemm(o, outBuffers)) fast.push_back(outputNest(f_.outputs[o], outBuffers[o]));
     guards_ = nullptr;
     std::erase_if(guards, [&](ExprId g) { return b_.isIntConst(g); });  // provably true
     if (guards.empty()) {
-      k_.body = b_.block(std::move(fast));
+      gemms.insert(gemms.end(), fast.begin(), fast.end());
+      k_.body = b_.block(std::move(gemms));
       return;
     }
     memo_.clear();
@@ -61,10 +66,12 @@ class Lowering {
     // plain loops keep its compile time low.
     generalVersion_ = true;
     std::vector<loop::StmtId> general;
-    for (size_t o = 0; o < f_.outputs.size(); ++o) general.push_back(outputNest(f_.outputs[o], outBuffers[o]));
+    for (size_t o = 0; o < f_.outputs.size(); ++o)
+      if (!writtenByGemm(o, outBuffers)) general.push_back(outputNest(f_.outputs[o], outBuffers[o]));
     ExprId all = guards[0];
     for (size_t i = 1; i < guards.size(); ++i) all = b_.binary(loop::BinaryOp::And, all, guards[i]);
-    k_.body = b_.ifThenElse(all, std::move(fast), std::move(general));
+    gemms.push_back(b_.ifThenElse(all, std::move(fast), std::move(general)));
+    k_.body = b_.block(std::move(gemms));
   }
 
  private:
@@ -123,9 +130,102 @@ class Lowering {
     return linear;
   }
 
+  // An output a Gemm statement already wrote in place.
+  bool writtenByGemm(size_t o, const std::vector<int32_t>& outBuffers) const {
+    return bufferOf_[static_cast<size_t>(f_.outputs[o])] == outBuffers[o];
+  }
+
+  // ---- matrix products through the microkernel ----
+  ExprId product(int32_t value, size_t from, size_t to) {
+    ExprId p = b_.intConst(1);
+    for (size_t d = from; d < to; ++d) p = b_.mul(p, dimOf(value, d));
+    return p;
+  }
+
+  // float32 dense / matmul / batch_matmul whose operands are kernel inputs (fusion
+  // never inlines their operands) become Gemm statements.
+  bool gemmable(const FusedNode& n) const {
+    if (n.isConstant()) return false;
+    const std::string& op = n.op->name;
+    if (op != "nn.dense" && op != "nn.matmul" && op != "nn.batch_matmul") return false;
+    if (n.type.dtype != DType::Float32) return false;
+    for (int32_t in : n.inputs)
+      if (!f_.isParam(in) || f_.typeOf(in).dtype != DType::Float32) return false;
+    return true;
+  }
+
+  std::vector<loop::StmtId> lowerGemms(const std::vector<int32_t>& outBuffers) {
+    std::vector<loop::StmtId> stmts;
+    for (size_t i = 0; i < f_.nodes.size(); ++i) {
+      const FusedNode& n = f_.nodes[i];
+      if (!gemmable(n)) continue;
+      int32_t value = static_cast<int32_t>(f_.params.size() + i);
+      int32_t target = -1;
+      for (size_t o = 0; o < f_.outputs.size(); ++o)
+        if (f_.outputs[o] == value) target = outBuffers[o];
+      if (target < 0) {
+        target = static_cast<int32_t>(k_.buffers.size());
+        k_.buffers.push_back({DType::Float32, true, "tmp" + std::to_string(value), value});
+      }
+      bufferOf_[static_cast<size_t>(value)] = target;
+      int32_t a = n.inputs[0], bv = n.inputs[1];
+      ops::AttrReader attrs(n.op->name, n.attrs);
+      loop::GemmArgs g;
+      g.a = bufferOf_[static_cast<size_t>(a)];
+      g.b = bufferOf_[static_cast<size_t>(bv)];
+      g.c = target;
+      g.aOffset = g.bOffset = g.cOffset = b_.intConst(0);
+      size_t ra = f_.typeOf(a).rank();
+      if (n.op->name == "nn.dense") {
+        // x[..., K] * w[N, K]^T: the leading dimensions of x are rows.
+        g.m = product(a, 0, ra - 1);
+        g.k = dimOf(a, ra - 1);
+        g.n = dimOf(bv, 0);
+        g.lda = g.k;
+        g.ldb = g.k;
+        g.ldc = g.n;
+        g.transB = true;
+        stmts.push_back(b_.gemm(g));
+      } else if (n.op->name == "nn.matmul") {
+        g.transA = attrs.getBool("transpose_a", false);
+        g.transB = attrs.getBool("transpose_b", false);
+        g.m = g.transA ? dimOf(a, ra - 1) : product(a, 0, ra - 1);
+        g.k = g.transA ? dimOf(a, ra - 2) : dimOf(a, ra - 1);
+        g.n = g.transB ? dimOf(bv, 0) : dimOf(bv, 1);
+        g.lda = dimOf(a, ra - 1);
+        g.ldb = dimOf(bv, 1);
+        g.ldc = g.n;
+        stmts.push_back(b_.gemm(g));
+      } else {
+        // One product per batch; an operand with batch 1 is shared by every batch.
+        g.transA = attrs.getBool("transpose_a", false);
+        g.transB = attrs.getBool("transpose_b", true);
+        g.m = g.transA ? dimOf(a, 2) : dimOf(a, 1);
+        g.k = g.transA ? dimOf(a, 1) : dimOf(a, 2);
+        g.n = g.transB ? dimOf(bv, 1) : dimOf(bv, 2);
+        g.lda = dimOf(a, 2);
+        g.ldb = dimOf(bv, 2);
+        g.ldc = g.n;
+        int32_t q = b_.newVar();
+        ExprId qv = b_.var(q);
+        auto batchOffset = [&](int32_t v) {
+          ExprId stride = b_.mul(dimOf(v, 1), dimOf(v, 2));
+          ExprId one = b_.binary(loop::BinaryOp::Eq, dimOf(v, 0), b_.intConst(1));
+          return b_.select(one, b_.intConst(0), b_.mul(qv, stride));
+        };
+        g.aOffset = batchOffset(a);
+        g.bOffset = batchOffset(bv);
+        g.cOffset = b_.mul(qv, b_.mul(g.m, g.n));
+        stmts.push_back(b_.forLoop(q, dimOf(value, 0), loop::LoopKind::Serial, {b_.gemm(g)}));
+      }
+    }
+    return stmts;
+  }
+
   // The value's element at `index`, inlining operators down to parameter loads.
   ExprId valueAt(int32_t value, std::span<const ExprId> index) {
-    if (f_.isParam(value)) return b_.load(bufferOf_[static_cast<size_t>(value)], linearIndex(value, index));
+    if (f_.isParam(value) || bufferOf_[static_cast<size_t>(value)] >= 0)
+      return b_.load(bufferOf_[static_cast<size_t>(value)], linearIndex(value, index));
     auto key = std::make_pair(value, std::vector<ExprId>(index.begin(), index.end()));
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;

@@ -166,3 +166,27 @@ TEST_CASE("max, average and global pooling match the reference") {
     CHECK(getElement(g, ch) == doctest::Approx(s / 42).epsilon(1e-5));
   }
 }
+
+TEST_CASE("dense through the GEMM microkernel: tile edges, leading dimensions, the product as an output too") {
+  std::mt19937 rng(43);
+  struct Size {
+    int64_t b, m, n, k;
+  };
+  for (Size s : {Size{1, 1, 1, 1}, Size{2, 7, 33, 129}, Size{1, 9, 31, 257}, Size{3, 17, 64, 128}}) {
+    CAPTURE(s.m);
+    CAPTURE(s.n);
+    CAPTURE(s.k);
+    Tensor x = test::randomTensor(DType::Float32, {s.b, s.m, s.k}, rng), w = test::randomTensor(DType::Float32, {s.n, s.k}, rng);
+    auto outs = run("def @main(%x: Tensor[(?, ?, " + std::to_string(s.k) + "), float32], %w: Tensor[(" + std::to_string(s.n) +
+                        ", " + std::to_string(s.k) + "), float32]) { let %y = nn.dense(%x, %w); (%y, nn.relu(%y)) }",
+                    {x, w});
+    REQUIRE(outs[0].shape() == Shape{s.b, s.m, s.n});
+    for (int64_t r = 0; r < s.b * s.m; ++r)
+      for (int64_t j = 0; j < s.n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < s.k; ++p) acc += getElement(x, r * s.k + p) * getElement(w, j * s.k + p);
+        CHECK(getElement(outs[0], r * s.n + j) == doctest::Approx(acc).epsilon(1e-4).scale(1.0));
+        CHECK(getElement(outs[1], r * s.n + j) == doctest::Approx(std::max(acc, 0.0)).epsilon(1e-4).scale(1.0));
+      }
+  }
+}

@@ -1,0 +1,254 @@
+// Packing, blocking, the AVX-512 / AVX2 micro-kernels, and the parallel driver.
+#include "jit/gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "jit/thread_pool.h"
+
+namespace kiln::jit {
+
+namespace {
+
+constexpr int64_t kKC = 128;  // contraction slice: an A panel and a B panel stay in L1/L2
+
+
+struct Shape {
+  int64_t mr, nr;
+};
+
+// Element (i, p) of the logical (untransposed) A.
+inline float elemA(const float* a, int64_t lda, bool t, int64_t i, int64_t p) { return t ? a[p * lda + i] : a[i * lda + p]; }
+
+// Packs rows [i0, i0+rows) x depth [p0, p0+kc) of A into MR-tall panels, zero-padded.
+void packA(const float* a, int64_t lda, bool t, int64_t i0, int64_t rows, int64_t p0, int64_t kc, int64_t mr, float* out) {
+  for (int64_t ip = 0; ip < rows; ip += mr) {
+    int64_t h = std::min(mr, rows - ip);
+    for (int64_t p = 0; p < kc; ++p) {
+      for (int64_t r = 0; r < h; ++r) out[r] = elemA(a, lda, t, i0 + ip + r, p0 + p);
+      for (int64_t r = h; r < mr; ++r) out[r] = 0;
+      out += mr;
+    }
+  }
+}
+
+// Packs depth [p0, p0+kc) x columns [j0, j0+cols) of B into NR-wide panels, zero-padded.
+void packB(const float* b, int64_t ldb, bool t, int64_t p0, int64_t kc, int64_t j0, int64_t cols, int64_t nr, float* out) {
+  if (t) {
+    // B is stored n x k: read each of its rows (a column of the logical B) contiguously.
+    for (int64_t jp = 0; jp < cols; jp += nr, out += nr * kc) {
+      int64_t w = std::min(nr, cols - jp);
+      for (int64_t c = 0; c < nr; ++c) {
+        if (c >= w) {
+          for (int64_t p = 0; p < kc; ++p) out[p * nr + c] = 0;
+          continue;
+        }
+        const float* row = b + (j0 + jp + c) * ldb + p0;
+        for (int64_t p = 0; p < kc; ++p) out[p * nr + c] = row[p];
+      }
+    }
+    return;
+  }
+  for (int64_t jp = 0; jp < cols; jp += nr) {
+    int64_t w = std::min(nr, cols - jp);
+    for (int64_t p = 0; p < kc; ++p) {
+      if (w == nr) {
+        std::memcpy(out, b + (p0 + p) * ldb + j0 + jp, sizeof(float) * static_cast<size_t>(nr));
+      } else {
+        for (int64_t c = 0; c < w; ++c) out[c] = b[(p0 + p) * ldb + j0 + jp + c];
+        for (int64_t c = w; c < nr; ++c) out[c] = 0;
+      }
+      out += nr;
+    }
+  }
+}
+
+// Writes an MR x NR tile (in `tile`) to C, only the valid h x w part, adding when asked.
+void storeTile(const float* tile, int64_t nr, float* c, int64_t ldc, int64_t h, int64_t w, bool add) {
+  for (int64_t r = 0; r < h; ++r)
+    for (int64_t j = 0; j < w; ++j) c[r * ldc + j] = add ? c[r * ldc + j] + tile[r * nr + j] : tile[r * nr + j];
+}
+
+// 8 x 32 tile: 16 zmm accumulators; per step two vector loads of B and eight
+// broadcasts of A feed 16 independent FMAs.
+__attribute__((target("avx512f,fma"))) void micro512(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
+                                                     int64_t h, int64_t w, bool add) {
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  for (int64_t p = 0; p < kc; ++p) {
+    __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#define KILN_ROW(r, x0, x1)                       \
+  {                                               \
+    __m512 a = _mm512_set1_ps(ap[r]);             \
+    x0 = _mm512_fmadd_ps(a, b0, x0);              \
+    x1 = _mm512_fmadd_ps(a, b1, x1);              \
+  }
+    KILN_ROW(0, c00, c01) KILN_ROW(1, c10, c11) KILN_ROW(2, c20, c21) KILN_ROW(3, c30, c31)
+    KILN_ROW(4, c40, c41) KILN_ROW(5, c50, c51) KILN_ROW(6, c60, c61) KILN_ROW(7, c70, c71)
+#undef KILN_ROW
+    ap += 8;
+    bp += 32;
+  }
+  __m512 acc[8][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+  if (h == 8 && w == 32) {
+    for (int r = 0; r < 8; ++r) {
+      float* out = c + r * ldc;
+      __m512 v0 = acc[r][0], v1 = acc[r][1];
+      if (add) {
+        v0 = _mm512_add_ps(v0, _mm512_loadu_ps(out));
+        v1 = _mm512_add_ps(v1, _mm512_loadu_ps(out + 16));
+      }
+      _mm512_storeu_ps(out, v0);
+      _mm512_storeu_ps(out + 16, v1);
+    }
+    return;
+  }
+  alignas(64) float tile[8 * 32];
+  for (int r = 0; r < 8; ++r) {
+    _mm512_store_ps(tile + r * 32, acc[r][0]);
+    _mm512_store_ps(tile + r * 32 + 16, acc[r][1]);
+  }
+  storeTile(tile, 32, c, ldc, h, w, add);
+}
+
+// 6 x 16 tile for AVX2: 12 ymm accumulators.
+__attribute__((target("avx2,fma"))) void micro256(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
+                                                  int64_t h, int64_t w, bool add) {
+  __m256 acc[6][2];
+  for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+    for (int r = 0; r < 6; ++r) {
+      __m256 a = _mm256_broadcast_ss(ap + r);
+      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    }
+    ap += 6;
+    bp += 16;
+  }
+  alignas(64) float tile[6 * 16];
+  for (int r = 0; r < 6; ++r) {
+    _mm256_store_ps(tile + r * 16, acc[r][0]);
+    _mm256_store_ps(tile + r * 16 + 8, acc[r][1]);
+  }
+  storeTile(tile, 16, c, ldc, h, w, add);
+}
+
+// Portable fallback with the AVX2 tile shape.
+void microScalar(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t h, int64_t w, bool add) {
+  float tile[6 * 16] = {};
+  for (int64_t p = 0; p < kc; ++p, ap += 6, bp += 16)
+    for (int r = 0; r < 6; ++r)
+      for (int j = 0; j < 16; ++j) tile[r * 16 + j] += ap[r] * bp[j];
+  storeTile(tile, 16, c, ldc, h, w, add);
+}
+
+using MicroKernel = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, int64_t, bool);
+
+struct Isa {
+  MicroKernel micro;
+  Shape tile;
+};
+
+const Isa& isa() {
+  static const Isa chosen = [] {
+    if (__builtin_cpu_supports("avx512f")) return Isa{micro512, {8, 32}};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{micro256, {6, 16}};
+    return Isa{microScalar, {6, 16}};
+  }();
+  return chosen;
+}
+
+struct GemmJob {
+  int64_t m, n, k, lda, ldb, ldc;
+  const float* a;
+  const float* b;
+  float* c;
+  bool transA, transB, accumulate;
+  const float* packedB;  // all of B, packed per KC slice: slice p at packedB + p * kc * npad
+  int64_t npad;          // n rounded up to NR
+  int64_t mc;            // rows per task
+};
+
+struct FreeFloats {
+  void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
+};
+
+// Packing space, kept per thread and grown as needed: no allocation (and no page
+// faults on fresh memory) per call once warm. `slot` keeps A and B apart.
+float* scratch(int slot, size_t floats) {
+  thread_local std::unique_ptr<float, FreeFloats> buf[2];
+  thread_local size_t cap[2] = {0, 0};
+  if (cap[slot] < floats) {
+    buf[slot].reset(static_cast<float*>(::operator new(floats * sizeof(float), std::align_val_t(64))));
+    cap[slot] = floats;
+  }
+  return buf[slot].get();
+}
+
+// One task: rows [i0, i0 + mc) of C over all of n and k.
+void rowBlock(const GemmJob& j, int64_t i0) {
+  const Isa& cpu = isa();
+  int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
+  int64_t rows = std::min(j.mc, j.m - i0);
+  int64_t rowsPad = (rows + mr - 1) / mr * mr;
+  float* ap = scratch(0, static_cast<size_t>(rowsPad * kKC));
+  for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
+    int64_t kc = std::min(kKC, j.k - p0);
+    packA(j.a, j.lda, j.transA, i0, rows, p0, kc, mr, ap);
+    const float* bslice = j.packedB + (p0 / kKC) * kKC * j.npad;
+    bool add = j.accumulate || p0 > 0;
+    for (int64_t jr = 0; jr < j.n; jr += nr) {
+      const float* bp = bslice + (jr / nr) * nr * kc;
+      for (int64_t ir = 0; ir < rows; ir += mr)
+        cpu.micro(kc, ap + (ir / mr) * mr * kc, bp, j.c + (i0 + ir) * j.ldc + jr, j.ldc, std::min(mr, rows - ir),
+                  std::min(nr, j.n - jr), add);
+    }
+  }
+}
+
+void rowBlockTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  const GemmJob& j = *reinterpret_cast<const GemmJob*>(ctx);
+  for (int64_t blk = begin; blk < end; ++blk) rowBlock(j, blk * j.mc);
+}
+
+}  // namespace
+
+void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
+           bool transB, float* c, int64_t ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    return;
+  }
+  const Isa& cpu = isa();
+  int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
+  int64_t npad = (n + nr - 1) / nr * nr;
+  // B is packed once, shared by every row block.
+  int64_t slices = (k + kKC - 1) / kKC;
+  float* bp = scratch(1, static_cast<size_t>(slices * kKC * npad));
+  for (int64_t s = 0; s < slices; ++s) {
+    int64_t p0 = s * kKC, kc = std::min(kKC, k - p0);
+    packB(b, ldb, transB, p0, kc, 0, n, nr, bp + s * kKC * npad);
+  }
+  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, bp, npad, 0};
+  // Rows per task: enough tasks for every thread, each a whole number of tiles.
+  int threads = numThreads();
+  int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
+  job.mc = (mc + mr - 1) / mr * mr;
+  int64_t blocks = (m + job.mc - 1) / job.mc;
+  parallelFor(blocks, m * n * k / 64, rowBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
+}
+
+}  // namespace kiln::jit
+
+extern "C" void kiln_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                           float* c, int64_t ldc, int64_t flags) {
+  kiln::jit::sgemm(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, c, ldc, (flags & 4) != 0);
+}
