@@ -96,8 +96,14 @@ void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tens
   // before its epilogue) live for this call.
   boost::container::small_vector<Tensor, 2> scratch;
   for (size_t b = inputs.size() + outputs.size(); b < loops_.buffers.size(); ++b) {
-    int32_t v = loops_.buffers[b].scratchValue;
-    scratch.push_back(Tensor::empty(loops_.buffers[b].dtype, shapes[static_cast<size_t>(v)], device_));
+    const loop::BufferDecl& decl = loops_.buffers[b];
+    if (decl.scratchValue >= 0) {
+      scratch.push_back(Tensor::empty(decl.dtype, shapes[static_cast<size_t>(decl.scratchValue)], device_));
+    } else {
+      int64_t n = 1;
+      for (int64_t f : decl.scratchSize) n *= f >= 0 ? f : flat[static_cast<size_t>(-f - 1)];
+      scratch.push_back(Tensor::empty(decl.dtype, {n}, device_));
+    }
     buffers.push_back(scratch.back().data());
   }
   entry_(buffers.data(), flat.data());

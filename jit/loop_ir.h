@@ -93,6 +93,10 @@ struct BufferDecl {
   // A scratch buffer holds one value of the fused function (its id) inside the
   // kernel; the runtime allocates it with that value's run-time shape.
   int32_t scratchValue = -1;
+  // Or a work area of a computed size: the product of these factors, each a
+  // constant (>= 0) or a run-time shape slot s encoded as -(s + 1).
+  std::vector<int64_t> scratchSize = {};
+  bool isScratch() const { return scratchValue >= 0 || !scratchSize.empty(); }
 };
 
 struct LoopKernel {

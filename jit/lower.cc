@@ -147,7 +147,7 @@ class Lowering {
   bool gemmable(const FusedNode& n) const {
     if (n.isConstant()) return false;
     const std::string& op = n.op->name;
-    if (op != "nn.dense" && op != "nn.matmul" && op != "nn.batch_matmul") return false;
+    if (op != "nn.dense" && op != "nn.matmul" && op != "nn.batch_matmul" && op != "nn.conv2d") return false;
     if (n.type.dtype != DType::Float32) return false;
     for (int32_t in : n.inputs)
       if (!f_.isParam(in) || f_.typeOf(in).dtype != DType::Float32) return false;
@@ -176,6 +176,10 @@ class Lowering {
       g.c = target;
       g.aOffset = g.bOffset = g.cOffset = b_.intConst(0);
       size_t ra = f_.typeOf(a).rank();
+      if (n.op->name == "nn.conv2d") {
+        stmts.push_back(lowerConv2d(n, value, a, bv, target));
+        continue;
+      }
       if (n.op->name == "nn.dense") {
         // x[..., K] * w[N, K]^T: the leading dimensions of x are rows.
         g.m = product(a, 0, ra - 1);
@@ -220,6 +224,95 @@ class Lowering {
       }
     }
     return stmts;
+  }
+
+  // A dimension as a scratch-size factor: the constant, or its shape slot as -(slot + 1).
+  int64_t sizeFactor(int32_t value, size_t d) {
+    int64_t s = f_.typeOf(value).shape[d];
+    return s != ops::kAnyDim ? s : -(static_cast<int64_t>(find(slotOf(value, d))) + 1);
+  }
+
+  // conv2d (NCHW, OIHW) as im2col + GEMM: for each image and group, the input
+  // windows are unfolded into col[(c, kh, kw), (oh, ow)], then
+  // out[n, group's channels] = W[group] (Og x Cg*KH*KW) * col.
+  loop::StmtId lowerConv2d(const FusedNode& n, int32_t value, int32_t x, int32_t w, int32_t target) {
+    ops::AttrReader attrs(n.op->name, n.attrs);
+    auto pair = [&](const char* name) {
+      auto v = attrs.getIntList(name).value_or(std::vector<int64_t>{1, 1});
+      if (v.size() == 1) v.push_back(v[0]);
+      return v;
+    };
+    std::vector<int64_t> stride = pair("strides"), dil = pair("dilation");
+    auto p = attrs.getIntList("padding").value_or(std::vector<int64_t>{0, 0});
+    std::vector<int64_t> pad = p.size() == 1 ? std::vector<int64_t>{p[0], p[0]} : std::vector<int64_t>{p[0], p[1]};
+    int64_t groups = attrs.getInt("groups", 1);
+    int64_t kh = f_.typeOf(w).shape[2], kw = f_.typeOf(w).shape[3];
+
+    int32_t col = static_cast<int32_t>(k_.buffers.size());
+    k_.buffers.push_back({DType::Float32, true, "col" + std::to_string(value), -1,
+                          {sizeFactor(w, 1), kh, kw, sizeFactor(value, 2), sizeFactor(value, 3)}});
+    ExprId cg = dimOf(w, 1), og = b_.binary(loop::BinaryOp::Div, dimOf(w, 0), b_.intConst(groups));
+    ExprId ohExt = dimOf(value, 2), owExt = dimOf(value, 3);
+    ExprId ohw = b_.mul(ohExt, owExt);
+    ExprId kdim = b_.mul(cg, b_.intConst(kh * kw));
+
+    int32_t vn = b_.newVar(), vg = b_.newVar();
+    ExprId in = b_.var(vn), ig = b_.var(vg);
+    // im2col: c, kh, kw, oh outer; each output row splits into [0, lo) zeros,
+    // [lo, hi) a plain (vectorizable) copy where the window is inside the image,
+    // and [hi, OW) zeros, so the copy needs no per-element bounds test.
+    using loop::BinaryOp;
+    int32_t vc = b_.newVar(), vkh = b_.newVar(), vkw = b_.newVar(), voh = b_.newVar();
+    ExprId ic = b_.var(vc), ikh = b_.var(vkh), ikw = b_.var(vkw), ioh = b_.var(voh);
+    ExprId ih = b_.binary(BinaryOp::Sub, b_.add(b_.mul(ioh, b_.intConst(stride[0])), b_.mul(ikh, b_.intConst(dil[0]))),
+                          b_.intConst(pad[0]));
+    ExprId rowOk = b_.binary(BinaryOp::And, b_.binary(BinaryOp::Ge, ih, b_.intConst(0)),
+                             b_.binary(BinaryOp::Lt, ih, dimOf(x, 2)));
+    // iw = ow * s - pad + kw * d lies in [0, W) exactly for ow in [lo, hi).
+    ExprId shift = b_.binary(BinaryOp::Sub, b_.intConst(pad[1]), b_.mul(ikw, b_.intConst(dil[1])));
+    auto ceilDiv = [&](ExprId a) {
+      return b_.binary(BinaryOp::FloorDiv, b_.add(a, b_.intConst(stride[1] - 1)), b_.intConst(stride[1]));
+    };
+    auto clampTo = [&](ExprId v, ExprId lo, ExprId hi) {
+      return b_.binary(BinaryOp::Min, b_.binary(BinaryOp::Max, v, lo), hi);
+    };
+    ExprId lo = clampTo(ceilDiv(shift), b_.intConst(0), owExt);
+    ExprId hi = clampTo(ceilDiv(b_.add(dimOf(x, 3), shift)), lo, owExt);
+    lo = b_.select(rowOk, lo, owExt);  // a row outside the image is all zeros
+    hi = b_.select(rowOk, hi, owExt);
+    ExprId channel = b_.add(b_.mul(ig, cg), ic);
+    ExprId row = b_.add(b_.mul(b_.add(b_.mul(ic, b_.intConst(kh)), ikh), b_.intConst(kw)), ikw);
+    ExprId rowBase = b_.add(b_.mul(row, ohw), b_.mul(ioh, owExt));
+    ExprId zero = b_.floatConst(0.0);
+    int32_t v0 = b_.newVar(), v1 = b_.newVar(), v2 = b_.newVar();
+    loop::StmtId head = b_.forLoop(v0, lo, loop::LoopKind::Vectorized, {b_.store(col, b_.add(rowBase, b_.var(v0)), zero)});
+    ExprId ow = b_.add(lo, b_.var(v1));
+    ExprId iw = b_.binary(BinaryOp::Sub, b_.mul(ow, b_.intConst(stride[1])), shift);
+    std::vector<ExprId> xi{in, channel, ih, iw};
+    loop::StmtId body = b_.forLoop(v1, b_.binary(BinaryOp::Sub, hi, lo), loop::LoopKind::Vectorized,
+                                   {b_.store(col, b_.add(rowBase, ow), b_.load(bufferOf_[static_cast<size_t>(x)], linearIndex(x, xi)))});
+    loop::StmtId tail = b_.forLoop(v2, b_.binary(BinaryOp::Sub, owExt, hi), loop::LoopKind::Vectorized,
+                                   {b_.store(col, b_.add(rowBase, b_.add(hi, b_.var(v2))), zero)});
+    loop::StmtId unfold = b_.forLoop(
+        vc, cg, loop::LoopKind::Serial,
+        {b_.forLoop(vkh, b_.intConst(kh), loop::LoopKind::Serial,
+                    {b_.forLoop(vkw, b_.intConst(kw), loop::LoopKind::Serial,
+                                {b_.forLoop(voh, ohExt, loop::LoopKind::Serial, {head, body, tail})})})});
+    loop::GemmArgs g;
+    g.a = bufferOf_[static_cast<size_t>(w)];
+    g.b = col;
+    g.c = target;
+    g.m = og;
+    g.n = ohw;
+    g.k = kdim;
+    g.lda = kdim;
+    g.ldb = ohw;
+    g.ldc = ohw;
+    g.aOffset = b_.mul(b_.mul(ig, og), kdim);
+    g.bOffset = b_.intConst(0);
+    g.cOffset = b_.mul(b_.add(b_.mul(in, dimOf(w, 0)), b_.mul(ig, og)), ohw);
+    loop::StmtId perGroup = b_.forLoop(vg, b_.intConst(groups), loop::LoopKind::Serial, {unfold, b_.gemm(g)});
+    return b_.forLoop(vn, dimOf(x, 0), loop::LoopKind::Serial, {perGroup});
   }
 
   // The value's element at `index`, inlining operators down to parameter loads.
