@@ -47,6 +47,7 @@ class Lowering {
     // Matrix products run first, through the GEMM microkernel, into their output
     // or a scratch buffer; everything after reads them like inputs.
     std::vector<loop::StmtId> gemms = lowerGemms(outBuffers);
+    if (softmaxRows(outBuffers)) return;
     // The fast version assumes no `?` dimension broadcasts (contiguous loads that
     // vectorize); if that needed any assumption, the general version is the fallback.
     std::vector<ExprId> guards;
@@ -128,6 +129,37 @@ class Lowering {
       stride = b_.mul(stride, dimOf(value, d));
     }
     return linear;
+  }
+
+  // A kernel that is one softmax over the last axis of an input: per row, write
+  // exp(x - max) once, then scale the row by 1 / its sum (reading it back while it
+  // is in cache), instead of evaluating exp twice per element.
+  bool softmaxRows(const std::vector<int32_t>& outBuffers) {
+    if (f_.nodes.size() != 1 || f_.outputs.size() != 1) return false;
+    const FusedNode& n = f_.nodes[0];
+    if (n.isConstant() || n.op->name != "nn.softmax" || !isFloat(n.type.dtype) || n.type.dtype == DType::Float16) return false;
+    size_t rank = n.type.rank();
+    int64_t axis = ops::AttrReader(n.op->name, n.attrs).getInt("axis", -1);
+    if (rank == 0 || (axis != -1 && axis != static_cast<int64_t>(rank) - 1)) return false;
+    int32_t x = n.inputs[0], value = f_.outputs[0], out = outBuffers[0];
+    DType t = n.type.dtype;
+    // Rows: all leading dimensions flattened; columns: the last.
+    int32_t vr = b_.newVar();
+    ExprId rows = b_.intConst(1);
+    for (size_t d = 0; d + 1 < rank; ++d) rows = b_.mul(rows, dimOf(value, d));
+    ExprId cols = dimOf(value, rank - 1);
+    ExprId base = b_.mul(b_.var(vr), cols);
+    int32_t vm = b_.newVar(), ve = b_.newVar(), vs = b_.newVar(), vw = b_.newVar();
+    int32_t xb = bufferOf_[static_cast<size_t>(x)];
+    ExprId m = b_.reduce(loop::ReduceOp::Max, {vm}, {cols}, b_.load(xb, b_.add(base, b_.var(vm))));
+    ExprId e = b_.unary(loop::UnaryOp::Exp, b_.binary(loop::BinaryOp::Sub, b_.load(xb, b_.add(base, b_.var(ve))), m));
+    loop::StmtId writeExp = b_.forLoop(ve, cols, loop::LoopKind::Vectorized, {b_.store(out, b_.add(base, b_.var(ve)), e)});
+    ExprId sum = b_.reduce(loop::ReduceOp::Sum, {vs}, {cols}, b_.load(out, b_.add(base, b_.var(vs))));
+    ExprId inv = b_.binary(loop::BinaryOp::Div, b_.floatConst(1.0, t), sum);
+    ExprId scaled = b_.binary(loop::BinaryOp::Mul, b_.load(out, b_.add(base, b_.var(vw))), inv);
+    loop::StmtId scale = b_.forLoop(vw, cols, loop::LoopKind::Vectorized, {b_.store(out, b_.add(base, b_.var(vw)), scaled)});
+    k_.body = b_.block({b_.forLoop(vr, rows, loop::LoopKind::Parallel, {writeExp, scale})});
+    return true;
   }
 
   // An output a Gemm statement already wrote in place.

@@ -331,3 +331,19 @@ TEST_CASE("large kernels run on the thread pool and agree with one thread, also 
   CHECK(mismatches == 0);
   jit::setNumThreads(std::max(1u, std::thread::hardware_concurrency()));
 }
+
+TEST_CASE("many threads asking for the same new kernel at once compile it once") {
+  auto f = test::fusedFrom("def @main(%x: Tensor[(?, 3), float32]) { %x * 41f - 1f }");
+  auto& cache = jit::KernelCache::global();
+  size_t before = cache.compiles();
+  std::vector<std::shared_ptr<const jit::CompiledKernel>> got(8);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t) threads.emplace_back([&, t] { got[t] = cache.get(f); });
+  for (auto& t : threads) t.join();
+  CHECK(cache.compiles() == before + 1);
+  for (const auto& k : got) CHECK(k.get() == got[0].get());
+  // A different kernel is a different entry; the same one again is a hit.
+  size_t hits = cache.hits();
+  CHECK(cache.get(f).get() == got[0].get());
+  CHECK(cache.hits() == hits + 1);
+}
