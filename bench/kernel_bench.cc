@@ -78,12 +78,7 @@ int main(int argc, char** argv) {
   std::vector<Tensor> in{x, y};
   std::vector<Tensor> out{Tensor::empty(DType::Float32, {n})};
   k->run(in, out);
-  double best = 1e30;
-  for (int r = 0; r < 7; ++r) {
-    auto t0 = bench::Clock::now();
-    k->run(in, out);
-    best = std::min(best, bench::secondsSince(t0));
-  }
+  double best = bench::bestSeconds(7, [&] { k->run(in, out); });
   double bytes = 3.0 * static_cast<double>(n) * sizeof(float);
   std::printf("fused element-wise chain, 16M float32 (sigmoid(x*y+1)*x-y): %.2f ms, %.1f GB/s = %.2f of copy bandwidth\n",
               best * 1e3, bytes / best / 1e9, bytes / best / bw);
@@ -110,12 +105,7 @@ int main(int argc, char** argv) {
           fused(std::string("def @main(%x: Tensor[(?, 4096), float32]) { ") + c.body + " }", "reduce"));
       std::vector<Tensor> rout{Tensor::empty(DType::Float32, c.out)};
       rk->run(min, rout);
-      double t = 1e30;
-      for (int r = 0; r < 5; ++r) {
-        auto t0 = bench::Clock::now();
-        rk->run(min, rout);
-        t = std::min(t, bench::secondsSince(t0));
-      }
+      double t = bench::bestSeconds(5, [&] { rk->run(min, rout); });
       std::printf("%s: %.2f ms, %.1f GB/s = %.2f of copy bandwidth\n", c.name, t * 1e3, c.bytes / t / 1e9,
                   c.bytes / t / bw);
     }
@@ -137,12 +127,7 @@ int main(int argc, char** argv) {
     for (int t : {1, threads}) {
       jit::setNumThreads(t);
       dk->run(din, dout);
-      double best = 1e30;
-      for (int r = 0; r < 10; ++r) {
-        auto t0 = bench::Clock::now();
-        dk->run(din, dout);
-        best = std::min(best, bench::secondsSince(t0));
-      }
+      double best = bench::bestSeconds(10, [&] { dk->run(din, dout); });
       double gf = flops / best / 1e9;
       if (t == 1) one = gf;
       std::printf("dense 512x512x512 float32, %d thread(s): %.1f GFLOP/s = %.2f of one core's FP32 peak%s\n", t, gf,
@@ -160,12 +145,7 @@ int main(int argc, char** argv) {
     std::vector<Tensor> cin{x, cw};
     std::vector<Tensor> cout{Tensor::empty(DType::Float32, {1, 64, 56, 56})};
     ck->run(cin, cout);
-    double best = 1e30;
-    for (int r = 0; r < 3; ++r) {
-      auto t0 = bench::Clock::now();
-      ck->run(cin, cout);
-      best = std::min(best, bench::secondsSince(t0));
-    }
+    double best = bench::bestSeconds(3, [&] { ck->run(cin, cout); });
     double cflops = 2.0 * 64 * 56 * 56 * 64 * 9;
     std::printf("conv2d 1x64x56x56, 64 3x3 filters, pad 1, %d threads: %.1f GFLOP/s = %.2f of one core's FP32 peak\n", threads,
                 cflops / best / 1e9, cflops / best / peak);

@@ -16,6 +16,18 @@ using Clock = std::chrono::steady_clock;
 
 inline double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The fastest of `reps` runs of `f`, in seconds.
+template <class F>
+double bestSeconds(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    f();
+    best = std::min(best, secondsSince(t0));
+  }
+  return best;
+}
+
 // Best-of-N bytes/s of a plain copy loop over `floats` elements (read + write counted).
 inline double copyBandwidth(size_t floats = size_t(16) << 20, int reps = 7) {
   std::vector<float> a(floats, 1.0f), b(floats, 0.0f);
