@@ -190,3 +190,46 @@ TEST_CASE("dense through the GEMM microkernel: tile edges, leading dimensions, t
       }
   }
 }
+
+TEST_CASE("dense, conv2d and pooling in other dtypes (the generic lowering)") {
+  std::mt19937 rng(47);
+  for (DType dt : {DType::Float16, DType::Float64, DType::Int8, DType::Int64}) {
+    CAPTURE(dtypeName(dt));
+    std::string t = std::string(dtypeName(dt));
+    double lo = isFloat(dt) ? -2 : -3, hi = isFloat(dt) ? 2 : 3;
+    Tensor x = test::randomTensor(dt, {3, 5}, rng, lo, hi), w = test::randomTensor(dt, {2, 5}, rng, lo, hi);
+    Tensor y = run("def @main(%x: Tensor[(3, 5), " + t + "], %w: Tensor[(2, 5), " + t + "]) { nn.dense(%x, %w) }", {x, w})[0];
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t n = 0; n < 2; ++n) {
+        double s = 0;
+        for (int64_t k = 0; k < 5; ++k) s += at(x, {i, k}) * at(w, {n, k});
+        if (dt == DType::Int8) s = static_cast<int8_t>(static_cast<int64_t>(s));
+        CHECK(getElement(y, i * 2 + n) == doctest::Approx(s).epsilon(dt == DType::Float16 ? 1e-2 : 1e-9).scale(1.0));
+      }
+    Tensor img = test::randomTensor(dt, {1, 2, 5, 5}, rng, lo, hi), k = test::randomTensor(dt, {3, 2, 3, 3}, rng, lo, hi);
+    Tensor c = run("def @main(%x: Tensor[(1, 2, 5, 5), " + t + "], %w: Tensor[(3, 2, 3, 3), " + t +
+                       "]) { nn.conv2d(%x, %w, padding=[1, 1]) }", {img, k})[0];
+    for (int64_t o = 0; o < 3; ++o)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t j = 0; j < 5; ++j) {
+          double s = 0;
+          for (int64_t ci = 0; ci < 2; ++ci)
+            for (int64_t a = 0; a < 3; ++a)
+              for (int64_t b = 0; b < 3; ++b) {
+                int64_t ih = i + a - 1, iw = j + b - 1;
+                if (ih >= 0 && ih < 5 && iw >= 0 && iw < 5) s += at(img, {0, ci, ih, iw}) * at(k, {o, ci, a, b});
+              }
+          if (dt == DType::Int8) s = static_cast<int8_t>(static_cast<int64_t>(s));
+          CHECK(getElement(c, (o * 5 + i) * 5 + j) == doctest::Approx(s).epsilon(dt == DType::Float16 ? 2e-2 : 1e-9).scale(1.0));
+        }
+    Tensor mp = run("def @main(%x: Tensor[(1, 2, 5, 5), " + t + "]) { nn.max_pool2d(%x, pool_size=[2, 2], strides=[2, 2]) }", {img})[0];
+    for (int64_t ch = 0; ch < 2; ++ch)
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t j = 0; j < 2; ++j) {
+          double m = -1e300;
+          for (int64_t a = 0; a < 2; ++a)
+            for (int64_t b = 0; b < 2; ++b) m = std::max(m, at(img, {0, ch, 2 * i + a, 2 * j + b}));
+          CHECK(getElement(mp, (ch * 2 + i) * 2 + j) == m);
+        }
+  }
+}

@@ -189,3 +189,35 @@ TEST_CASE("bad input to a kernel is a kiln::Error, not a crash") {
   CHECK_THROWS_WITH_AS(test::kernelFrom("def @main(%n: int32) { arange(0, %n, 1) }"),
                        "error: kernel k: operator 'arange' has no loop lowering yet", Error);
 }
+
+TEST_CASE("shape and data-movement kernels for every dtype") {
+  const DType all[] = {DType::Float16, DType::Float32, DType::Float64, DType::Int8, DType::Int16,
+                       DType::Int32,   DType::Int64,   DType::UInt8,   DType::Bool};
+  for (DType dt : all) {
+    CAPTURE(dtypeName(dt));
+    std::string t = std::string(dtypeName(dt));
+    Tensor x = iota(dt, {3, 4});
+    if (isBool(dt))
+      for (int64_t i = 0; i < 12; ++i) test::setElement(x, i, i % 3 == 0);
+    if (dt == DType::Int8 || dt == DType::UInt8)
+      for (int64_t i = 0; i < 12; ++i) test::setElement(x, i, static_cast<double>(i * 7 % 100));
+    Tensor idx = Tensor::empty(DType::Int32, {3, 4});
+    for (int64_t i = 0; i < 12; ++i) idx.data<int32_t>()[i] = static_cast<int32_t>(i * 5 % 11) - 3;
+    auto outs = run("def @main(%x: Tensor[(?, 4), " + t + "], %i: Tensor[(3, 4), int32]) {"
+                    " (concatenate((transpose(%x), reverse(reshape(%x, newshape=[4, 3]), axis=0)), axis=1),"
+                    "  strided_slice(%x, begin=[1, 3], end=[3, 0], strides=[1, -2]),"
+                    "  take(%x, %i, axis=1, mode=\"wrap\"), tile(expand_dims(%x, axis=0), reps=[2, 1, 1])) }",
+                    {x, idx});
+    CHECK(outs[0].shape() == Shape{4, 6});
+    expectAll(outs[0], [&](const std::vector<int64_t>& i) {
+      return i[1] < 3 ? at(x, {i[1], i[0]}) : getElement(x, (3 - i[0]) * 3 + (i[1] - 3));
+    });
+    CHECK(outs[1].shape() == Shape{2, 2});
+    expectAll(outs[1], [&](const std::vector<int64_t>& i) { return at(x, {1 + i[0], 3 - 2 * i[1]}); });
+    expectAll(outs[2], [&](const std::vector<int64_t>& i) {
+      int64_t v = idx.data<int32_t>()[i[1] * 4 + i[2]];
+      return at(x, {i[0], ((v % 4) + 4) % 4});
+    });
+    expectAll(outs[3], [&](const std::vector<int64_t>& i) { return at(x, {i[1], i[2]}); });
+  }
+}
