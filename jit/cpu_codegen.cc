@@ -130,12 +130,7 @@ class CpuCodegen {
     // The caller: the extent, an estimate of the work, and the call.
     unsigned n = static_cast<unsigned>(k_.buffers.size());
     llvm::Value* extent = emitExpr(s.extent);
-    llvm::Value* work = extent;
-    for (const loop::StmtNode* t = &s; t->body.size() == 1 && k_.stmt(t->body[0]).kind == StmtKind::For;) {
-      t = &k_.stmt(t->body[0]);
-      if (!closedExpr(t->extent)) break;
-      work = b_.CreateMul(work, emitExpr(t->extent));
-    }
+    llvm::Value* work = b_.CreateMul(extent, bodyWork(s.body));
     llvm::FunctionCallee pfor = m_->getOrInsertFunction(
         "kiln_parallel_for", llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), ptr, ptr, ptr}, false));
     llvm::Value* bufs = fn_->getArg(n + 1);
@@ -164,6 +159,27 @@ class CpuCodegen {
     cache_.swap(savedCache);
     scopes_.swap(savedScopes);
     b_.CreateCall(pfor, {extent, work, task, bufs, shapes});
+  }
+
+  // Elements touched by one iteration of a loop whose body is `body`: nested
+  // loops multiply, statements side by side add; an extent that depends on a loop
+  // variable counts as 1. Only decides whether a loop is worth the thread pool.
+  llvm::Value* bodyWork(const std::vector<loop::StmtId>& body) {
+    llvm::Value* total = b_.getInt64(0);
+    for (loop::StmtId id : body) {
+      const loop::StmtNode& t = k_.stmt(id);
+      llvm::Value* w = b_.getInt64(1);
+      if (t.kind == StmtKind::For) {
+        llvm::Value* inner = bodyWork(t.body);
+        w = closedExpr(t.extent) ? b_.CreateMul(emitExpr(t.extent), inner) : inner;
+      } else if (t.kind == StmtKind::Block || t.kind == StmtKind::If) {
+        w = bodyWork(t.body);
+      } else if (t.kind == StmtKind::Gemm) {
+        w = b_.getInt64(int64_t(1) << 20);
+      }
+      total = b_.CreateAdd(total, w);
+    }
+    return total;
   }
 
   // Whether an expression reads no loop variable and no memory (a shape product).
@@ -269,9 +285,11 @@ class CpuCodegen {
   }
 
   // for (var = 0; var < extent; ++var) body(); caches of values computed inside are dropped after.
-  // Vectorize: ask for vectorization; NoVectorize: forbid it (loops whose
+  // Vectorize: ask for vectorization, one vector per iteration; VectorizeReduction:
+  // also let LLVM interleave (several accumulators hide the add latency that a
+  // single one would serialize on); NoVectorize: forbid it (loops whose
   // vectorization would only cost compile time); Auto: leave it to LLVM.
-  enum class LoopHint { Vectorize, NoVectorize, Auto };
+  enum class LoopHint { Vectorize, VectorizeReduction, NoVectorize, Auto };
 
   template <class Body>
   void emitLoop(int32_t var, llvm::Value* extent, LoopHint hint, Body&& body, llvm::Value* begin = nullptr) {
@@ -293,7 +311,8 @@ class CpuCodegen {
     body();
     // A loop with loops inside (a reduction that could not be hoisted) is not an
     // innermost loop: forcing vectorization there would only fail.
-    if (loopsEmitted_ != loopsBefore && hint == LoopHint::Vectorize) hint = LoopHint::Auto;
+    if (loopsEmitted_ != loopsBefore && (hint == LoopHint::Vectorize || hint == LoopHint::VectorizeReduction))
+      hint = LoopHint::Auto;
     for (ExprId e : scopes_.back()) cache_[static_cast<size_t>(e)] = nullptr;
     scopes_.pop_back();
     varDepth_[static_cast<size_t>(var)] = -1;
@@ -302,7 +321,14 @@ class CpuCodegen {
     llvm::Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
     auto* back = b_.CreateBr(header);
     i->addIncoming(next, b_.GetInsertBlock());
-    if (hint != LoopHint::Auto) {
+    if (hint == LoopHint::VectorizeReduction) {
+      llvm::MDNode* enable = llvm::MDNode::get(
+          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())});
+      llvm::MDNode* progress = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
+      auto* loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, enable, progress});
+      loopID->replaceOperandWith(0, loopID);
+      back->setMetadata(llvm::LLVMContext::MD_loop, loopID);
+    } else if (hint != LoopHint::Auto) {
       llvm::MDNode* enable = llvm::MDNode::get(
           ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
                  llvm::ConstantAsMetadata::get(hint == LoopHint::Vectorize ? b_.getTrue() : b_.getFalse())});
@@ -682,7 +708,7 @@ class CpuCodegen {
     size_t at = static_cast<size_t>(n.c + level);
     llvm::Value* extent = emitExpr(k_.reduceExtents[at]);
     // Arg reductions carry a position through the loop: left scalar.
-    LoopHint hint = level + 1 == n.ival && !acc.index ? LoopHint::Vectorize : LoopHint::Auto;
+    LoopHint hint = level + 1 == n.ival && !acc.index ? LoopHint::VectorizeReduction : LoopHint::Auto;
     emitLoop(k_.reduceVars[at], extent, hint, [&] { emitReduceLevel(n, level + 1, acc, op, vt); });
   }
 
