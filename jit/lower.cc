@@ -1,10 +1,12 @@
 // FusedFunction -> LoopKernel by inlining compute rules.
 #include "jit/lower.h"
 
+#include <array>
 #include <map>
 
 #include "kiln/error.h"
 #include "ops/compute.h"
+#include "ops/shape_util.h"
 
 namespace kiln::jit {
 
@@ -269,14 +271,10 @@ class Lowering {
   // out[n, group's channels] = W[group] (Og x Cg*KH*KW) * col.
   loop::StmtId lowerConv2d(const FusedNode& n, int32_t value, int32_t x, int32_t w, int32_t target) {
     ops::AttrReader attrs(n.op->name, n.attrs);
-    auto pair = [&](const char* name) {
-      auto v = attrs.getIntList(name).value_or(std::vector<int64_t>{1, 1});
-      if (v.size() == 1) v.push_back(v[0]);
-      return v;
-    };
-    std::vector<int64_t> stride = pair("strides"), dil = pair("dilation");
-    auto p = attrs.getIntList("padding").value_or(std::vector<int64_t>{0, 0});
-    std::vector<int64_t> pad = p.size() == 1 ? std::vector<int64_t>{p[0], p[0]} : std::vector<int64_t>{p[0], p[1]};
+    ops::Window2d win = ops::windowAttrs(attrs);
+    const auto& stride = win.strides;
+    const auto& dil = win.dilation;
+    std::array<int64_t, 2> pad{win.pad[0], win.pad[1]};  // top and left: bottom/right only shape the output
     int64_t groups = attrs.getInt("groups", 1);
     int64_t kh = f_.typeOf(w).shape[2], kw = f_.typeOf(w).shape[3];
 

@@ -47,25 +47,6 @@ std::vector<TensorDesc> layerNormRule(const OpCall& call) {
   return {x};
 }
 
-// [p] -> all sides, [h, w] -> top=bottom=h, left=right=w, [t, l, b, r] as given.
-std::array<int64_t, 4> padding4(const OpCall& call) {
-  auto p = call.attrs.getIntList("padding").value_or(std::vector<int64_t>{0, 0});
-  for (int64_t v : p)
-    if (v < 0) call.attrs.fail("padding", "must not be negative");
-  if (p.size() == 1) return {p[0], p[0], p[0], p[0]};
-  if (p.size() == 2) return {p[0], p[1], p[0], p[1]};
-  if (p.size() == 4) return {p[0], p[1], p[2], p[3]};
-  call.attrs.fail("padding", "must have 1, 2 or 4 elements");
-}
-
-std::array<int64_t, 2> pair2(const OpCall& call, std::string_view name, int64_t dflt) {
-  auto v = call.attrs.getIntList(name).value_or(std::vector<int64_t>{dflt, dflt});
-  if (v.size() == 1) v.push_back(v[0]);
-  if (v.size() != 2) call.attrs.fail(name, "must have 1 or 2 elements");
-  if (v[0] < 1 || v[1] < 1) call.attrs.fail(name, "must be positive");
-  return {v[0], v[1]};
-}
-
 int64_t windowOut(const OpCall& call, int64_t in, int64_t padLo, int64_t padHi, int64_t window, int64_t stride,
                   int64_t dilation, bool ceilMode) {
   if (in == kAnyDim) return kAnyDim;
@@ -88,9 +69,10 @@ std::vector<TensorDesc> conv2dRule(const OpCall& call) {
   call.attrs.getChoice("data_layout", {"NCHW"});
   call.attrs.getChoice("kernel_layout", {"OIHW"});
   call.attrs.getChoice("out_layout", {"", "NCHW"});
-  auto strides = pair2(call, "strides", 1);
-  auto dilation = pair2(call, "dilation", 1);
-  auto pad = padding4(call);
+  Window2d win = windowAttrs(call.attrs);
+  auto& strides = win.strides;
+  auto& dilation = win.dilation;
+  auto& pad = win.pad;
   int64_t groups = call.attrs.getInt("groups", 1);
   if (groups < 1) call.attrs.fail("groups", "must be positive");
   int64_t o = w.shape[0], i = w.shape[1], kh = w.shape[2], kw = w.shape[3];
@@ -122,10 +104,11 @@ std::vector<TensorDesc> pool2dRule(const OpCall& call) {
   call.attrs.getChoice("out_layout", {"", "NCHW"});
   call.attrs.getBool("count_include_pad", false);
   if (!call.attrs.has("pool_size")) call.attrs.fail("pool_size", "is required");
-  auto pool = pair2(call, "pool_size", 1);
-  auto strides = pair2(call, "strides", 1);
-  auto dilation = pair2(call, "dilation", 1);
-  auto pad = padding4(call);
+  auto pool = pairAttr(call.attrs, "pool_size", 1);
+  Window2d win = windowAttrs(call.attrs);
+  auto& strides = win.strides;
+  auto& dilation = win.dilation;
+  auto& pad = win.pad;
   bool ceilMode = call.attrs.getBool("ceil_mode", false);
   return {TensorDesc{x.dtype,
                      {x.shape[0], x.shape[1],
@@ -205,29 +188,8 @@ int32_t layerNormCompute(const ComputeCall& c) {
 
 
 // conv2d and pooling: windows over (H, W); padded positions read nothing.
-struct Window {
-  std::array<int64_t, 2> strides, dilation;
-  std::array<int64_t, 4> pad;
-};
-
-Window windowAttrs(const ComputeCall& c) {
-  Window w;
-  auto pair = [&](const char* name) {
-    auto v = c.attrs.getIntList(name).value_or(std::vector<int64_t>{1, 1});
-    if (v.size() == 1) v.push_back(v[0]);
-    return std::array<int64_t, 2>{v[0], v[1]};
-  };
-  w.strides = pair("strides");
-  w.dilation = pair("dilation");
-  auto p = c.attrs.getIntList("padding").value_or(std::vector<int64_t>{0, 0});
-  if (p.size() == 1) w.pad = {p[0], p[0], p[0], p[0]};
-  else if (p.size() == 2) w.pad = {p[0], p[1], p[0], p[1]};
-  else w.pad = {p[0], p[1], p[2], p[3]};
-  return w;
-}
-
 // Input position along spatial axis `s` (0: H, 1: W) for output position `o` and window offset `k`.
-ExprId windowPos(const ComputeCall& c, const Window& w, int s, ExprId o, ExprId k) {
+ExprId windowPos(const ComputeCall& c, const Window2d& w, int s, ExprId o, ExprId k) {
   ExprId base = c.b.mul(o, c.b.intConst(w.strides[static_cast<size_t>(s)]));
   ExprId off = c.b.mul(k, c.b.intConst(w.dilation[static_cast<size_t>(s)]));
   return c.b.binary(BinaryOp::Sub, c.b.add(base, off), c.b.intConst(w.pad[static_cast<size_t>(s)]));
@@ -238,7 +200,7 @@ ExprId inside(const ComputeCall& c, ExprId pos, ExprId extent) {
 }
 
 int32_t conv2dCompute(const ComputeCall& c) {
-  Window w = windowAttrs(c);
+  Window2d w = windowAttrs(c.attrs);
   int64_t groups = c.attrs.getInt("groups", 1);
   DType t = c.output.dtype == DType::Float16 ? DType::Float32 : c.output.dtype;
   int32_t ci = c.b.newVar(), kh = c.b.newVar(), kw = c.b.newVar();
@@ -259,9 +221,8 @@ int32_t conv2dCompute(const ComputeCall& c) {
 
 template <bool Max>
 int32_t pool2dCompute(const ComputeCall& c) {
-  Window w = windowAttrs(c);
-  auto pool = c.attrs.getIntList("pool_size").value_or(std::vector<int64_t>{1, 1});
-  if (pool.size() == 1) pool.push_back(pool[0]);
+  Window2d w = windowAttrs(c.attrs);
+  auto pool = pairAttr(c.attrs, "pool_size", 1);
   int32_t ph = c.b.newVar(), pw = c.b.newVar();
   ExprId ih = windowPos(c, w, 0, c.index[2], c.b.var(ph));
   ExprId iw = windowPos(c, w, 1, c.index[3], c.b.var(pw));

@@ -64,6 +64,28 @@ std::string attrShape(const std::vector<int64_t>& v) {
   return out + "]";
 }
 
+std::array<int64_t, 2> pairAttr(const AttrReader& attrs, std::string_view name, int64_t dflt) {
+  auto v = attrs.getIntList(name).value_or(std::vector<int64_t>{dflt, dflt});
+  if (v.size() == 1) v.push_back(v[0]);
+  if (v.size() != 2) attrs.fail(name, "must have 1 or 2 elements");
+  if (v[0] < 1 || v[1] < 1) attrs.fail(name, "must be positive");
+  return {v[0], v[1]};
+}
+
+Window2d windowAttrs(const AttrReader& attrs) {
+  Window2d w;
+  w.strides = pairAttr(attrs, "strides", 1);
+  w.dilation = pairAttr(attrs, "dilation", 1);
+  auto p = attrs.getIntList("padding").value_or(std::vector<int64_t>{0, 0});
+  for (int64_t v : p)
+    if (v < 0) attrs.fail("padding", "must not be negative");
+  if (p.size() == 1) w.pad = {p[0], p[0], p[0], p[0]};
+  else if (p.size() == 2) w.pad = {p[0], p[1], p[0], p[1]};
+  else if (p.size() == 4) w.pad = {p[0], p[1], p[2], p[3]};
+  else attrs.fail("padding", "must have 1, 2 or 4 elements");
+  return w;
+}
+
 void requireDType(const OpCall& call, const TensorDesc& t, DTypeClass cls, std::string_view operand) {
   bool ok = true;
   const char* want = "";

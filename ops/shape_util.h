@@ -2,6 +2,7 @@
 // in the presence of `?`, and error text.
 #pragma once
 
+#include <array>
 #include <string>
 
 #include "ops/op.h"
@@ -31,6 +32,17 @@ int64_t numElements(const Shape& s);
 
 // An attribute list as written: [1, -1].
 std::string attrShape(const std::vector<int64_t>& v);
+
+// The spatial window attributes of conv2d and pooling, validated (OpError otherwise):
+// strides and dilation as [h, w] (one value applies to both), padding as
+// [top, left, bottom, right] from 1, 2 or 4 values.
+struct Window2d {
+  std::array<int64_t, 2> strides{1, 1}, dilation{1, 1};
+  std::array<int64_t, 4> pad{0, 0, 0, 0};
+};
+Window2d windowAttrs(const AttrReader& attrs);
+// A positive [h, w] pair attribute (pool_size, strides, dilation).
+std::array<int64_t, 2> pairAttr(const AttrReader& attrs, std::string_view name, int64_t dflt);
 
 // Requires `t` to be one of the dtype classes.
 enum class DTypeClass { Any, Float, Numeric, Int, Bool, IntOrBool };
