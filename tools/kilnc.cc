@@ -80,16 +80,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&](const char* flag) -> const std::string* {
-      if (i + 1 >= args.size()) return nullptr;
-      (void)flag;
-      return &args[++i];
-    };
+    auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
     if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
     } else if (a == "-o" || a == "--emit" || a == "--params" || a == "--device") {
-      const std::string* v = value(a.c_str());
+      const std::string* v = value();
       if (!v) return fail(2, "error: " + a + " needs a value");
       if (a == "-o") out = *v;
       else if (a == "--emit") emit = *v;

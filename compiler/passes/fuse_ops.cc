@@ -30,6 +30,7 @@ class Grouping {
  public:
   void run(const Expr* body, bool fuse) {
     countUses(body);
+    addVariableUses();
     collect(body, 0);
     if (fuse)
       for (const Call* c : calls_) fuseInto(c);
@@ -104,16 +105,17 @@ class Grouping {
     }
   }
 
+  // Direct uses plus uses through the variables bound to the call (counted once, in run()).
   int usesOf(const Call* c) const {
-    int n = 0;
     auto it = uses_.find(c);
-    if (it != uses_.end()) n += it->second;
-    for (const auto& [v, call] : varCall_)
-      if (call == c) {
-        auto vu = varUses_.find(v);
-        if (vu != varUses_.end()) n += vu->second;
-      }
-    return n;
+    return it == uses_.end() ? 0 : it->second;
+  }
+
+  void addVariableUses() {
+    for (const auto& [v, call] : varCall_) {
+      auto vu = varUses_.find(v);
+      if (vu != varUses_.end()) uses_[call] += vu->second;
+    }
   }
 
   // Post-order over one region; branches and closures are regions of their own.

@@ -309,7 +309,6 @@ class Inferer {
       case ExprKind::Op: return inferOpCall(c);
       case ExprKind::GlobalVar: {
         const Type* ft = globalRef(static_cast<const GlobalVar*>(c->callee), {c, 1});
-        record(c->callee, ft);
         return applyFunction(c, ft, [c] { return "@" + std::string(static_cast<const GlobalVar*>(c->callee)->name); });
       }
       case ExprKind::Ctor: {
