@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "compiler/frontend.h"
+#include "compiler/pipeline.h"
+#include "kiln/npy.h"
+#include "tools/tool_util.h"
 #include "compiler/ir/printer.h"
 #include "compiler/passes/fuse_ops.h"
 #include "compiler/passes/to_fused_function.h"
@@ -26,10 +29,17 @@ void usage(std::FILE* out) {
                "  --emit ir        print the program after type inference\n"
                "  --emit parsed    print the program as parsed, before type inference\n"
                "  --emit fused     print the program after operator fusion\n"
+               "  --emit anf       print the program in A-normal form (explicit evaluation order)\n"
+               "  --emit lifted    print the program after lambda lifting (closure conversion)\n"
+               "  --emit bytecode  print each function's bytecode and the kernel table\n"
+               "  --emit memory    print each function's allocations, shape functions and releases\n"
                "  --emit kernels   list each fused kernel: input shapes (? for dynamic), call sites\n"
                "  --emit loops     print each kernel's loop-level form\n"
                "  --emit llvm      print each kernel's optimized LLVM IR\n"
-               "  --no-prelude     do not add the prelude's definitions\n");
+               "  --no-prelude     do not add the prelude's definitions\n"
+               "  -o OUT           write the executable (for vmrun and the C++ API)\n"
+               "  --params F.npz   bind @main's parameters of those names to the arrays as constants\n"
+               "  --device LIST    devices, the first the default (cpu; cuda arrives with the CUDA backend)\n");
 }
 
 int fail(int code, const std::string& msg) {
@@ -75,7 +85,7 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string program, out, emit;
+  std::string program, out, emit, paramsFile, devices = "cpu";
   bool prelude = true;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
@@ -89,7 +99,8 @@ int main(int argc, char** argv) {
       if (!v) return fail(2, "error: " + a + " needs a value");
       if (a == "-o") out = *v;
       else if (a == "--emit") emit = *v;
-      else return fail(2, "error: " + a + " is not supported yet by this build of kilnc");
+      else if (a == "--params") paramsFile = *v;
+      else devices = *v;
     } else if (a == "--no-prelude") {
       prelude = false;
     } else if (!a.empty() && a[0] == '-') {
@@ -105,31 +116,45 @@ int main(int argc, char** argv) {
     usage(stderr);
     return fail(2, "error: no program given");
   }
-  const std::vector<std::string> emits = {"ir", "parsed", "fused", "kernels", "loops", "llvm"};
+  const std::vector<std::string> emits = {"ir", "parsed", "fused", "anf", "lifted", "bytecode", "memory", "kernels", "loops", "llvm"};
+  if (emit == "devices" || emit == "ptx")
+    return fail(2, "error: --emit " + emit + " arrives with device placement and the CUDA backend; not in this build");
   if (!emit.empty() && std::find(emits.begin(), emits.end(), emit) == emits.end())
-    return fail(2, "error: --emit " + emit + " is not available (available: ir, parsed, fused, kernels, loops, llvm)");
+    return fail(2, "error: --emit " + emit + " is not available (available: ir, parsed, fused, anf, lifted, bytecode, memory, kernels, loops, llvm)");
   if (emit.empty() && out.empty()) return fail(2, "error: nothing to do: give -o OUT or --emit WHAT");
-  if (!out.empty()) return fail(2, "error: writing executables (-o) is not available yet in this build");
 
   try {
+    kiln::tools::checkDevices(devices);
+    kiln::CompileOptions copts;
+    copts.prelude = prelude;
+    if (!paramsFile.empty()) copts.params = kiln::readNpz(paramsFile);
     std::string source = kiln::compiler::readSourceFile(program);
-    kiln::compiler::FrontendOptions opts;
-    opts.prelude = prelude;
-    opts.typeCheck = emit != "parsed";
-    auto module = kiln::compiler::loadProgram(source, program, opts);
-    std::string text = kiln::compiler::onCompilerStack([&] {
-      if (emit == "ir" || emit == "parsed") {
-        kiln::ir::PrintOptions popts;
-        popts.showTypes = emit == "ir";
-        return kiln::ir::printModule(*module, popts);
-      }
-      auto fused = kiln::compiler::fuseOps(*module);
+    if (emit == "parsed") {
+      kiln::compiler::FrontendOptions opts;
+      opts.prelude = prelude;
+      opts.typeCheck = false;
+      auto module = kiln::compiler::loadProgram(source, program, opts);
+      std::string text = kiln::compiler::onCompilerStack([&] { return kiln::ir::printModule(*module, {}); });
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      return 0;
+    }
+    kiln::compiler::Stages stages = kiln::compiler::runPasses(source, program, copts);
+    std::shared_ptr<kiln::Executable> exe;
+    if (!out.empty() || emit == "bytecode" || emit == "memory") exe = kiln::compiler::emit(stages, copts);
+    std::string text = kiln::compiler::onCompilerStack([&]() -> std::string {
       kiln::ir::PrintOptions typed;
       typed.showTypes = true;
-      if (emit == "fused") return kiln::ir::printModule(*fused, typed);
-      return describeKernels(*fused, emit);
+      if (emit == "ir") return kiln::ir::printModule(*stages.typed, typed);
+      if (emit == "fused") return kiln::ir::printModule(*stages.fused, typed);
+      if (emit == "anf") return kiln::ir::printModule(*stages.anf, typed);
+      if (emit == "lifted") return kiln::ir::printModule(*stages.lifted, typed);
+      if (emit == "bytecode") return exe->disassemble();
+      if (emit == "memory") return kiln::tools::memoryListing(*exe);
+      if (emit.empty()) return "";
+      return describeKernels(*stages.fused, emit);
     });
     std::fwrite(text.data(), 1, text.size(), stdout);
+    if (!out.empty()) exe->save(out);
     return 0;
   } catch (const kiln::Error& e) {
     return fail(2, e.what());

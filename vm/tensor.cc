@@ -61,6 +61,45 @@ Tensor Tensor::empty(DType dtype, std::span<const int64_t> shape, Device device)
   return t;
 }
 
+Tensor Tensor::view(DType dtype, std::span<const int64_t> shape, std::shared_ptr<void> owner, Device device) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error("negative dimension in shape " + shapeString(shape));
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_.assign(shape.begin(), shape.end());
+  t.device_ = device;
+  t.buffer_ = std::move(owner);
+  return t;
+}
+
+void writeScalar(void* p, DType dtype, int64_t i, double f) {
+  switch (dtype) {
+    case DType::Float16: *static_cast<uint16_t*>(p) = floatToHalf(static_cast<float>(f)); break;
+    case DType::Float32: *static_cast<float*>(p) = static_cast<float>(f); break;
+    case DType::Float64: *static_cast<double*>(p) = f; break;
+    case DType::Int8: *static_cast<int8_t*>(p) = static_cast<int8_t>(i); break;
+    case DType::Int16: *static_cast<int16_t*>(p) = static_cast<int16_t>(i); break;
+    case DType::Int32: *static_cast<int32_t*>(p) = static_cast<int32_t>(i); break;
+    case DType::Int64: *static_cast<int64_t*>(p) = i; break;
+    case DType::UInt8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(i); break;
+    case DType::Bool: *static_cast<uint8_t*>(p) = i != 0; break;
+  }
+}
+
+void readScalar(const void* p, DType dtype, int64_t& i, double& f) {
+  switch (dtype) {
+    case DType::Float16: f = halfToFloat(*static_cast<const uint16_t*>(p)); break;
+    case DType::Float32: f = *static_cast<const float*>(p); break;
+    case DType::Float64: f = *static_cast<const double*>(p); break;
+    case DType::Int8: i = *static_cast<const int8_t*>(p); break;
+    case DType::Int16: i = *static_cast<const int16_t*>(p); break;
+    case DType::Int32: i = *static_cast<const int32_t*>(p); break;
+    case DType::Int64: i = *static_cast<const int64_t*>(p); break;
+    case DType::UInt8: i = *static_cast<const uint8_t*>(p); break;
+    case DType::Bool: i = *static_cast<const uint8_t*>(p) != 0; break;
+  }
+}
+
 Tensor Tensor::reshaped(std::span<const int64_t> shape) const {
   if (numElements(shape) != numel())
     throw Error("cannot view a tensor of shape " + shapeString(shape_) + " as " + shapeString(shape));

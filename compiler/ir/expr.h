@@ -123,6 +123,9 @@ struct Function : Expr {
   const Type* resultAnnotation = nullptr;
   const Expr* body;
   bool primitive = false;  // a fused kernel (made by the fusion pass): only operators on tensors
+  // Made by lambda lifting: the body of a global `def @g(captured...) { closure fn }`.
+  // `@g(captured...)` builds the closure; `@g(captured..., args...)` calls it directly.
+  bool closure = false;
 };
 
 struct Tuple : Expr {

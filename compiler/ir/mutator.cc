@@ -76,6 +76,7 @@ const Expr* ExprMutator::visit(const Expr* e) {
       if (body == f->body) return e;
       Function* n = b_.function(f->typeParams, f->params, f->resultAnnotation, body, f->loc);
       n->primitive = f->primitive;
+      n->closure = f->closure;
       return typed(n, f);
     }
     case ExprKind::Tuple: {

@@ -266,7 +266,8 @@ class Printer {
       }
       case ExprKind::Function:
         // Primitive (fused) functions are marked as TVM's printer marks them.
-        out_ += static_cast<const Function*>(e)->primitive ? "/* primitive */ fn " : "fn ";
+        out_ += static_cast<const Function*>(e)->primitive ? "/* primitive */ fn "
+                : static_cast<const Function*>(e)->closure ? "/* closure */ fn " : "fn ";
         function(static_cast<const Function*>(e));
         return;
       case ExprKind::Tuple: {

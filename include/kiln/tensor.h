@@ -65,6 +65,10 @@ class Tensor {
     return static_cast<T*>(buffer_.get());
   }
 
+  // A tensor over memory someone else owns: `owner` keeps it alive. The memory must
+  // be 64-byte aligned with at least max(64, nbytes) bytes readable.
+  static Tensor view(DType dtype, std::span<const int64_t> shape, std::shared_ptr<void> owner, Device device = {});
+
   // The same data seen with another shape of equal element count (zero-copy).
   Tensor reshaped(std::span<const int64_t> shape) const;
 
@@ -77,5 +81,10 @@ class Tensor {
   Device device_;
   std::shared_ptr<void> buffer_;
 };
+
+// One element of a dtype, read or written as int64 (integers, bools) or double (floats).
+void writeScalar(void* p, DType dtype, int64_t i, double f);
+// Sets `i` for integer and bool dtypes, `f` for float dtypes.
+void readScalar(const void* p, DType dtype, int64_t& i, double& f);
 
 }  // namespace kiln

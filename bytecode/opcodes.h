@@ -1,0 +1,75 @@
+// The instruction set as data: the Opcode enum and a table of each opcode's
+// mnemonic, operand layout and meaning, all generated from bytecode/opcodes.def.
+//
+// Encoding: a function's code is a vector of 32-bit words. An instruction is its
+// opcode word followed by its operand words, laid out as the table's operand string
+// says (see opcodes.def). InstructionView decodes one instruction generically —
+// the verifier, the disassembler and the emitter's self-check use it — while the
+// VM's handlers read operands directly in the same order.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kiln::bytecode {
+
+enum class Opcode : uint32_t {
+#define KILN_OPCODE(name, mnemonic, operands, meaning) name,
+#include "bytecode/opcodes.def"
+#undef KILN_OPCODE
+};
+
+inline constexpr uint32_t kNumOpcodes = 0
+#define KILN_OPCODE(name, mnemonic, operands, meaning) +1
+#include "bytecode/opcodes.def"
+#undef KILN_OPCODE
+    ;
+
+struct OpcodeInfo {
+  std::string_view mnemonic;
+  std::string_view operands;  // operand kind letters, see opcodes.def
+  std::string_view meaning;
+};
+
+inline constexpr OpcodeInfo kOpcodeInfo[] = {
+#define KILN_OPCODE(name, mnemonic, operands, meaning) {mnemonic, operands, meaning},
+#include "bytecode/opcodes.def"
+#undef KILN_OPCODE
+};
+
+inline const OpcodeInfo& info(Opcode op) { return kOpcodeInfo[static_cast<uint32_t>(op)]; }
+
+// Instructions after which control never falls through to the next word.
+inline bool isTerminator(Opcode op) {
+  return op == Opcode::Ret || op == Opcode::TailCall || op == Opcode::TailCallClosure || op == Opcode::Goto ||
+         op == Opcode::Fatal;
+}
+
+// One decoded operand: its kind letter and either a single word (`value`, with
+// `value64` for W) or, for L, the list of registers.
+struct Operand {
+  char kind = 0;
+  uint32_t value = 0;
+  uint64_t value64 = 0;
+  std::span<const uint32_t> list;
+};
+
+// A decoded instruction. decode() returns nullopt when the words at `pc` are not a
+// whole instruction (unknown opcode, or operands past the end of the code).
+struct InstructionView {
+  Opcode op;
+  uint32_t pc;       // word offset of the opcode
+  uint32_t length;   // in words
+  Operand operands[6];
+  uint32_t numOperands = 0;
+
+  static std::optional<InstructionView> decode(std::span<const uint32_t> code, uint32_t pc);
+};
+
+// Device operands: kind (0 cpu, 1 cuda) << 16 | index.
+inline uint32_t encodeDevice(uint32_t kind, uint32_t index) { return kind << 16 | index; }
+
+}  // namespace kiln::bytecode

@@ -1,0 +1,143 @@
+// The loader's verifier: every instruction of every function is checked before
+// anything runs, so the interpreter may trust operand bounds.
+//
+// Checked: opcodes; that operands lie inside the code; register indexes against the
+// frame size; jump targets land on instruction starts; indexes into functions,
+// kernels, constants, strings and constructors; call, kernel and constructor
+// arities; that control never runs off the end of a function. Value kinds in
+// registers (a tensor where a tuple is expected) are checked by the VM when used.
+#include "bytecode/verifier.h"
+
+#include <string>
+#include <vector>
+
+#include "bytecode/opcodes.h"
+#include "jit/fused_function.h"
+#include "kiln/error.h"
+
+namespace kiln::bytecode {
+
+namespace {
+
+[[noreturn]] void fail(const BytecodeFunction& f, uint32_t pc, const std::string& what) {
+  throw Error("invalid executable: function '" + f.name + "' at " + std::to_string(pc) + ": " + what);
+}
+
+void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
+  if (f.numParams > f.frameSize) fail(f, 0, "more parameters than registers");
+  if (f.frameSize > (1u << 20)) fail(f, 0, "frame too large");
+  if (f.paramNames.size() != f.numParams || f.paramTypes.size() != f.numParams)
+    fail(f, 0, "parameter names or types do not match the parameter count");
+  if (f.code.empty()) fail(f, 0, "empty function");
+  std::vector<InstructionView> insns;
+  std::vector<bool> starts(f.code.size() + 1, false);
+  for (uint32_t pc = 0; pc < f.code.size();) {
+    auto v = InstructionView::decode(f.code, pc);
+    if (!v) fail(f, pc, f.code[pc] >= kNumOpcodes ? "unknown opcode " + std::to_string(f.code[pc]) : "truncated instruction");
+    starts[pc] = true;
+    insns.push_back(*v);
+    pc += v->length;
+  }
+  if (!isTerminator(insns.back().op)) fail(f, insns.back().pc, "control runs off the end of the function");
+
+  auto reg = [&](const InstructionView& in, uint32_t r) {
+    if (r >= f.frameSize) fail(f, in.pc, "register " + std::to_string(r) + " is outside the frame of " + std::to_string(f.frameSize));
+  };
+  for (const InstructionView& in : insns) {
+    for (uint32_t k = 0; k < in.numOperands; ++k) {
+      const Operand& o = in.operands[k];
+      switch (o.kind) {
+        case 'D':
+        case 'R': reg(in, o.value); break;
+        case 'L':
+          for (uint32_t r : o.list) reg(in, r);
+          break;
+        case 'F':
+          if (o.value >= exe.functions.size()) fail(f, in.pc, "function index out of range");
+          break;
+        case 'K':
+          if (o.value >= exe.kernels.size()) fail(f, in.pc, "kernel index out of range");
+          break;
+        case 'C':
+          if (o.value >= exe.constants.size()) fail(f, in.pc, "constant index out of range");
+          break;
+        case 'S':
+          if (o.value >= exe.strings.size()) fail(f, in.pc, "string index out of range");
+          break;
+        case 'A':
+          if (o.value >= exe.constructors.size()) fail(f, in.pc, "constructor id out of range");
+          break;
+        case 'J':
+          if (o.value >= f.code.size() || !starts[o.value]) fail(f, in.pc, "jump target is not an instruction");
+          break;
+        case 'T':
+          if (o.value >= static_cast<uint32_t>(kNumDTypes)) fail(f, in.pc, "bad dtype");
+          break;
+        case 'V':
+          if ((o.value >> 16) > 1) fail(f, in.pc, "bad device");
+          break;
+        default: break;
+      }
+    }
+    const Operand* ops = in.operands;
+    auto kernelArity = [&](uint32_t k, size_t ins, size_t outs, const char* what) {
+      const auto& fn = *exe.kernels[k].function;
+      if (ins != fn.params.size() || outs != fn.outputs.size())
+        fail(f, in.pc, std::string(what) + " passes " + std::to_string(ins) + " inputs and " + std::to_string(outs) +
+                           " outputs to kernel '" + fn.name + "', which has " + std::to_string(fn.params.size()) +
+                           " and " + std::to_string(fn.outputs.size()));
+    };
+    switch (in.op) {
+      case Opcode::Invoke:
+      case Opcode::TailCall: {
+        uint32_t fi = ops[in.op == Opcode::Invoke ? 1 : 0].value;
+        uint32_t n = ops[in.op == Opcode::Invoke ? 2 : 1].value;
+        if (n != exe.functions[fi].numParams)
+          fail(f, in.pc, "calls '" + exe.functions[fi].name + "' with " + std::to_string(n) + " arguments, not " +
+                             std::to_string(exe.functions[fi].numParams));
+        break;
+      }
+      case Opcode::AllocClosure:
+        if (ops[2].value > exe.functions[ops[1].value].numParams) fail(f, in.pc, "closure captures more values than its function has parameters");
+        break;
+      case Opcode::AllocAdt:
+        if (ops[2].value != exe.constructors[ops[1].value].arity) fail(f, in.pc, "wrong number of constructor fields");
+        break;
+      case Opcode::BranchIfNotCtor: break;
+      case Opcode::InvokeKernel:
+      case Opcode::ShapeFunc:
+        if (exe.kernels[ops[0].value].kind == KernelKind::Dynamic && in.op == Opcode::InvokeKernel)
+          fail(f, in.pc, "invoke_kernel of a data-dependent kernel");
+        kernelArity(ops[0].value, ops[1].value, ops[2].value, info(in.op).mnemonic.data());
+        break;
+      case Opcode::InvokeScalar:
+        if (exe.kernels[ops[0].value].kind != KernelKind::Scalar) fail(f, in.pc, "invoke_scalar of a kernel that is not scalar");
+        kernelArity(ops[0].value, ops[1].value, ops[2].value, "invoke_scalar");
+        break;
+      case Opcode::InvokeDynamic:
+        if (exe.kernels[ops[0].value].kind != KernelKind::Dynamic) fail(f, in.pc, "invoke_dynamic of a kernel that is not data-dependent");
+        kernelArity(ops[0].value, ops[1].value, ops[2].value, "invoke_dynamic");
+        break;
+      case Opcode::AllocStorage:
+        if (ops[2].value == 0 || (ops[2].value & (ops[2].value - 1)) || ops[2].value > 4096) fail(f, in.pc, "bad alignment");
+        if (ops[1].value64 > (uint64_t(1) << 48)) fail(f, in.pc, "storage size out of range");
+        break;
+      case Opcode::AllocTensor:
+        if (exe.constants[ops[3].value].rank() != 1 || exe.constants[ops[3].value].dtype() != DType::Int64)
+          fail(f, in.pc, "alloc_tensor shape constant is not an int64 vector");
+        break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+void verify(const Executable& exe) {
+  for (const auto& c : exe.constructors)
+    if (c.arity > (1u << 16)) throw Error("invalid executable: constructor '" + c.name + "' has too many fields");
+  for (const auto& k : exe.kernels) k.function->verify();
+  for (const auto& f : exe.functions) verifyFunction(exe, f);
+}
+
+}  // namespace kiln::bytecode

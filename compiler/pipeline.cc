@@ -1,0 +1,46 @@
+// The pipeline: front end, fusion, ANF, lambda lifting, bytecode.
+#include "compiler/pipeline.h"
+
+#include "compiler/codegen/bytecode_emitter.h"
+#include "compiler/frontend.h"
+#include "compiler/passes/fuse_ops.h"
+#include "compiler/passes/lambda_lift.h"
+#include "compiler/passes/to_anf.h"
+
+namespace kiln::compiler {
+
+Stages runPasses(std::string_view source, const std::string& file, const CompileOptions& options) {
+  return onCompilerStack([&] {
+    Stages s;
+    FrontendOptions fo;
+    fo.prelude = options.prelude;
+    s.typed = loadProgram(source, file, fo);
+    s.fused = fuseOps(*s.typed, FuseOptions{options.fuse});
+    s.anf = toANF(*s.fused);
+    s.lifted = lambdaLift(*s.anf);
+    return s;
+  });
+}
+
+std::shared_ptr<Executable> emit(const Stages& s, const CompileOptions& options) {
+  return onCompilerStack([&] {
+    EmitOptions eo;
+    eo.params = options.params;
+    return emitBytecode(*s.lifted, eo);
+  });
+}
+
+}  // namespace kiln::compiler
+
+namespace kiln {
+
+std::shared_ptr<Executable> compile(std::string_view source, const std::string& file, const CompileOptions& options) {
+  compiler::Stages s = compiler::runPasses(source, file, options);
+  return compiler::emit(s, options);
+}
+
+std::shared_ptr<Executable> compileFile(const std::string& path, const CompileOptions& options) {
+  return compile(compiler::readSourceFile(path), path, options);
+}
+
+}  // namespace kiln

@@ -1,0 +1,21 @@
+// The compiler pipeline as stages, for kilnc's --emit and for compile().
+#pragma once
+
+#include <memory>
+
+#include "compiler/ir/module.h"
+#include "kiln/compile.h"
+
+namespace kiln::compiler {
+
+struct Stages {
+  std::unique_ptr<ir::Module> typed, fused, anf, lifted;
+};
+
+// Runs the front end and the IR passes up to lambda lifting (on the compiler stack).
+Stages runPasses(std::string_view source, const std::string& file, const CompileOptions& options);
+
+// Emits bytecode for the lifted module.
+std::shared_ptr<Executable> emit(const Stages& s, const CompileOptions& options);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,30 @@
+// Compiling programs: Relay text to an Executable, in memory.
+//
+// The pipeline (each stage printable with `kilnc --emit`): parse and type-check,
+// fuse operators into kernels, A-normal form, lambda lifting, bytecode emission.
+// Errors in the program are kiln::Errors carrying file:line:col. Safe to call from
+// many threads at once.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kiln/executable.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+struct CompileOptions {
+  // `main`'s parameters bound as constants (weights), by name without `%`.
+  std::map<std::string, Tensor> params;
+  bool fuse = true;     // false: one kernel per operator
+  bool prelude = true;  // the standard prelude (List, map, foldl, ...)
+};
+
+std::shared_ptr<Executable> compile(std::string_view source, const std::string& file = "<input>",
+                                    const CompileOptions& options = {});
+std::shared_ptr<Executable> compileFile(const std::string& path, const CompileOptions& options = {});
+
+}  // namespace kiln

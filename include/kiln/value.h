@@ -1,0 +1,166 @@
+// Values: what VM registers hold and what programs take and return.
+//
+// Representation: a Value is 16 bytes — an 8-byte payload, a kind and a dtype.
+//   - Scalar: a 0-d host tensor held in the payload itself (int64 for integer and
+//     bool dtypes, double for float dtypes). Loop counters, conditions and other
+//     control-flow scalars live here, so a loop step allocates nothing.
+//   - Object: a pointer to a reference-counted heap object: a Tensor, an ADT value
+//     (constructor id and fields; tuples are ADT values with kTupleCtor), a closure
+//     (function index and captured values), or a storage block (raw memory that
+//     tensors are placed in).
+//   - Empty: a register that holds nothing (never written, or released).
+// Copying a Value adds a reference; the count is atomic, so values (and the
+// constants of a shared Executable) may be copied and dropped on any thread.
+// Objects are immutable once built, except storage, whose bytes kernels write.
+//
+// Constructor ids index the constructor table of the executable that built the
+// value (Executable::constructorName); keep the executable alive while reading them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+inline constexpr uint32_t kTupleCtor = 0xFFFFFFFFu;
+
+enum class ObjectKind : uint8_t { Tensor, Adt, Closure, Storage };
+
+struct Object {
+  std::atomic<uint32_t> refs{1};
+  ObjectKind kind;
+  explicit Object(ObjectKind k) : kind(k) {}
+};
+
+class Value;
+
+struct TensorObject : Object {
+  Tensor tensor;
+  explicit TensorObject(Tensor t) : Object(ObjectKind::Tensor), tensor(std::move(t)) {}
+};
+
+// ADT values and tuples: fields are stored inline after the header.
+struct AdtObject : Object {
+  uint32_t ctor;
+  uint32_t size;
+  Value* fields();
+  const Value* fields() const;
+  AdtObject(uint32_t c, uint32_t n) : Object(ObjectKind::Adt), ctor(c), size(n) {}
+};
+
+struct ClosureObject : Object {
+  uint32_t function;
+  uint32_t size;  // captured values, stored inline after the header
+  Value* captured();
+  const Value* captured() const;
+  ClosureObject(uint32_t f, uint32_t n) : Object(ObjectKind::Closure), function(f), size(n) {}
+};
+
+struct StorageObject : Object {
+  std::shared_ptr<void> buffer;
+  size_t bytes;
+  Device device;
+  StorageObject(std::shared_ptr<void> b, size_t n, Device d)
+      : Object(ObjectKind::Storage), buffer(std::move(b)), bytes(n), device(d) {}
+};
+
+class Value {
+ public:
+  enum class Kind : uint8_t { Empty, Scalar, Object };
+
+  Value() { bits_.i = 0; }
+  Value(const Value& o) : bits_(o.bits_), kind_(o.kind_), dtype_(o.dtype_) { retain(); }
+  Value(Value&& o) noexcept : bits_(o.bits_), kind_(o.kind_), dtype_(o.dtype_) { o.kind_ = Kind::Empty; }
+  Value& operator=(const Value& o) {
+    if (this != &o) {
+      o.retain();
+      release();
+      bits_ = o.bits_, kind_ = o.kind_, dtype_ = o.dtype_;
+    }
+    return *this;
+  }
+  Value& operator=(Value&& o) noexcept {
+    if (this != &o) {
+      release();
+      bits_ = o.bits_, kind_ = o.kind_, dtype_ = o.dtype_;
+      o.kind_ = Kind::Empty;
+    }
+    return *this;
+  }
+  ~Value() { release(); }
+
+  // A tensor (shares its buffer).
+  Value(Tensor t);  // NOLINT: a tensor is a value
+  static Value intScalar(DType dtype, int64_t v);
+  static Value floatScalar(DType dtype, double v);
+  static Value tuple(std::vector<Value> fields);
+  static Value adt(uint32_t ctor, std::vector<Value> fields);
+  static Value closure(uint32_t function, std::span<const Value> captured);
+  static Value storage(std::shared_ptr<void> buffer, size_t bytes, Device device);
+
+  Kind kind() const { return kind_; }
+  bool empty() const { return kind_ == Kind::Empty; }
+  bool isScalar() const { return kind_ == Kind::Scalar; }
+  bool isObject(ObjectKind k) const { return kind_ == Kind::Object && bits_.o->kind == k; }
+  // A tensor of any rank, including a register scalar.
+  bool isTensor() const { return isScalar() || isObject(ObjectKind::Tensor); }
+  bool isAdt() const { return isObject(ObjectKind::Adt) && asAdt()->ctor != kTupleCtor; }
+  bool isTuple() const { return isObject(ObjectKind::Adt) && asAdt()->ctor == kTupleCtor; }
+  bool isClosure() const { return isObject(ObjectKind::Closure); }
+
+  // Register scalars.
+  DType dtype() const { return dtype_; }
+  int64_t intValue() const { return bits_.i; }
+  double floatValue() const { return bits_.f; }
+  // The scalar as a boolean condition (nonzero).
+  bool truthy() const { return isFloat(dtype_) ? bits_.f != 0 : bits_.i != 0; }
+
+  // The tensor (a register scalar becomes a fresh 0-d tensor). Throws if not a tensor.
+  Tensor tensor() const;
+  // Tuple and ADT fields; closures' captured values. Throws for other kinds.
+  std::span<const Value> fields() const;
+  uint32_t ctor() const;  // kTupleCtor for tuples
+
+  Object* object() const { return kind_ == Kind::Object ? bits_.o : nullptr; }
+  const AdtObject* asAdt() const { return static_cast<const AdtObject*>(bits_.o); }
+  const ClosureObject* asClosure() const { return static_cast<const ClosureObject*>(bits_.o); }
+  const TensorObject* asTensorObject() const { return static_cast<const TensorObject*>(bits_.o); }
+  const StorageObject* asStorage() const { return static_cast<const StorageObject*>(bits_.o); }
+
+  // Structural description, for messages: "tensor 2x3xf32", "tuple of 2", "closure".
+  std::string describe() const;
+
+ private:
+  explicit Value(Object* o) : kind_(Kind::Object) { bits_.o = o; }
+  void retain() const {
+    if (kind_ == Kind::Object) bits_.o->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  void release() {
+    if (kind_ == Kind::Object && bits_.o->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(bits_.o);
+    kind_ = Kind::Empty;
+  }
+  static void destroy(Object* o);
+
+  union {
+    int64_t i;
+    double f;
+    Object* o;
+  } bits_;
+  Kind kind_ = Kind::Empty;
+  DType dtype_ = DType::Int32;
+};
+
+static_assert(sizeof(Value) == 16, "a register is 16 bytes");
+
+inline Value* AdtObject::fields() { return reinterpret_cast<Value*>(this + 1); }
+inline const Value* AdtObject::fields() const { return reinterpret_cast<const Value*>(this + 1); }
+inline Value* ClosureObject::captured() { return reinterpret_cast<Value*>(this + 1); }
+inline const Value* ClosureObject::captured() const { return reinterpret_cast<const Value*>(this + 1); }
+
+}  // namespace kiln

@@ -1,0 +1,109 @@
+// VirtualMachine: runs an Executable's bytecode.
+//
+// State: a growable register stack (each frame a window of 16-byte Values) and a
+// frame stack (function, return pc, base, destination register). Frames live on
+// the heap, so recursion depth is bounded by `maxCallDepth`, not the C++ stack;
+// calls in tail position reuse their frame, so tail-recursive loops run in
+// constant space. Kernels run through the executable's shared kernel table.
+//
+// Threads: a VM is used by one thread at a time; give each thread its own VM over
+// one shared Executable. invoke() leaves the VM reusable after an error.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/executable.h"
+#include "kiln/value.h"
+
+namespace kiln {
+
+namespace vm {
+class ScalarKernel;
+class TensorMemory;
+}  // namespace vm
+
+struct VMOptions {
+  // Frames deeper than this fail with "recursion too deep" (a kiln::Error).
+  size_t maxCallDepth = 1'000'000;
+};
+
+// Per-kernel run-time figures, collected when profiling is on.
+struct KernelProfile {
+  uint64_t calls = 0;
+  uint64_t totalNanos = 0;
+};
+
+// One span of a Chrome trace: a kernel call or a top-level invocation.
+struct TraceEvent {
+  std::string name;
+  uint64_t startNanos = 0;  // since the VM was created
+  uint64_t durationNanos = 0;
+};
+
+// Memory the VM allocated for tensors (all devices), for --stats.
+struct VMMemoryStats {
+  uint64_t allocations = 0;
+  uint64_t bytesAllocated = 0;
+  int64_t liveBytes = 0;
+  int64_t peakBytes = 0;
+};
+
+class VirtualMachine {
+ public:
+  explicit VirtualMachine(std::shared_ptr<const Executable> exe, VMOptions options = {});
+  ~VirtualMachine();
+  VirtualMachine(const VirtualMachine&) = delete;
+  VirtualMachine& operator=(const VirtualMachine&) = delete;
+
+  // Calls a function by name. Arguments are checked against its parameter types
+  // (count, dtype, rank, static dimensions); errors name the parameter.
+  Value invoke(std::string_view function, std::span<const Value> args);
+  Value invoke(std::string_view function, std::initializer_list<Value> args) {
+    return invoke(function, std::span<const Value>(args.begin(), args.size()));
+  }
+
+  // The argument check invoke() does, on its own (throws kiln::Error).
+  void checkArguments(std::string_view function, std::span<const Value> args) const;
+
+  const Executable& executable() const { return *exe_; }
+  bool kernelCompiled(uint32_t k) const { return k < kernels_.size() && kernels_[k] != nullptr; }
+
+  // Profiling: per-kernel calls and time; with `trace`, also one event per kernel call.
+  void enableProfiling(bool trace = false);
+  const std::vector<KernelProfile>& kernelProfile() const { return profile_; }
+  const std::vector<TraceEvent>& trace() const { return trace_; }
+  VMMemoryStats memoryStats() const;
+
+ private:
+  struct Frame {
+    uint32_t function;
+    uint32_t returnPc;
+    uint32_t base;
+    uint32_t dst;  // caller's register for the result
+  };
+  Value run(uint32_t function, std::span<const Value> args);
+  void checkArgs(const BytecodeFunction& f, std::span<const Value> args) const;
+  void resetStacks();
+  uint64_t nowNanos() const;
+
+  std::shared_ptr<const Executable> exe_;
+  VMOptions options_;
+  std::vector<Value> regs_;
+  std::vector<Frame> frames_;
+  std::vector<Value> constants_;                       // executable constants as values
+  std::vector<const jit::CompiledKernel*> kernels_;    // per kernel (CPU), filled on first call
+  std::vector<std::unique_ptr<vm::ScalarKernel>> scalar_;  // per kernel; null unless host-scalar
+  bool profiling_ = false, tracing_ = false;
+  std::vector<KernelProfile> profile_;
+  std::vector<TraceEvent> trace_;
+  std::chrono::steady_clock::time_point epoch_;
+  std::unique_ptr<vm::TensorMemory> memory_;
+};
+
+}  // namespace kiln

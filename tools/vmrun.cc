@@ -1,0 +1,377 @@
+// vmrun: runs a Relay program or a compiled executable (shared/spec/tools.md).
+//
+// Exit status: 0 success; 1 the program failed while running; 2 the input was
+// unusable (flags, files, parse or type errors, wrong inputs). Results go to
+// stdout, one per line; timing, profiles and statistics go to stderr, so stdout
+// stays the program's output.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/frontend.h"
+#include "jit/kernel.h"
+#include "kiln/compile.h"
+#include "kiln/error.h"
+#include "kiln/executable.h"
+#include "kiln/npy.h"
+#include "kiln/vm.h"
+#include "tools/tool_util.h"
+
+namespace {
+
+using kiln::DType;
+using kiln::Error;
+using kiln::Tensor;
+using kiln::Value;
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: vmrun PROGRAM [options]   (PROGRAM: a .relay file or an executable from kilnc -o)\n"
+               "  --function NAME      entry function (default main)\n"
+               "  --input SPEC         an input, in parameter order; NAME=SPEC binds by name. SPEC:\n"
+               "                         @file.npy | 2x3xf32=1,2,3,4,5,6 | 2x3xf32=0 | i32=7 | 4xf32=random\n"
+               "  --inputs FILE.npz    inputs by parameter name\n"
+               "  --params FILE.npz    weights: bind @main's parameters of those names as constants\n"
+               "  --device LIST        devices, first the default (cpu, cpu:1, ...)\n"
+               "  --output FILE.npz    write every tensor of the result as out0, out1, ...\n"
+               "  --repeat N --warmup N  time N runs after N warm-up runs\n"
+               "  --profile            per-kernel table (calls, time, share, JIT compile time)\n"
+               "  --trace FILE.json    Chrome trace of the run\n"
+               "  --stats              memory and JIT statistics\n"
+               "  --print-bytecode     print the bytecode and exit\n"
+               "  --max-depth N        call depth limit (default 1000000)\n");
+}
+
+struct Usage : Error {
+  using Error::Error;
+};
+
+// A scalar input is a register value: loops over it allocate nothing.
+Value inputValue(const Tensor& t) {
+  if (t.rank() != 0) return Value(t);
+  int64_t i = 0;
+  double f = 0;
+  kiln::readScalar(t.data(), t.dtype(), i, f);
+  return kiln::isFloat(t.dtype()) ? Value::floatScalar(t.dtype(), f) : Value::intScalar(t.dtype(), i);
+}
+
+// `2x3xf32=1,2,3`, `f32=1.5`, `4xi32=random`, `@x.npy`.
+Value parseSpec(const std::string& spec, uint64_t seed) {
+  if (!spec.empty() && spec[0] == '@') return inputValue(kiln::readNpy(spec.substr(1)));
+  size_t eq = spec.find('=');
+  if (eq == std::string::npos) throw Usage("input '" + spec + "' is not SHAPExTYPE=VALUES or @file.npy");
+  std::string head = spec.substr(0, eq), values = spec.substr(eq + 1);
+  kiln::Shape shape;
+  size_t at = 0;
+  for (;;) {
+    size_t x = head.find('x', at);
+    if (x == std::string::npos) break;
+    std::string d = head.substr(at, x - at);
+    if (d.empty() || d.find_first_not_of("0123456789") != std::string::npos || d.size() > 12)
+      throw Usage("input '" + spec + "': bad dimension '" + d + "'");
+    shape.push_back(std::stoll(d));
+    at = x + 1;
+  }
+  auto dt = kiln::parseDType(head.substr(at));
+  if (!dt) throw Usage("input '" + spec + "': unknown element type '" + head.substr(at) + "'");
+  Tensor t = Tensor::empty(*dt, shape);
+  int64_t n = t.numel();
+  size_t es = kiln::dtypeSize(*dt);
+  auto* p = static_cast<char*>(t.data());
+  if (values == "random") {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> uf(-1.0, 1.0);
+    std::uniform_int_distribution<int64_t> ui(-10, 10);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t iv = *dt == DType::Bool ? ui(rng) > 0 : *dt == DType::UInt8 ? std::abs(ui(rng)) : ui(rng);
+      kiln::writeScalar(p + static_cast<size_t>(i) * es, *dt, iv, uf(rng));
+    }
+  } else {
+    std::vector<std::string> items;
+    for (size_t s = 0;;) {
+      size_t c = values.find(',', s);
+      items.push_back(values.substr(s, c == std::string::npos ? std::string::npos : c - s));
+      if (c == std::string::npos) break;
+      s = c + 1;
+    }
+    if (items.size() != 1 && static_cast<int64_t>(items.size()) != n)
+      throw Usage("input '" + spec + "': " + std::to_string(items.size()) + " values for " + std::to_string(n) + " elements");
+    std::vector<std::pair<int64_t, double>> parsed;
+    for (const std::string& s : items) {
+      try {
+        size_t used = 0;
+        if (s == "true" || s == "True") parsed.emplace_back(1, 1.0);
+        else if (s == "false" || s == "False") parsed.emplace_back(0, 0.0);
+        else if (kiln::isFloat(*dt)) parsed.emplace_back(0, std::stod(s, &used));
+        else parsed.emplace_back(std::stoll(s, &used), 0.0);
+        if (used && used != s.size()) throw std::invalid_argument(s);
+      } catch (const std::exception&) {
+        throw Usage("input '" + spec + "': bad value '" + s + "'");
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      auto& v = parsed[items.size() == 1 ? 0 : static_cast<size_t>(i)];
+      kiln::writeScalar(p + static_cast<size_t>(i) * es, *dt, v.first, v.second);
+    }
+  }
+  return inputValue(t);
+}
+
+void collectTensors(const Value& v, std::vector<std::pair<std::string, Tensor>>& out) {
+  std::vector<const Value*> stack{&v};
+  while (!stack.empty()) {
+    const Value* x = stack.back();
+    stack.pop_back();
+    if (x->isTensor()) {
+      out.emplace_back("out" + std::to_string(out.size()), x->tensor());
+    } else if (x->isObject(kiln::ObjectKind::Adt)) {
+      auto fs = x->fields();
+      for (size_t i = fs.size(); i-- > 0;) stack.push_back(&fs[i]);
+    }
+  }
+}
+
+std::string ms(double nanos) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f ms", nanos / 1e6);
+  return b;
+}
+
+void writeTrace(const std::string& path, const std::vector<kiln::TraceEvent>& events) {
+  std::ofstream f(path);
+  if (!f) throw Usage("cannot write '" + path + "'");
+  f << "{\"traceEvents\": [\n";
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i];
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "\"ph\": \"X\", \"pid\": 1, \"tid\": 1, \"ts\": %.3f, \"dur\": %.3f", e.startNanos / 1e3,
+                  e.durationNanos / 1e3);
+    std::string name;
+    for (char c : e.name) name += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    f << "  {\"name\": \"" << name << "\", \"cat\": \"" << (e.name.rfind('@', 0) == 0 ? "function" : "kernel") << "\", "
+      << buf << "}" << (i + 1 < events.size() ? "," : "") << "\n";
+  }
+  f << "], \"displayTimeUnit\": \"ms\"}\n";
+}
+
+int run(int argc, char** argv) {
+  std::string program, function = "main", inputsFile, paramsFile, devices = "cpu", outputFile, traceFile;
+  std::vector<std::string> inputSpecs;
+  int repeat = 0, warmup = 0;
+  bool profile = false, stats = false, printBytecode = false;
+  size_t maxDepth = 1'000'000;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw Usage(a + " needs a value");
+      return args[++i];
+    };
+    auto count = [&]() -> int {
+      std::string v = value();
+      if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+        throw Usage(a + " needs a non-negative integer, got '" + v + "'");
+      return std::stoi(v);
+    };
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (a == "--function") function = value();
+    else if (a == "--input") inputSpecs.push_back(value());
+    else if (a == "--inputs") inputsFile = value();
+    else if (a == "--params") paramsFile = value();
+    else if (a == "--device") devices = value();
+    else if (a == "--output") outputFile = value();
+    else if (a == "--repeat") repeat = count();
+    else if (a == "--warmup") warmup = count();
+    else if (a == "--max-depth") maxDepth = static_cast<size_t>(std::max(1, count()));
+    else if (a == "--profile") profile = true;
+    else if (a == "--trace") traceFile = value();
+    else if (a == "--stats") stats = true;
+    else if (a == "--print-bytecode") printBytecode = true;
+    else if (!a.empty() && a[0] == '-') throw Usage("unknown option '" + a + "' (see vmrun --help)");
+    else if (program.empty()) program = a;
+    else throw Usage("more than one program given ('" + program + "' and '" + a + "')");
+  }
+  if (program.empty()) throw Usage("no program given (see vmrun --help)");
+  kiln::tools::checkDevices(devices);
+
+  std::map<std::string, Tensor> params;
+  if (!paramsFile.empty()) params = kiln::readNpz(paramsFile);
+
+  // Load or compile.
+  std::string bytes = kiln::compiler::readSourceFile(program);
+  std::shared_ptr<kiln::Executable> exe;
+  bool isExe = kiln::Executable::looksLikeExecutable({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  if (isExe) {
+    exe = kiln::Executable::load(program);
+  } else {
+    kiln::CompileOptions opts;
+    opts.params = params;
+    exe = kiln::compile(bytes, program, opts);
+    params.clear();  // bound as constants
+  }
+  if (printBytecode) {
+    std::string text = exe->disassemble();
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  }
+
+  const kiln::BytecodeFunction* fn = exe->findFunction(function);
+  if (!fn) throw Usage("no function named '" + function + "' in " + program);
+
+  // Bind inputs: by name from --params (executables) and --inputs, then --input.
+  std::vector<Value> argv2(fn->numParams);
+  std::vector<bool> bound(fn->numParams, false);
+  auto bindName = [&](const std::string& name, Value v, const char* from) {
+    std::string key = !name.empty() && name[0] == '%' ? name.substr(1) : name;
+    for (size_t p = 0; p < fn->numParams; ++p)
+      if (fn->paramNames[p] == key) {
+        argv2[p] = std::move(v);
+        bound[p] = true;
+        return true;
+      }
+    if (from) throw Usage(std::string(from) + ": '" + key + "' is not a parameter of @" + function);
+    return false;
+  };
+  for (auto& [name, t] : params) bindName(name, inputValue(t), nullptr);
+  if (!inputsFile.empty())
+    for (auto& [name, t] : kiln::readNpz(inputsFile)) bindName(name, inputValue(t), "--inputs");
+  size_t nextPositional = 0;
+  for (size_t k = 0; k < inputSpecs.size(); ++k) {
+    const std::string& s = inputSpecs[k];
+    size_t eq = s.find('=');
+    if (eq != std::string::npos && s[0] != '@') {
+      std::string name = s.substr(0, eq);
+      std::string key = !name.empty() && name[0] == '%' ? name.substr(1) : name;
+      if (std::find(fn->paramNames.begin(), fn->paramNames.end(), key) != fn->paramNames.end() &&
+          s.find('=', eq + 1) != std::string::npos) {
+        bindName(key, parseSpec(s.substr(eq + 1), 1234 + k), "--input");
+        continue;
+      }
+      if (std::find(fn->paramNames.begin(), fn->paramNames.end(), key) != fn->paramNames.end() && s.size() > eq + 1 && s[eq + 1] == '@') {
+        bindName(key, parseSpec(s.substr(eq + 1), 1234 + k), "--input");
+        continue;
+      }
+    }
+    while (nextPositional < bound.size() && bound[nextPositional]) ++nextPositional;
+    if (nextPositional >= bound.size())
+      throw Usage("too many inputs: @" + function + " takes " + std::to_string(fn->numParams) + " (after named ones)");
+    argv2[nextPositional] = parseSpec(s, 1234 + k);
+    bound[nextPositional] = true;
+  }
+  for (size_t p = 0; p < fn->numParams; ++p)
+    if (!bound[p])
+      throw Usage("missing input for parameter '" + fn->paramNames[p] + "' (" + fn->paramTypes[p].toString() + ") of @" + function);
+
+  kiln::VMOptions vmo;
+  vmo.maxCallDepth = maxDepth;
+  kiln::VirtualMachine vm(exe, vmo);
+  try {
+    vm.checkArguments(function, argv2);
+  } catch (const Error& e) {
+    throw Usage(e.message());
+  }
+  if (profile || !traceFile.empty()) vm.enableProfiling(!traceFile.empty());
+
+  size_t compilesBefore = kiln::jit::KernelCache::global().compiles();
+  Value result;
+  std::vector<double> times;
+  for (int w = 0; w < warmup; ++w) result = vm.invoke(function, argv2);
+  int runs = std::max(repeat, 1);
+  for (int r = 0; r < runs; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    result = vm.invoke(function, argv2);
+    times.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+  }
+
+  std::string text = exe->format(result) + "\n";
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  if (!outputFile.empty()) {
+    std::vector<std::pair<std::string, Tensor>> outs;
+    collectTensors(result, outs);
+    kiln::writeNpz(outputFile, outs);
+  }
+  if (repeat > 0) {
+    std::vector<double> s = times;
+    std::sort(s.begin(), s.end());
+    double mean = 0;
+    for (double t : s) mean += t / static_cast<double>(s.size());
+    std::fprintf(stderr, "latency over %d runs (after %d warm-up): min %s, median %s, mean %s, max %s\n", repeat, warmup,
+                 ms(s.front()).c_str(), ms(s[s.size() / 2]).c_str(), ms(mean).c_str(), ms(s.back()).c_str());
+  }
+  if (profile) {
+    const auto& prof = vm.kernelProfile();
+    uint64_t total = 0;
+    for (const auto& p : prof) total += p.totalNanos;
+    std::vector<size_t> order(prof.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prof[a].totalNanos > prof[b].totalNanos; });
+    std::fprintf(stderr, "%-36s %8s %12s %12s %7s %12s\n", "kernel", "calls", "total", "mean", "share", "jit compile");
+    for (size_t k : order) {
+      if (!prof[k].calls) continue;
+      std::string jit = "-";
+      if (exe->kernels[k].kind == kiln::KernelKind::Compiled) {
+        const auto& ck = exe->compiledKernel(static_cast<uint32_t>(k));
+        jit = ck.fromDiskCache() ? "disk cache" : ms(ck.compileMillis() * 1e6);
+      } else {
+        jit = exe->kernels[k].kind == kiln::KernelKind::Scalar ? "host scalar" : "native";
+      }
+      char mean[32];
+      std::snprintf(mean, sizeof mean, "%.2f us", static_cast<double>(prof[k].totalNanos) / static_cast<double>(prof[k].calls) / 1e3);
+      std::fprintf(stderr, "%-36s %8llu %12s %12s %6.1f%% %12s\n", exe->kernels[k].function->name.c_str(),
+                   static_cast<unsigned long long>(prof[k].calls), ms(static_cast<double>(prof[k].totalNanos)).c_str(), mean,
+                   total ? 100.0 * static_cast<double>(prof[k].totalNanos) / static_cast<double>(total) : 0.0, jit.c_str());
+    }
+  }
+  if (!traceFile.empty()) writeTrace(traceFile, vm.trace());
+  if (stats) {
+    auto m = vm.memoryStats();
+    auto& cache = kiln::jit::KernelCache::global();
+    double compileMs = 0;
+    size_t compiled = 0;
+    for (size_t k = 0; k < exe->kernels.size(); ++k)
+      if (exe->kernels[k].kind == kiln::KernelKind::Compiled && vm.kernelCompiled(static_cast<uint32_t>(k))) {
+        compileMs += exe->compiledKernel(static_cast<uint32_t>(k)).compileMillis();
+        ++compiled;
+      }
+    std::fprintf(stderr, "memory (cpu): %llu allocations, %llu bytes allocated, peak %lld bytes live, %lld bytes live at exit\n",
+                 static_cast<unsigned long long>(m.allocations), static_cast<unsigned long long>(m.bytesAllocated),
+                 static_cast<long long>(m.peakBytes), static_cast<long long>(m.liveBytes));
+    std::fprintf(stderr, "jit: %zu kernels used, %zu compiled in this process (%.1f ms), %zu memory-cache hits, %zu disk-cache hits\n",
+                 compiled, cache.compiles() - compilesBefore, compileMs, cache.hits(), cache.diskHits());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const Usage& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const kiln::Error& e) {
+    // Compile errors carry a location; run-time failures come from the VM.
+    std::string what = e.what();
+    bool located = !e.file().empty();
+    std::fprintf(stderr, "%s\n", what.c_str());
+    bool runtime = what.find("error: in @") == 0;
+    return located || !runtime ? 2 : 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: internal: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,21 @@
+// Data-dependent operators (arange, argwhere, dyn.reshape, dyn.broadcast_to,
+// dyn.zeros, dyn.strided_slice): their output extents depend on operand values,
+// so the VM runs them natively and allocates outputs of their true size. Static
+// shape questions (reshape's -1 and 0, broadcasting, slice clamping) go through
+// the shape rules of the corresponding static operators, so both agree.
+#pragma once
+
+#include <span>
+
+#include "jit/fused_function.h"
+#include "kiln/tensor.h"
+
+namespace kiln::vm {
+
+// True when `f` is one data-dependent operator over parameters and constants.
+bool isDynamicKernel(const jit::FusedFunction& f);
+
+// Runs such a kernel on CPU tensors; throws kiln::Error on bad operands.
+Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> inputs);
+
+}  // namespace kiln::vm

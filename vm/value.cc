@@ -1,0 +1,134 @@
+// Values and heap objects: construction, conversion to tensors, and destruction
+// that never recurses (a list of a million cells is freed with a worklist).
+#include "kiln/value.h"
+
+#include <new>
+
+#include "kiln/error.h"
+
+namespace kiln {
+
+static_assert(sizeof(AdtObject) % alignof(Value) == 0 && sizeof(ClosureObject) % alignof(Value) == 0,
+              "inline fields follow the header, aligned");
+
+Value::Value(Tensor t) : kind_(Kind::Object) { bits_.o = new TensorObject(std::move(t)); }
+
+Value Value::intScalar(DType dtype, int64_t v) {
+  Value r;
+  r.kind_ = Kind::Scalar;
+  r.dtype_ = dtype;
+  r.bits_.i = v;
+  return r;
+}
+
+Value Value::floatScalar(DType dtype, double v) {
+  Value r;
+  r.kind_ = Kind::Scalar;
+  r.dtype_ = dtype;
+  r.bits_.f = v;
+  return r;
+}
+
+template <class Obj>
+static Obj* allocWithInline(uint32_t tagOrFn, size_t n) {
+  void* p = ::operator new(sizeof(Obj) + n * sizeof(Value));
+  Obj* o = new (p) Obj(tagOrFn, static_cast<uint32_t>(n));
+  return o;
+}
+
+Value Value::tuple(std::vector<Value> fields) { return adt(kTupleCtor, std::move(fields)); }
+
+Value Value::adt(uint32_t ctor, std::vector<Value> fields) {
+  AdtObject* o = allocWithInline<AdtObject>(ctor, fields.size());
+  for (size_t i = 0; i < fields.size(); ++i) new (&o->fields()[i]) Value(std::move(fields[i]));
+  return Value(static_cast<Object*>(o));
+}
+
+Value Value::closure(uint32_t function, std::span<const Value> captured) {
+  ClosureObject* o = allocWithInline<ClosureObject>(function, captured.size());
+  for (size_t i = 0; i < captured.size(); ++i) new (&o->captured()[i]) Value(captured[i]);
+  return Value(static_cast<Object*>(o));
+}
+
+Value Value::storage(std::shared_ptr<void> buffer, size_t bytes, Device device) {
+  return Value(static_cast<Object*>(new StorageObject(std::move(buffer), bytes, device)));
+}
+
+Tensor Value::tensor() const {
+  if (kind_ == Kind::Scalar) {
+    Tensor t = Tensor::empty(dtype_, std::span<const int64_t>{});
+    writeScalar(t.data(), dtype_, bits_.i, bits_.f);
+    return t;
+  }
+  if (isObject(ObjectKind::Tensor)) return asTensorObject()->tensor;
+  throw Error("expected a tensor, got " + describe());
+}
+
+std::span<const Value> Value::fields() const {
+  if (isObject(ObjectKind::Adt)) return {asAdt()->fields(), asAdt()->size};
+  if (isObject(ObjectKind::Closure)) return {asClosure()->captured(), asClosure()->size};
+  throw Error("expected a tuple or ADT value, got " + describe());
+}
+
+uint32_t Value::ctor() const {
+  if (!isObject(ObjectKind::Adt)) throw Error("expected an ADT value, got " + describe());
+  return asAdt()->ctor;
+}
+
+std::string Value::describe() const {
+  switch (kind_) {
+    case Kind::Empty: return "an empty register";
+    case Kind::Scalar: return "scalar " + std::string(dtypeShortName(dtype_));
+    case Kind::Object: break;
+  }
+  switch (bits_.o->kind) {
+    case ObjectKind::Tensor: {
+      const Tensor& t = asTensorObject()->tensor;
+      std::string s = shapeString(t.shape());
+      return "tensor " + (s.empty() ? "" : s + "x") + std::string(dtypeShortName(t.dtype()));
+    }
+    case ObjectKind::Adt:
+      return asAdt()->ctor == kTupleCtor ? "a tuple of " + std::to_string(asAdt()->size) : "an ADT value";
+    case ObjectKind::Closure: return "a closure";
+    case ObjectKind::Storage: return "a storage block";
+  }
+  return "a value";
+}
+
+// Frees `first` and every object that dies with it, iteratively: fields whose last
+// reference was held by a dying object join the worklist instead of recursing.
+void Value::destroy(Object* first) {
+  std::vector<Object*> work{first};
+  auto dropInline = [&](Value* vs, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) {
+      Value& v = vs[i];
+      if (v.kind_ == Kind::Object && v.bits_.o->refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
+        work.push_back(v.bits_.o);
+      v.kind_ = Kind::Empty;
+    }
+  };
+  while (!work.empty()) {
+    Object* o = work.back();
+    work.pop_back();
+    switch (o->kind) {
+      case ObjectKind::Tensor: delete static_cast<TensorObject*>(o); break;
+      case ObjectKind::Storage: delete static_cast<StorageObject*>(o); break;
+      case ObjectKind::Adt: {
+        auto* a = static_cast<AdtObject*>(o);
+        dropInline(a->fields(), a->size);
+        a->~AdtObject();
+        ::operator delete(a);
+        break;
+      }
+      case ObjectKind::Closure: {
+        auto* c = static_cast<ClosureObject*>(o);
+        dropInline(c->captured(), c->size);
+        c->~ClosureObject();
+        ::operator delete(c);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,125 @@
+// VirtualMachine: construction, argument checking, invocation and profiling.
+#include <algorithm>
+
+#include "jit/kernel.h"
+#include "kiln/error.h"
+#include "kiln/vm.h"
+#include "vm/memory.h"
+#include "vm/scalar_kernel.h"
+
+namespace kiln {
+
+VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, VMOptions options)
+    : exe_(std::move(exe)), options_(options), memory_(std::make_unique<vm::TensorMemory>()) {
+  if (!exe_) throw Error("VirtualMachine needs an executable");
+  for (const Tensor& t : exe_->constants) constants_.emplace_back(t);
+  kernels_.assign(exe_->kernels.size(), nullptr);
+  scalar_.resize(exe_->kernels.size());
+  for (size_t k = 0; k < exe_->kernels.size(); ++k)
+    if (exe_->kernels[k].kind == KernelKind::Scalar) scalar_[k] = vm::ScalarKernel::tryBuild(*exe_->kernels[k].function);
+  profile_.resize(exe_->kernels.size());
+  epoch_ = std::chrono::steady_clock::now();
+}
+
+VirtualMachine::~VirtualMachine() = default;
+
+uint64_t VirtualMachine::nowNanos() const {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - epoch_).count());
+}
+
+void VirtualMachine::enableProfiling(bool trace) {
+  profiling_ = true;
+  tracing_ = trace;
+}
+
+VMMemoryStats VirtualMachine::memoryStats() const { return memory_->stats(); }
+
+namespace {
+
+// Why `v` does not fit `t`, or "" when it does. ADT values are checked at the top
+// level only (a list's cells are not walked).
+std::string mismatch(const Executable& exe, const TypeDesc& t, const Value& v) {
+  switch (t.kind) {
+    case TypeDesc::Kind::Any: return "";
+    case TypeDesc::Kind::Tensor: {
+      if (!v.isTensor()) return "got " + v.describe();
+      DType dt = v.isScalar() ? v.dtype() : v.asTensorObject()->tensor.dtype();
+      Shape shape = v.isScalar() ? Shape{} : v.asTensorObject()->tensor.shape();
+      if (dt != t.dtype) return "dtype " + std::string(dtypeName(dt)) + " where " + std::string(dtypeName(t.dtype)) + " is expected";
+      if (shape.size() != t.shape.size())
+        return "rank " + std::to_string(shape.size()) + " (shape " + (shape.empty() ? "()" : shapeString(shape)) +
+               ") where rank " + std::to_string(t.shape.size()) + " is expected";
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (t.shape[d] >= 0 && t.shape[d] != shape[d])
+          return "shape " + shapeString(shape) + " where dimension " + std::to_string(d) + " must be " + std::to_string(t.shape[d]);
+      if (!v.isScalar() && v.asTensorObject()->tensor.device().kind != Device::Kind::CPU) return "a tensor on " + v.asTensorObject()->tensor.device().toString();
+      return "";
+    }
+    case TypeDesc::Kind::Tuple: {
+      if (!v.isTuple()) return "got " + v.describe();
+      auto fs = v.fields();
+      if (fs.size() != t.fields.size()) return "a tuple of " + std::to_string(fs.size()) + " where " + std::to_string(t.fields.size()) + " fields are expected";
+      for (size_t i = 0; i < fs.size(); ++i) {
+        std::string m = mismatch(exe, t.fields[i], fs[i]);
+        if (!m.empty()) return "field " + std::to_string(i) + ": " + m;
+      }
+      return "";
+    }
+    case TypeDesc::Kind::Adt: {
+      if (!v.isAdt()) return "got " + v.describe();
+      uint32_t c = v.ctor();
+      if (c >= exe.constructors.size() || exe.constructors[c].typeName != t.name) return "a value of another type";
+      return "";
+    }
+    case TypeDesc::Kind::Func: return v.isClosure() ? "" : "got " + v.describe();
+  }
+  return "";
+}
+
+}  // namespace
+
+void VirtualMachine::checkArgs(const BytecodeFunction& f, std::span<const Value> args) const {
+  if (args.size() != f.numParams)
+    throw Error("@" + f.name + " takes " + std::to_string(f.numParams) + " argument" + (f.numParams == 1 ? "" : "s") +
+                ", got " + std::to_string(args.size()));
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string m = mismatch(*exe_, f.paramTypes[i], args[i]);
+    if (!m.empty())
+      throw Error("argument '" + f.paramNames[i] + "' of @" + f.name + " (" + f.paramTypes[i].toString() + "): " + m);
+  }
+}
+
+void VirtualMachine::checkArguments(std::string_view function, std::span<const Value> args) const {
+  const BytecodeFunction* f = exe_->findFunction(function);
+  if (!f) throw Error("no function named '" + std::string(function) + "' in the executable");
+  checkArgs(*f, args);
+}
+
+void VirtualMachine::resetStacks() {
+  frames_.clear();
+  for (Value& v : regs_) v = Value();
+}
+
+Value VirtualMachine::invoke(std::string_view function, std::span<const Value> args) {
+  int64_t fi = exe_->functionIndex(function);
+  if (fi < 0) throw Error("no function named '" + std::string(function) + "' in the executable");
+  const BytecodeFunction& f = exe_->functions[static_cast<size_t>(fi)];
+  checkArgs(f, args);
+  uint64_t t0 = tracing_ ? nowNanos() : 0;
+  try {
+    Value r = run(static_cast<uint32_t>(fi), args);
+    if (tracing_) trace_.push_back({"@" + f.name, t0, nowNanos() - t0});
+    return r;
+  } catch (const Error& e) {
+    // Name the function that failed (the innermost frame), then leave the VM clean.
+    std::string where = frames_.empty() ? f.name : exe_->functions[frames_.back().function].name;
+    resetStacks();
+    throw Error("in @" + where + ": " + e.message());
+  } catch (const std::bad_alloc&) {
+    resetStacks();
+    throw Error("out of memory");
+  }
+}
+
+}  // namespace kiln
