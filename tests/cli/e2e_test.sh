@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# End-to-end program tests: each tests/e2e/*.relay names its vmrun arguments and
+# expected result in header comments, and runs through vmrun as a user would —
+# once from text and once compiled by kilnc -o and loaded (save → load → run must
+# give the same output).
+#   // RUN: <vmrun arguments>      // EXPECT: <stdout line>
+#   // EXIT: <status, default 0>   // STDERR: <text stderr must contain>
+set -u
+#   // KILNC: <extra kilnc arguments, e.g. --params>
+# Paths in RUN and KILNC lines are relative to the source root (the fourth argument).
+vmrun=$1; kilnc=$2; dir=$3; root=${4:-.}
+cd "$root" || exit 1
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fails=0; count=0
+for prog in "$dir"/*.relay; do
+  name=$(basename "$prog" .relay)
+  args=$(sed -n 's|^// RUN:\(.*\)$|\1|p' "$prog" | head -1)
+  expect=$(sed -n 's|^// EXPECT: \(.*\)$|\1|p' "$prog" | head -1)
+  exit_want=$(sed -n 's|^// EXIT: \(.*\)$|\1|p' "$prog" | head -1); exit_want=${exit_want:-0}
+  stderr_want=$(sed -n 's|^// STDERR: \(.*\)$|\1|p' "$prog" | head -1)
+  kargs=$(sed -n 's|^// KILNC:\(.*\)$|\1|p' "$prog" | head -1)
+  # shellcheck disable=SC2086
+  "$kilnc" "$prog" $kargs -o "$tmp/$name.kx" 2>"$tmp/kilnc.err" || { echo "FAIL $name: kilnc -o failed: $(cat "$tmp/kilnc.err")"; fails=$((fails+1)); continue; }
+  for form in text exe; do
+    count=$((count+1))
+    input=$prog; [ $form = exe ] && input=$tmp/$name.kx
+    # shellcheck disable=SC2086
+    out=$("$vmrun" "$input" $args 2>"$tmp/err"); status=$?
+    if [ "$status" != "$exit_want" ]; then
+      echo "FAIL $name ($form): exit $status, expected $exit_want; stderr: $(cat "$tmp/err")"; fails=$((fails+1)); continue
+    fi
+    if [ -n "$expect" ] && [ "$out" != "$expect" ]; then
+      echo "FAIL $name ($form):"; echo "  got      $out"; echo "  expected $expect"; fails=$((fails+1)); continue
+    fi
+    if [ -n "$stderr_want" ] && ! grep -qF -- "$stderr_want" "$tmp/err"; then
+      echo "FAIL $name ($form): stderr lacks '$stderr_want': $(cat "$tmp/err")"; fails=$((fails+1)); continue
+    fi
+    if [ "$status" != 0 ] && [ "$(wc -l < "$tmp/err")" != 1 ]; then
+      echo "FAIL $name ($form): a failure must print exactly one error line"; fails=$((fails+1)); continue
+    fi
+  done
+done
+echo "$((count-fails))/$count end-to-end runs passed"
+[ $fails = 0 ]

@@ -1,0 +1,219 @@
+// The VM through the C++ API: values in and out, argument checks, save and load,
+// the loader's verifier against corrupted images, concurrency over one shared
+// executable, and the MLP sample against a plain-loop reference.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "kiln/compile.h"
+#include "kiln/error.h"
+#include "kiln/npy.h"
+#include "kiln/vm.h"
+
+namespace {
+
+using kiln::Tensor;
+using kiln::Value;
+
+Tensor vec(std::initializer_list<float> v) {
+  Tensor t = Tensor::empty(kiln::DType::Float32, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const char* kProgram = R"(
+def @sum_up(%n: int32, %acc: int32) -> int32 {
+  if (%n == 0) { %acc } else { @sum_up(%n - 1, %acc + %n) }
+}
+def @main(%x: Tensor[(4,), float32], %n: int32) {
+  (%x * 2f + cast(%n, dtype="float32"), @sum_up(%n, 0))
+}
+def @total(%l: List[Tensor[(4,), float32]]) -> Tensor[(4,), float32] {
+  @foldl(fn (%a: Tensor[(4,), float32], %b: Tensor[(4,), float32]) { %a + %b }, zeros(shape=[4], dtype="float32"), %l)
+}
+)";
+
+}  // namespace
+
+TEST_CASE("vm: invoke with tensors and scalars, get a tuple back") {
+  auto exe = kiln::compile(kProgram, "t.relay");
+  kiln::VirtualMachine vm(exe);
+  Value r = vm.invoke("main", {Value(vec({1, 2, 3, 4})), Value::intScalar(kiln::DType::Int32, 10)});
+  REQUIRE(r.isTuple());
+  Tensor t = r.fields()[0].tensor();
+  CHECK(t.data<float>()[0] == 12.0f);
+  CHECK(t.data<float>()[3] == 18.0f);
+  CHECK(r.fields()[1].tensor().data<int32_t>()[0] == 55);
+  CHECK(exe->format(r) == "(4xf32=[12 14 16 18], i32=55)");
+}
+
+TEST_CASE("vm: ADT arguments built through the constructor table") {
+  auto exe = kiln::compile(kProgram, "t.relay");
+  kiln::VirtualMachine vm(exe);
+  uint32_t cons = static_cast<uint32_t>(exe->constructorId("Cons")), nil = static_cast<uint32_t>(exe->constructorId("Nil"));
+  Value list = Value::adt(nil, {});
+  for (int i = 0; i < 3; ++i) list = Value::adt(cons, {Value(vec({1, 2, 3, float(i)})), list});
+  Value r = vm.invoke("total", {list});
+  CHECK(exe->format(r) == "4xf32=[3 6 9 3]");
+}
+
+TEST_CASE("vm: arguments are checked and errors name the parameter") {
+  auto exe = kiln::compile(kProgram, "t.relay");
+  kiln::VirtualMachine vm(exe);
+  CHECK(errorOf([&] { vm.invoke("main", {Value(vec({1, 2, 3, 4}))}); }) == "error: @main takes 2 arguments, got 1");
+  CHECK(errorOf([&] { vm.invoke("main", {Value(vec({1, 2, 3})), Value::intScalar(kiln::DType::Int32, 1)}); }) ==
+        "error: argument 'x' of @main (Tensor[(4,), float32]): shape 3 where dimension 0 must be 4");
+  CHECK(errorOf([&] { vm.invoke("main", {Value(vec({1, 2, 3, 4})), Value::floatScalar(kiln::DType::Float32, 1)}); }) ==
+        "error: argument 'n' of @main (Tensor[(), int32]): dtype float32 where int32 is expected");
+  CHECK(errorOf([&] { vm.invoke("nope", {}); }) == "error: no function named 'nope' in the executable");
+  // The VM stays usable after errors.
+  Value r = vm.invoke("main", {Value(vec({0, 0, 0, 0})), Value::intScalar(kiln::DType::Int32, 3)});
+  CHECK(exe->format(r) == "(4xf32=[3 3 3 3], i32=6)");
+}
+
+TEST_CASE("vm: run-time failures are errors naming the function; the VM recovers") {
+  auto exe = kiln::compile(R"(
+    def @first(%l: List[int32]) -> int32 { match? (%l) { Cons(%x, _) => %x } }
+    def @deep(%n: int32) -> int32 { if (%n == 0) { 0 } else { 1 + @deep(%n - 1) } }
+    def @main(%n: int32) -> int32 { @first(if (%n == 0) { Nil } else { Cons(%n, Nil) }) })",
+                           "t.relay");
+  kiln::VMOptions opts;
+  opts.maxCallDepth = 500;
+  kiln::VirtualMachine vm(exe, opts);
+  CHECK(errorOf([&] { vm.invoke("main", {Value::intScalar(kiln::DType::Int32, 0)}); })
+            .find("error: in @first: match? at t.relay:2:44: no clause matches") == 0);
+  CHECK(errorOf([&] { vm.invoke("deep", {Value::intScalar(kiln::DType::Int32, 10000)}); }) ==
+        "error: in @deep: recursion too deep (more than 500 nested calls)");
+  CHECK(vm.invoke("deep", {Value::intScalar(kiln::DType::Int32, 100)}).intValue() == 100);
+  CHECK(vm.invoke("main", {Value::intScalar(kiln::DType::Int32, 7)}).intValue() == 7);
+}
+
+TEST_CASE("vm: a list of a million cells is built, returned and freed without recursion") {
+  auto exe = kiln::compile(R"(
+    def @build(%n: int32, %acc: List[int32]) -> List[int32] { if (%n == 0) { %acc } else { @build(%n - 1, Cons(%n, %acc)) } }
+    def @main(%n: int32) -> int32 { @length(@build(%n, Nil)) })",
+                           "t.relay");
+  kiln::VirtualMachine vm(exe);
+  CHECK(vm.invoke("main", {Value::intScalar(kiln::DType::Int32, 500000)}).intValue() == 500000);
+  Value l = vm.invoke("build", {Value::intScalar(kiln::DType::Int32, 1000000), Value::adt(1, {})});
+  CHECK(l.isAdt());
+}
+
+TEST_CASE("executable: save and load give identical results; constants are used in place") {
+  auto exe = kiln::compile(kProgram, "t.relay");
+  std::vector<uint8_t> image = exe->serialize();
+  auto loaded = kiln::Executable::fromBytes(image);
+  CHECK(loaded->disassemble() == exe->disassemble());
+  kiln::VirtualMachine a(exe), b(loaded);
+  for (int n = 0; n < 5; ++n) {
+    std::vector<Value> args{Value(vec({1, float(n), 3, 4})), Value::intScalar(kiln::DType::Int32, n)};
+    CHECK(exe->format(a.invoke("main", args)) == loaded->format(b.invoke("main", args)));
+  }
+  CHECK(loaded->serialize() == image);
+}
+
+TEST_CASE("executable: every truncation and corruption of an image is refused with an error") {
+  auto exe = kiln::compile(kProgram, "t.relay");
+  std::vector<uint8_t> image = exe->serialize();
+  for (size_t n = 0; n < image.size(); n += 7) {
+    std::vector<uint8_t> cut(image.begin(), image.begin() + static_cast<long>(n));
+    CHECK_THROWS_AS(kiln::Executable::fromBytes(cut), kiln::Error);
+  }
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    std::vector<uint8_t> bad = image;
+    bad[rng() % bad.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    CHECK_THROWS_AS(kiln::Executable::fromBytes(bad), kiln::Error);
+  }
+  CHECK(errorOf([&] {
+          std::vector<uint8_t> v = image;
+          v[8] = 9;  // major version
+          kiln::Executable::fromBytes(v);
+        }).find("format version 9.0") != std::string::npos);
+}
+
+TEST_CASE("verifier: corrupted instructions with a valid checksum are refused, never run") {
+  auto exe = kiln::compile(kProgram, "t.relay");
+  std::mt19937 rng(11);
+  int refused = 0;
+  for (int i = 0; i < 2000; ++i) {
+    auto copy = kiln::Executable::fromBytes(exe->serialize());
+    auto& f = copy->functions[rng() % copy->functions.size()];
+    size_t at = rng() % f.code.size();
+    uint32_t choices[] = {static_cast<uint32_t>(rng() % 40), static_cast<uint32_t>(rng() % 4), static_cast<uint32_t>(rng()), f.code[at] + 1, 0xFFFFFFFFu};
+    f.code[at] = choices[rng() % 5];
+    try {
+      kiln::Executable::fromBytes(copy->serialize());
+    } catch (const kiln::Error& e) {
+      ++refused;
+      CHECK(std::string(e.what()).find("error: ") == 0);
+    }
+  }
+  CHECK(refused > 1000);  // most single-word corruptions break an invariant the verifier checks
+}
+
+TEST_CASE("vm: 8 threads, each with its own VM over one executable, 1000 calls each") {
+  auto exe = kiln::compile(kProgram, "t.relay");
+  std::atomic<int> wrong{0}, done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      kiln::VirtualMachine vm(exe);
+      for (int i = 0; i < 1000; ++i) {
+        int n = (t * 1000 + i) % 200;
+        float x = static_cast<float>(t * 7 + i);
+        Value r = vm.invoke("main", {Value(vec({x, x + 1, x + 2, x + 3})), Value::intScalar(kiln::DType::Int32, n)});
+        Tensor y = r.fields()[0].tensor();
+        bool ok = r.fields()[1].tensor().data<int32_t>()[0] == n * (n + 1) / 2;
+        for (int k = 0; k < 4; ++k) ok &= y.data<float>()[k] == (x + static_cast<float>(k)) * 2 + static_cast<float>(n);
+        if (!ok) wrong++;
+        done++;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(done == 8000);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("samples: the MLP with npz weights matches a plain-loop reference") {
+  auto w = kiln::readNpz(std::string(KILN_SOURCE_DIR) + "/samples/mlp_weights.npz");
+  kiln::CompileOptions opts;
+  opts.params = w;
+  auto exe = kiln::compileFile(std::string(KILN_SOURCE_DIR) + "/samples/mlp.relay", opts);
+  kiln::VirtualMachine vm(exe);
+  const int batch = 3;
+  Tensor x = Tensor::empty(kiln::DType::Float32, {batch, 784});
+  for (int i = 0; i < batch * 784; ++i) x.data<float>()[i] = std::cos(0.01f * static_cast<float>(i));
+  Tensor y = vm.invoke("main", {Value(x)}).tensor();
+  REQUIRE(y.shape() == kiln::Shape{batch, 10});
+  const float *w1 = w["w1"].data<float>(), *b1 = w["b1"].data<float>(), *w2 = w["w2"].data<float>(), *b2 = w["b2"].data<float>();
+  for (int b = 0; b < batch; ++b) {
+    double h[128], o[10], mx = -1e30, z = 0;
+    for (int j = 0; j < 128; ++j) {
+      double s = b1[j];
+      for (int k = 0; k < 784; ++k) s += double(x.data<float>()[b * 784 + k]) * w1[j * 784 + k];
+      h[j] = std::max(0.0, s);
+    }
+    for (int j = 0; j < 10; ++j) {
+      double s = b2[j];
+      for (int k = 0; k < 128; ++k) s += h[k] * w2[j * 128 + k];
+      o[j] = s;
+      mx = std::max(mx, s);
+    }
+    for (double& v : o) z += std::exp(v - mx);
+    for (int j = 0; j < 10; ++j) CHECK(y.data<float>()[b * 10 + j] == doctest::Approx(std::exp(o[j] - mx) / z).epsilon(1e-4));
+  }
+}
