@@ -311,6 +311,12 @@ void Executable::save(const std::string& path) const {
   if (!f) throw Error("cannot write '" + path + "'");
 }
 
+void Executable::resealChecksum(std::vector<uint8_t>& image) {
+  if (image.size() < kHeaderBytes) return;
+  uint64_t sum = checksum(image.data() + kHeaderBytes, image.size() - kHeaderBytes);
+  std::memcpy(image.data() + 24, &sum, 8);
+}
+
 bool Executable::looksLikeExecutable(std::span<const uint8_t> bytes) {
   return bytes.size() >= 8 && std::memcmp(bytes.data(), kMagic, 8) == 0;
 }

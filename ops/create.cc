@@ -52,6 +52,7 @@ size_t shapeOperandRank(const OpCall& call, const TensorDesc& t, std::string_vie
   requireDType(call, t, DTypeClass::Int, operand);
   requireRank(call, t, 1, operand);
   if (t.shape[0] == kAnyDim) opFail(call, std::string(operand) + " must have a static length (the result's rank)");
+  if (t.shape[0] > 32) opFail(call, std::string(operand) + " has " + std::to_string(t.shape[0]) + " entries; ranks above 32 are not supported");
   return static_cast<size_t>(t.shape[0]);
 }
 

@@ -106,6 +106,9 @@ class Executable {
   static std::shared_ptr<Executable> fromBytes(std::span<const uint8_t> bytes);  // copies
   // Maps the file (constants are used in place) and verifies it.
   static std::shared_ptr<Executable> load(const std::string& path);
+  // Rewrites the header's checksum to match the payload (fuzzers use it to reach
+  // the parser and verifier behind the checksum). No-op on too-short images.
+  static void resealChecksum(std::vector<uint8_t>& image);
   // True when the bytes start like an executable file (the magic word).
   static bool looksLikeExecutable(std::span<const uint8_t> bytes);
 
