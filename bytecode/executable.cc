@@ -54,8 +54,9 @@ std::string TypeDesc::toString() const {
 void Executable::finalize() {
   for (auto& k : kernels) {
     if (!k.function) throw Error("invalid executable: missing kernel");
+    k.scalar = nullptr;
     if (vm::isDynamicKernel(*k.function)) k.kind = KernelKind::Dynamic;
-    else if (vm::ScalarKernel::tryBuild(*k.function)) k.kind = KernelKind::Scalar;
+    else if ((k.scalar = vm::ScalarKernel::tryBuild(*k.function))) k.kind = KernelKind::Scalar;
     else k.kind = KernelKind::Compiled;
   }
   bytecode::verify(*this);

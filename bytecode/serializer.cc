@@ -358,7 +358,7 @@ std::shared_ptr<Executable> Executable::fromImage(std::shared_ptr<const void> ow
     exe->constructors.push_back(std::move(c));
   }
   uint32_t nk = r.count(16);
-  for (uint32_t i = 0; i < nk; ++i) exe->kernels.push_back(KernelInfo{readKernel(r), KernelKind::Compiled});
+  for (uint32_t i = 0; i < nk; ++i) exe->kernels.push_back(KernelInfo{readKernel(r), KernelKind::Compiled, nullptr});
   uint32_t nt = r.count(5);
   for (uint32_t i = 0; i < nt; ++i) {
     DType dt = readDType(r);

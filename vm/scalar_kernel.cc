@@ -263,10 +263,56 @@ std::unique_ptr<ScalarKernel> ScalarKernel::tryBuild(const jit::FusedFunction& f
   };
   if (k.body >= 0) walk(k.body);
   for (int32_t o : sk->outputSlot_) ok &= o >= 0;
-  return ok ? std::move(sk) : nullptr;
+  if (!ok) return nullptr;
+
+  // Recognize one integer binary operator over inputs and integer constants.
+  if (sk->outputSlot_.size() == 1) {
+    const Step& last = sk->steps_[static_cast<size_t>(sk->outputSlot_[0])];
+    auto operand = [&](int32_t at, int32_t& input, int64_t& constant) {
+      const Step& s = sk->steps_[static_cast<size_t>(at)];
+      if (s.kind == ExprKind::Load && !isFloat(s.type)) return input = s.a, true;
+      if (s.kind == ExprKind::IntConst) return input = -1, constant = s.ival, true;
+      return false;
+    };
+    DType operandType = static_cast<DType>(last.ival);
+    auto op = static_cast<BinaryOp>(last.op);
+    bool simpleOp = op != BinaryOp::Div && op != BinaryOp::Mod && op != BinaryOp::FloorDiv &&
+                    op != BinaryOp::FloorMod && op != BinaryOp::Pow;
+    FastBinary f;
+    if (last.kind == ExprKind::Binary && !isFloat(operandType) && !isFloat(last.type) && simpleOp &&
+        operand(last.a, f.lhsInput, f.lhsConst) && operand(last.b, f.rhsInput, f.rhsConst)) {
+      f.enabled = true;
+      f.op = last.op;
+      f.operandType = operandType;
+      f.resultType = last.type;
+      bool inputsMatch = true;
+      for (int32_t in : {f.lhsInput, f.rhsInput})
+        if (in >= 0) inputsMatch &= sk->inputTypes_[static_cast<size_t>(in)] == operandType;
+      if (inputsMatch && sk->outputTypes_[0] == last.type) sk->fast_ = f;
+    }
+  }
+  return sk;
+}
+
+bool ScalarKernel::runFast(const Value* const* inputs, Value* const* outputs) const {
+  int64_t x = fast_.lhsConst, y = fast_.rhsConst;
+  if (fast_.lhsInput >= 0) {
+    const Value& v = *inputs[fast_.lhsInput];
+    if (!v.isScalar() || v.dtype() != fast_.operandType) return false;
+    x = v.intValue();
+  }
+  if (fast_.rhsInput >= 0) {
+    const Value& v = *inputs[fast_.rhsInput];
+    if (!v.isScalar() || v.dtype() != fast_.operandType) return false;
+    y = v.intValue();
+  }
+  Num r = binary(static_cast<BinaryOp>(fast_.op), fast_.operandType, fast_.resultType, Num{x, 0}, Num{y, 0});
+  *outputs[0] = Value::intScalar(fast_.resultType, r.i);
+  return true;
 }
 
 void ScalarKernel::run(const Value* const* inputs, Value* const* outputs) const {
+  if (fast_.enabled && runFast(inputs, outputs)) return;
   Num vals[64];
   std::vector<Num> big;
   Num* v = vals;

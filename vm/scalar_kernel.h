@@ -40,6 +40,18 @@ class ScalarKernel {
     int64_t ival;
     double fval;
   };
+  // The common control-flow case, `%i - 1` or `%i < %n` on integers: one binary
+  // operator over inputs and constants, run without the step interpreter.
+  struct FastBinary {
+    bool enabled = false;
+    uint8_t op = 0;
+    DType operandType = DType::Int32, resultType = DType::Int32;
+    int32_t lhsInput = -1, rhsInput = -1;  // input index, or -1 for the constant
+    int64_t lhsConst = 0, rhsConst = 0;
+  };
+  bool runFast(const Value* const* inputs, Value* const* outputs) const;
+
+  FastBinary fast_;
   std::vector<DType> inputTypes_, outputTypes_;
   std::vector<Step> steps_;               // in dependency order
   std::vector<int32_t> outputSlot_;       // step index whose value each output takes

@@ -14,9 +14,7 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, VMOptions 
   if (!exe_) throw Error("VirtualMachine needs an executable");
   for (const Tensor& t : exe_->constants) constants_.emplace_back(t);
   kernels_.assign(exe_->kernels.size(), nullptr);
-  scalar_.resize(exe_->kernels.size());
-  for (size_t k = 0; k < exe_->kernels.size(); ++k)
-    if (exe_->kernels[k].kind == KernelKind::Scalar) scalar_[k] = vm::ScalarKernel::tryBuild(*exe_->kernels[k].function);
+  for (const auto& k : exe_->kernels) scalar_.push_back(k.scalar.get());
   profile_.resize(exe_->kernels.size());
   epoch_ = std::chrono::steady_clock::now();
 }

@@ -147,7 +147,7 @@ class ExecutableBuilder {
                       : isReshapeOnly(*f)                     ? CallKind::Reshape
                                                               : CallKind::Compiled;
       ref = KernelRef{static_cast<uint32_t>(exe_->kernels.size()), kind, f.get()};
-      exe_->kernels.push_back(KernelInfo{f, KernelKind::Compiled});
+      exe_->kernels.push_back(KernelInfo{f, KernelKind::Compiled, nullptr});
       byHash_.emplace(hash, ref);
     }
     byNode_.emplace(prim, ref);

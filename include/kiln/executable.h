@@ -31,6 +31,9 @@ namespace jit {
 struct FusedFunction;
 class CompiledKernel;
 }  // namespace jit
+namespace vm {
+class ScalarKernel;
+}  // namespace vm
 
 // The type of a function parameter or result, as far as the runtime checks it.
 struct TypeDesc {
@@ -70,6 +73,7 @@ enum class KernelKind : uint8_t {
 struct KernelInfo {
   std::shared_ptr<const jit::FusedFunction> function;
   KernelKind kind = KernelKind::Compiled;
+  std::shared_ptr<const vm::ScalarKernel> scalar;  // Scalar kernels: the host evaluator
 };
 
 class Executable {

@@ -98,7 +98,7 @@ class VirtualMachine {
   std::vector<Frame> frames_;
   std::vector<Value> constants_;                       // executable constants as values
   std::vector<const jit::CompiledKernel*> kernels_;    // per kernel (CPU), filled on first call
-  std::vector<std::unique_ptr<vm::ScalarKernel>> scalar_;  // per kernel; null unless host-scalar
+  std::vector<const vm::ScalarKernel*> scalar_;         // per kernel; null unless host-scalar
   bool profiling_ = false, tracing_ = false;
   std::vector<KernelProfile> profile_;
   std::vector<TraceEvent> trace_;
