@@ -12,6 +12,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -53,6 +54,9 @@ class CompiledKernel {
   Device device_;
   loop::LoopKernel loops_;
   void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs, const std::vector<Shape>& shapes) const;
+  // shapesFor, or the shapes computed once when every dimension is static.
+  const std::vector<Shape>& checkedShapes(std::span<const Tensor> inputs, std::vector<Shape>& storage) const;
+  std::optional<std::vector<Shape>> staticShapes_;
 
   std::string ir_;
   KernelEntry entry_ = nullptr;
