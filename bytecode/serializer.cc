@@ -331,7 +331,8 @@ std::shared_ptr<Executable> Executable::fromBytes(std::span<const uint8_t> bytes
 
 std::shared_ptr<Executable> Executable::fromImage(std::shared_ptr<const void> owner, std::span<const uint8_t> bytes) {
   if (reinterpret_cast<uintptr_t>(bytes.data()) % 64 != 0) return fromBytes(bytes);
-  if (bytes.size() < kHeaderBytes || !looksLikeExecutable(bytes)) throw Error("not a Kiln executable (bad magic)");
+  if (!looksLikeExecutable(bytes)) throw Error("not a Kiln executable (bad magic)");
+  if (bytes.size() < kHeaderBytes) throw Error("invalid executable: truncated header");
   uint32_t major, minor;
   uint64_t payload, sum;
   std::memcpy(&major, bytes.data() + 8, 4);
