@@ -74,6 +74,7 @@ class Reader {
   int64_t i64() { int64_t v; get(&v, 8); return v; }
   double f64() { double v; get(&v, 8); return v; }
   void get(void* v, size_t k) {
+    if (k == 0) return;  // v may be the null data() of an empty vector
     need(k);
     std::memcpy(v, p_ + at_, k);
     at_ += k;

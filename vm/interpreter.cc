@@ -76,6 +76,8 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
 #define OPERAND(k) code[pc + (k)]
 #define REG(k) R[code[pc + (k)]]
 
+// A handler's locals live in its braces and DISPATCH() comes after them: a computed
+// goto out of a scope does not run destructors, so it must leave none behind.
 #if defined(__GNUC__)
   static void* const kLabels[] = {
 #define KILN_OPCODE(name, mnemonic, operands, meaning) &&L_##name,
@@ -155,8 +157,8 @@ dispatch:
   CASE(Move) {
     REG(1) = REG(2);
     pc += 3;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(Ret) {
     Value v = std::move(REG(1));
     for (uint32_t i = 0; i < fn->frameSize; ++i) R[i] = Value();
@@ -172,32 +174,32 @@ dispatch:
     base = caller.base;
     R = regs_.data() + base;
     R[caller.dst] = std::move(v);
-    DISPATCH();
   }
+  DISPATCH();
   CASE(Invoke) {
     uint32_t dst = OPERAND(1), callee = OPERAND(2), n = OPERAND(3);
     for (uint32_t i = 0; i < n; ++i) argTmp.push_back(REG(4 + i));
     enter(callee, pc + 4 + n, dst);
-    DISPATCH();
   }
+  DISPATCH();
   CASE(TailCall) {
     uint32_t callee = OPERAND(1), n = OPERAND(2);
     for (uint32_t i = 0; i < n; ++i) argTmp.push_back(REG(3 + i));
     reenter(callee);
-    DISPATCH();
   }
+  DISPATCH();
   CASE(InvokeClosure) {
     uint32_t dst = OPERAND(1), n = OPERAND(3);
     uint32_t callee = closureArgs(REG(2), &code[pc + 4], n);
     enter(callee, pc + 4 + n, dst);
-    DISPATCH();
   }
+  DISPATCH();
   CASE(TailCallClosure) {
     uint32_t n = OPERAND(2);
     uint32_t callee = closureArgs(REG(1), &code[pc + 3], n);
     reenter(callee);
-    DISPATCH();
   }
+  DISPATCH();
   CASE(InvokeKernel) {
     uint32_t k = OPERAND(1), nin = OPERAND(2);
     const uint32_t* outList = &code[pc + 3 + nin + 1];
@@ -217,8 +219,8 @@ dispatch:
       kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
     }
     pc += 3 + nin + 1 + nout;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(InvokeScalar) {
     uint32_t k = OPERAND(1), nin = OPERAND(2);
     uint32_t nout = code[pc + 3 + nin];
@@ -231,8 +233,8 @@ dispatch:
     for (uint32_t i = 0; i < nout; ++i) outPtrs[i] = &R[outList[i]];
     scalar_[k]->run(inPtrs, outPtrs);
     pc += 4 + nin + nout;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(InvokeDynamic) {
     uint32_t k = OPERAND(1), nin = OPERAND(2);
     uint32_t nout = code[pc + 3 + nin];
@@ -250,8 +252,8 @@ dispatch:
     R[outList[0]] = Value(std::move(out));
     (void)nout;
     pc += 4 + nin + nout;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(ShapeFunc) {
     uint32_t k = OPERAND(1), nin = OPERAND(2);
     uint32_t nout = code[pc + 3 + nin];
@@ -266,23 +268,23 @@ dispatch:
     std::vector<Shape> all = jit::computeShapes(f, std::span<const Shape>(shapes.data(), shapes.size()));
     for (uint32_t i = 0; i < nout; ++i) R[outList[i]] = Value(shapeTensor(dims(all[static_cast<size_t>(f.outputs[i])])));
     pc += 4 + nin + nout;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(AllocStorage) {
     uint64_t bytes = OPERAND(2) | static_cast<uint64_t>(OPERAND(3)) << 32;
     Device d{static_cast<Device::Kind>(OPERAND(5) >> 16), static_cast<uint16_t>(OPERAND(5) & 0xFFFF)};
     REG(1) = memory_->storage(bytes, OPERAND(4), d);
     pc += 6;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(AllocStorageDyn) {
     Shape s = shapeFromTensor(REG(2));
     DType t = static_cast<DType>(OPERAND(3));
     Device d{static_cast<Device::Kind>(OPERAND(4) >> 16), static_cast<uint16_t>(OPERAND(4) & 0xFFFF)};
     REG(1) = memory_->storage(static_cast<uint64_t>(numElements(s)) * dtypeSize(t), 64, d);
     pc += 5;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(AllocTensor) {
     const Value& st = REG(2);
     uint64_t offset = OPERAND(3) | static_cast<uint64_t>(OPERAND(4)) << 32;
@@ -291,16 +293,16 @@ dispatch:
     REG(1) = vm::placeTensor(st, offset, std::span<const int64_t>(p, static_cast<size_t>(shape.shape()[0])),
                              static_cast<DType>(OPERAND(6)));
     pc += 7;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(AllocTensorReg) {
     const Value& st = REG(2);
     uint64_t offset = OPERAND(3) | static_cast<uint64_t>(OPERAND(4)) << 32;
     Shape s = shapeFromTensor(REG(5));
     REG(1) = vm::placeTensor(st, offset, dims(s), static_cast<DType>(OPERAND(6)));
     pc += 7;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(AllocAdt) {
     uint32_t n = OPERAND(3);
     std::vector<Value> fields;
@@ -308,8 +310,8 @@ dispatch:
     for (uint32_t i = 0; i < n; ++i) fields.push_back(REG(4 + i));
     REG(1) = Value::adt(OPERAND(2), std::move(fields));
     pc += 4 + n;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(AllocTuple) {
     uint32_t n = OPERAND(2);
     std::vector<Value> fields;
@@ -317,16 +319,16 @@ dispatch:
     for (uint32_t i = 0; i < n; ++i) fields.push_back(REG(3 + i));
     REG(1) = Value::tuple(std::move(fields));
     pc += 3 + n;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(AllocClosure) {
     uint32_t n = OPERAND(3);
     boost::container::small_vector<Value, 8> cap;
     for (uint32_t i = 0; i < n; ++i) cap.push_back(REG(4 + i));
     REG(1) = Value::closure(OPERAND(2), std::span<const Value>(cap.data(), cap.size()));
     pc += 4 + n;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(GetField) {
     const AdtObject* a = adtOf(REG(2), "get_field");
     uint32_t i = OPERAND(3);
@@ -334,14 +336,14 @@ dispatch:
     Value v = a->fields()[i];  // copy first: the destination may hold the ADT itself
     REG(1) = std::move(v);
     pc += 4;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(GetTag) {
     const AdtObject* a = adtOf(REG(2), "get_tag");
     REG(1) = Value::intScalar(DType::Int32, a->ctor);
     pc += 3;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(BranchIfNot) {
     const Value& c = REG(1);
     bool t;
@@ -356,22 +358,22 @@ dispatch:
       t = isFloat(ct.dtype()) ? f != 0 : i != 0;
     }
     pc = t ? pc + 3 : OPERAND(2);
-    DISPATCH();
   }
+  DISPATCH();
   CASE(BranchIfNotCtor) {
     const AdtObject* a = adtOf(REG(1), "match");
     pc = a->ctor == OPERAND(2) ? pc + 4 : OPERAND(3);
-    DISPATCH();
   }
+  DISPATCH();
   CASE(Goto) {
     pc = OPERAND(1);
-    DISPATCH();
   }
+  DISPATCH();
   CASE(LoadConst) {
     REG(1) = constants_[OPERAND(2)];
     pc += 3;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(LoadImm) {
     DType t = static_cast<DType>(OPERAND(2));
     uint64_t bits = OPERAND(3) | static_cast<uint64_t>(OPERAND(4)) << 32;
@@ -383,8 +385,8 @@ dispatch:
       REG(1) = Value::intScalar(t, static_cast<int64_t>(bits));
     }
     pc += 5;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(Fatal) {
     throw Error(exe.strings[OPERAND(1)]);
   }
@@ -393,27 +395,27 @@ dispatch:
     Value s = v.isScalar() ? Value(shapeTensor({})) : Value(shapeTensor(dims(tensorOf(v, "shape_of").shape())));
     REG(1) = std::move(s);
     pc += 3;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(Reshape) {
     Tensor t = tensorOf(REG(2), "reshape");
     Shape s = shapeFromTensor(REG(3));
     REG(1) = Value(t.reshaped(dims(s)));
     pc += 4;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(DeviceCopy) {
     Tensor t = tensorOf(REG(2), "device_copy");
     Device dst{static_cast<Device::Kind>(OPERAND(4) >> 16), static_cast<uint16_t>(OPERAND(4) & 0xFFFF)};
     REG(1) = Value(memory_->copyTo(t, dst));
     pc += 5;
-    DISPATCH();
   }
+  DISPATCH();
   CASE(Release) {
     REG(1) = Value();
     pc += 2;
-    DISPATCH();
   }
+  DISPATCH();
 
 #if !defined(__GNUC__)
   }
