@@ -142,6 +142,12 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     ins.clear();
     for (uint32_t i = 0; i < n; ++i) ins.push_back(tensorOf(R[list[i]], "kernel input"));
   };
+  auto recordKernel = [&](uint32_t k, uint64_t t0) {
+    uint64_t t1 = nowNanos();
+    profile_[k].calls++;
+    profile_[k].totalNanos += t1 - t0;
+    if (tracing_) trace_.push_back({exe.kernels[k].function->name, t0, t1 - t0});
+  };
   auto kernelFor = [&](uint32_t k) -> const jit::CompiledKernel& {
     if (!kernels_[k]) kernels_[k] = &exe.compiledKernel(k);
     return *kernels_[k];
@@ -208,16 +214,9 @@ dispatch:
     outs.clear();
     for (uint32_t i = 0; i < nout; ++i) outs.push_back(tensorOf(R[outList[i]], "kernel output"));
     const jit::CompiledKernel& kernel = kernelFor(k);
-    if (profiling_) {
-      uint64_t t0 = nowNanos();
-      kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
-      uint64_t t1 = nowNanos();
-      profile_[k].calls++;
-      profile_[k].totalNanos += t1 - t0;
-      if (tracing_) trace_.push_back({exe.kernels[k].function->name, t0, t1 - t0});
-    } else {
-      kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
-    }
+    uint64_t t0 = profiling_ ? nowNanos() : 0;
+    kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
+    if (profiling_) recordKernel(k, t0);
     pc += 3 + nin + 1 + nout;
   }
   DISPATCH();
@@ -242,12 +241,7 @@ dispatch:
     gatherInputs(&code[pc + 3], nin);
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     Tensor out = vm::runDynamicKernel(*exe.kernels[k].function, std::span<const Tensor>(ins.data(), ins.size()));
-    if (profiling_) {
-      uint64_t t1 = nowNanos();
-      profile_[k].calls++;
-      profile_[k].totalNanos += t1 - t0;
-      if (tracing_) trace_.push_back({exe.kernels[k].function->name, t0, t1 - t0});
-    }
+    if (profiling_) recordKernel(k, t0);
     memory_->count(out.nbytes());
     R[outList[0]] = Value(std::move(out));
     (void)nout;

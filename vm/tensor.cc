@@ -47,12 +47,7 @@ std::string shapeString(std::span<const int64_t> shape) {
 }
 
 Tensor Tensor::empty(DType dtype, std::span<const int64_t> shape, Device device) {
-  for (int64_t d : shape)
-    if (d < 0) throw Error("negative dimension in shape " + shapeString(shape));
-  Tensor t;
-  t.dtype_ = dtype;
-  t.shape_.assign(shape.begin(), shape.end());
-  t.device_ = device;
+  Tensor t = view(dtype, shape, nullptr, device);
   size_t bytes = static_cast<size_t>(numElements(shape)) * dtypeSize(dtype);
   // Round up so vector kernels may read a whole 64-byte line; never zero bytes.
   size_t alloc = (bytes + 63) / 64 * 64 + 64;
@@ -61,6 +56,7 @@ Tensor Tensor::empty(DType dtype, std::span<const int64_t> shape, Device device)
   return t;
 }
 
+// Also the header of every Tensor::empty (which then allocates the buffer).
 Tensor Tensor::view(DType dtype, std::span<const int64_t> shape, std::shared_ptr<void> owner, Device device) {
   for (int64_t d : shape)
     if (d < 0) throw Error("negative dimension in shape " + shapeString(shape));

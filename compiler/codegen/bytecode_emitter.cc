@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bytecode/opcodes.h"
+#include "compiler/ir/visit.h"
 #include "compiler/passes/lambda_lift.h"
 #include "compiler/passes/to_anf.h"
 #include "compiler/passes/to_fused_function.h"
@@ -224,39 +225,8 @@ class FunctionEmitter {
     while (!stack.empty()) {
       const Expr* e = stack.back();
       stack.pop_back();
-      switch (e->kind) {
-        case ExprKind::Var: uses_[static_cast<const Var*>(e)]++; break;
-        case ExprKind::Let: {
-          auto* l = static_cast<const Let*>(e);
-          stack.push_back(l->body);
-          stack.push_back(l->value);
-          break;
-        }
-        case ExprKind::Call: {
-          auto* c = static_cast<const Call*>(e);
-          for (auto* a : c->args) stack.push_back(a);
-          stack.push_back(c->callee);
-          break;
-        }
-        case ExprKind::If: {
-          auto* i = static_cast<const If*>(e);
-          stack.push_back(i->cond);
-          stack.push_back(i->thenBranch);
-          stack.push_back(i->elseBranch);
-          break;
-        }
-        case ExprKind::Match: {
-          auto* m = static_cast<const Match*>(e);
-          stack.push_back(m->scrutinee);
-          for (auto& c : m->clauses) stack.push_back(c.body);
-          break;
-        }
-        case ExprKind::Tuple:
-          for (auto* f : static_cast<const Tuple*>(e)->fields) stack.push_back(f);
-          break;
-        case ExprKind::TupleGet: stack.push_back(static_cast<const TupleGet*>(e)->tuple); break;
-        default: break;  // primitive functions are kernels; nothing else is nested after lifting
-      }
+      if (e->kind == ExprKind::Var) uses_[static_cast<const Var*>(e)]++;
+      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
     }
   }
 

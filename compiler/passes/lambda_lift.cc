@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compiler/ir/mutator.h"
+#include "compiler/ir/visit.h"
 #include "compiler/passes/to_anf.h"
 
 namespace kiln::compiler {
@@ -39,59 +40,22 @@ std::vector<const Var*> freeVars(const Function* fn) {
         for (auto* a : static_cast<const PatternTuple*>(p)->fields) ps.push_back(a);
     }
   };
-  // Binders are unique nodes, so collecting all binders first and all references
-  // second gives the same answer as scoping, in one walk each.
+  // Binders are unique nodes, so collecting all binders and all references in one
+  // walk gives the same answer as tracking scopes.
   std::vector<const Var*> refs;
   while (!stack.empty()) {
     const Expr* e = stack.back();
     stack.pop_back();
-    switch (e->kind) {
-      case ExprKind::Var: refs.push_back(static_cast<const Var*>(e)); break;
-      case ExprKind::Let: {
-        auto* l = static_cast<const Let*>(e);
-        bound.insert(l->var);
-        stack.push_back(l->body);
-        stack.push_back(l->value);
-        break;
-      }
-      case ExprKind::Call: {
-        auto* c = static_cast<const Call*>(e);
-        for (auto it = c->args.rbegin(); it != c->args.rend(); ++it) stack.push_back(*it);
-        if (!(c->callee->kind == ExprKind::Function && static_cast<const Function*>(c->callee)->primitive))
-          stack.push_back(c->callee);
-        break;
-      }
-      case ExprKind::If: {
-        auto* i = static_cast<const If*>(e);
-        stack.push_back(i->elseBranch);
-        stack.push_back(i->thenBranch);
-        stack.push_back(i->cond);
-        break;
-      }
-      case ExprKind::Match: {
-        auto* m = static_cast<const Match*>(e);
-        for (auto it = m->clauses.rbegin(); it != m->clauses.rend(); ++it) {
-          bindPattern(it->pattern);
-          stack.push_back(it->body);
-        }
-        stack.push_back(m->scrutinee);
-        break;
-      }
-      case ExprKind::Function: {
-        auto* f = static_cast<const Function*>(e);
-        if (f->primitive) break;
-        bound.insert(f->params.begin(), f->params.end());
-        stack.push_back(f->body);
-        break;
-      }
-      case ExprKind::Tuple: {
-        auto* t = static_cast<const Tuple*>(e);
-        for (auto it = t->fields.rbegin(); it != t->fields.rend(); ++it) stack.push_back(*it);
-        break;
-      }
-      case ExprKind::TupleGet: stack.push_back(static_cast<const TupleGet*>(e)->tuple); break;
-      default: break;
-    }
+    if (e->kind == ExprKind::Var) refs.push_back(static_cast<const Var*>(e));
+    if (e->kind == ExprKind::Let) bound.insert(static_cast<const Let*>(e)->var);
+    if (e->kind == ExprKind::Match)
+      for (const Clause& c : static_cast<const Match*>(e)->clauses) bindPattern(c.pattern);
+    if (e->kind == ExprKind::Function && !isPrimitiveFunction(e))
+      for (const Var* p : static_cast<const Function*>(e)->params) bound.insert(p);
+    // Children pushed in reverse, so references are seen in evaluation order.
+    std::vector<const Expr*> children;
+    forEachChild(e, [&](const Expr* c) { children.push_back(c); });
+    stack.insert(stack.end(), children.rbegin(), children.rend());
   }
   for (const Var* v : refs)
     if (!bound.count(v) && seen.insert(v).second) out.push_back(v);
@@ -255,46 +219,8 @@ class Lifter : public ExprMutator {
     while (!stack.empty()) {
       const Expr* e = stack.back();
       stack.pop_back();
-      switch (e->kind) {
-        case ExprKind::Var:
-          if (e == v) return true;
-          break;
-        case ExprKind::Let: {
-          auto* l = static_cast<const Let*>(e);
-          stack.push_back(l->value);
-          stack.push_back(l->body);
-          break;
-        }
-        case ExprKind::Call: {
-          auto* c = static_cast<const Call*>(e);
-          stack.push_back(c->callee);
-          for (auto* a : c->args) stack.push_back(a);
-          break;
-        }
-        case ExprKind::If: {
-          auto* i = static_cast<const If*>(e);
-          stack.push_back(i->cond);
-          stack.push_back(i->thenBranch);
-          stack.push_back(i->elseBranch);
-          break;
-        }
-        case ExprKind::Match: {
-          auto* m = static_cast<const Match*>(e);
-          stack.push_back(m->scrutinee);
-          for (auto& c : m->clauses) stack.push_back(c.body);
-          break;
-        }
-        case ExprKind::Function: {
-          auto* f = static_cast<const Function*>(e);
-          if (!f->primitive) stack.push_back(f->body);
-          break;
-        }
-        case ExprKind::Tuple:
-          for (auto* x : static_cast<const Tuple*>(e)->fields) stack.push_back(x);
-          break;
-        case ExprKind::TupleGet: stack.push_back(static_cast<const TupleGet*>(e)->tuple); break;
-        default: break;
-      }
+      if (e == v) return true;
+      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
     }
     return false;
   }

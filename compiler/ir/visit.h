@@ -1,0 +1,54 @@
+// forEachChild: the direct subexpressions of an expression, in evaluation order.
+// Passes that walk the IR with an explicit stack (so deep programs cost no C++
+// stack) use it instead of repeating the per-kind switch. The bodies of primitive
+// functions (kernels) are not children: they hold only operator calls.
+#pragma once
+
+#include "compiler/ir/expr.h"
+
+namespace kiln::ir {
+
+inline bool isPrimitiveFunction(const Expr* e) {
+  return e->kind == ExprKind::Function && static_cast<const Function*>(e)->primitive;
+}
+
+template <class F>
+void forEachChild(const Expr* e, F&& f) {
+  switch (e->kind) {
+    case ExprKind::Let: {
+      auto* l = static_cast<const Let*>(e);
+      f(l->value);
+      f(l->body);
+      break;
+    }
+    case ExprKind::Call: {
+      auto* c = static_cast<const Call*>(e);
+      if (!isPrimitiveFunction(c->callee)) f(c->callee);
+      for (const Expr* a : c->args) f(a);
+      break;
+    }
+    case ExprKind::If: {
+      auto* i = static_cast<const If*>(e);
+      f(i->cond);
+      f(i->thenBranch);
+      f(i->elseBranch);
+      break;
+    }
+    case ExprKind::Match: {
+      auto* m = static_cast<const Match*>(e);
+      f(m->scrutinee);
+      for (const Clause& c : m->clauses) f(c.body);
+      break;
+    }
+    case ExprKind::Function:
+      if (!isPrimitiveFunction(e)) f(static_cast<const Function*>(e)->body);
+      break;
+    case ExprKind::Tuple:
+      for (const Expr* x : static_cast<const Tuple*>(e)->fields) f(x);
+      break;
+    case ExprKind::TupleGet: f(static_cast<const TupleGet*>(e)->tuple); break;
+    default: break;
+  }
+}
+
+}  // namespace kiln::ir
