@@ -39,9 +39,9 @@ int main() {
   Value vn = Value::intScalar(kiln::DType::Int32, n), zero = Value::intScalar(kiln::DType::Int32, 0);
 
   // Scalar loop: per iteration a compare, a branch, two host-scalar kernels and a tail call.
-  double loop = bestSeconds(5, [&] { vm.invoke("loop", {vn, zero}); }) / n * 1e9;
+  double loop = bestSeconds(15, [&] { vm.invoke("loop", {vn, zero}); }) / n * 1e9;
   // The same loop plus a non-tail call and return per iteration.
-  double calls = bestSeconds(5, [&] { vm.invoke("calls", {vn, zero}); }) / n * 1e9;
+  double calls = bestSeconds(15, [&] { vm.invoke("calls", {vn, zero}); }) / n * 1e9;
   std::printf("scalar loop:   %6.1f ns per iteration (5 instructions: %.1f ns each)\n", loop, loop / 5);
   std::printf("function call: %6.1f ns per call and return (IREE publishes 43-55 ns per bytecode call: ratio %.2f)\n",
               calls - loop, (calls - loop) / 49.0);
