@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build
-echo "== kilnc --emit ir samples/tree_sum.relay"
-build/kilnc --emit ir samples/tree_sum.relay
+echo "== vmrun samples/tree_sum.relay --input f32=1 --input f32=2 --input f32=3"
+build/vmrun samples/tree_sum.relay --input f32=1 --input f32=2 --input f32=3

@@ -207,15 +207,18 @@ int run(int argc, char** argv) {
   if (!paramsFile.empty()) params = kiln::readNpz(paramsFile);
 
   // Load or compile.
-  std::string bytes = kiln::compiler::readSourceFile(program);
+  // The magic word decides; an executable is then mapped, not read.
+  uint8_t magic[8] = {};
+  std::ifstream probe(program, std::ios::binary);
+  probe.read(reinterpret_cast<char*>(magic), sizeof magic);
+  bool isExe = kiln::Executable::looksLikeExecutable({magic, static_cast<size_t>(probe.gcount())});
   std::shared_ptr<kiln::Executable> exe;
-  bool isExe = kiln::Executable::looksLikeExecutable({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
   if (isExe) {
     exe = kiln::Executable::load(program);
   } else {
     kiln::CompileOptions opts;
     opts.params = params;
-    exe = kiln::compile(bytes, program, opts);
+    exe = kiln::compile(kiln::compiler::readSourceFile(program), program, opts);
     params.clear();  // bound as constants
   }
   if (printBytecode) {

@@ -49,6 +49,27 @@ Shape shapeFromTensor(const Value& v) {
   return s;
 }
 
+// The operands of the kernel instructions (layout "KLL": kernel, inputs, outputs).
+struct KernelOperands {
+  uint32_t kernel;
+  const uint32_t* in;
+  uint32_t nin;
+  const uint32_t* out;
+  uint32_t nout;
+  uint32_t length;  // of the whole instruction, in words
+};
+
+KernelOperands kernelOperands(const uint32_t* insn) {
+  KernelOperands o;
+  o.kernel = insn[1];
+  o.nin = insn[2];
+  o.in = insn + 3;
+  o.nout = insn[3 + o.nin];
+  o.out = insn + 4 + o.nin;
+  o.length = 4 + o.nin + o.nout;
+  return o;
+}
+
 const AdtObject* adtOf(const Value& v, const char* what) {
   if (!v.isObject(ObjectKind::Adt)) throw Error(std::string(what) + ": expected a tuple or ADT value, got " + v.describe());
   return v.asAdt();
@@ -207,61 +228,52 @@ dispatch:
   }
   DISPATCH();
   CASE(InvokeKernel) {
-    uint32_t k = OPERAND(1), nin = OPERAND(2);
-    const uint32_t* outList = &code[pc + 3 + nin + 1];
-    uint32_t nout = code[pc + 3 + nin];
-    gatherInputs(&code[pc + 3], nin);
+    KernelOperands op = kernelOperands(&code[pc]);
+    gatherInputs(op.in, op.nin);
     outs.clear();
-    for (uint32_t i = 0; i < nout; ++i) outs.push_back(tensorOf(R[outList[i]], "kernel output"));
-    const jit::CompiledKernel& kernel = kernelFor(k);
+    for (uint32_t i = 0; i < op.nout; ++i) outs.push_back(tensorOf(R[op.out[i]], "kernel output"));
+    const jit::CompiledKernel& kernel = kernelFor(op.kernel);
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
-    if (profiling_) recordKernel(k, t0);
-    pc += 3 + nin + 1 + nout;
+    if (profiling_) recordKernel(op.kernel, t0);
+    pc += op.length;
   }
   DISPATCH();
   CASE(InvokeScalar) {
-    uint32_t k = OPERAND(1), nin = OPERAND(2);
-    uint32_t nout = code[pc + 3 + nin];
-    const uint32_t* outList = &code[pc + 4 + nin];
+    KernelOperands op = kernelOperands(&code[pc]);
     const Value* inPtrs[16];
     Value* outPtrs[16];
-    if (nin > 16 || nout > 16) throw Error("scalar kernel with too many operands");
-    for (uint32_t i = 0; i < nin; ++i) inPtrs[i] = &REG(3 + i);
+    if (op.nin > 16 || op.nout > 16) throw Error("scalar kernel with too many operands");
+    for (uint32_t i = 0; i < op.nin; ++i) inPtrs[i] = &R[op.in[i]];
     // run() reads every input before writing any output, so outputs may alias inputs.
-    for (uint32_t i = 0; i < nout; ++i) outPtrs[i] = &R[outList[i]];
-    scalar_[k]->run(inPtrs, outPtrs);
-    pc += 4 + nin + nout;
+    for (uint32_t i = 0; i < op.nout; ++i) outPtrs[i] = &R[op.out[i]];
+    scalar_[op.kernel]->run(inPtrs, outPtrs);
+    pc += op.length;
   }
   DISPATCH();
   CASE(InvokeDynamic) {
-    uint32_t k = OPERAND(1), nin = OPERAND(2);
-    uint32_t nout = code[pc + 3 + nin];
-    const uint32_t* outList = &code[pc + 4 + nin];
-    gatherInputs(&code[pc + 3], nin);
+    KernelOperands op = kernelOperands(&code[pc]);
+    gatherInputs(op.in, op.nin);
     uint64_t t0 = profiling_ ? nowNanos() : 0;
-    Tensor out = vm::runDynamicKernel(*exe.kernels[k].function, std::span<const Tensor>(ins.data(), ins.size()));
-    if (profiling_) recordKernel(k, t0);
+    Tensor out = vm::runDynamicKernel(*exe.kernels[op.kernel].function, std::span<const Tensor>(ins.data(), ins.size()));
+    if (profiling_) recordKernel(op.kernel, t0);
     memory_->count(out.nbytes());
-    R[outList[0]] = Value(std::move(out));
-    (void)nout;
-    pc += 4 + nin + nout;
+    R[op.out[0]] = Value(std::move(out));  // the verifier checked: one output
+    pc += op.length;
   }
   DISPATCH();
   CASE(ShapeFunc) {
-    uint32_t k = OPERAND(1), nin = OPERAND(2);
-    uint32_t nout = code[pc + 3 + nin];
-    const uint32_t* outList = &code[pc + 4 + nin];
-    const jit::FusedFunction& f = *exe.kernels[k].function;
+    KernelOperands op = kernelOperands(&code[pc]);
+    const jit::FusedFunction& f = *exe.kernels[op.kernel].function;
     boost::container::small_vector<Shape, 8> shapes;
-    for (uint32_t i = 0; i < nin; ++i) {
-      const Value& v = REG(3 + i);
+    for (uint32_t i = 0; i < op.nin; ++i) {
+      const Value& v = R[op.in[i]];
       if (v.isScalar()) shapes.emplace_back();
       else shapes.push_back(tensorOf(v, "shape function input").shape());
     }
     std::vector<Shape> all = jit::computeShapes(f, std::span<const Shape>(shapes.data(), shapes.size()));
-    for (uint32_t i = 0; i < nout; ++i) R[outList[i]] = Value(shapeTensor(dims(all[static_cast<size_t>(f.outputs[i])])));
-    pc += 4 + nin + nout;
+    for (uint32_t i = 0; i < op.nout; ++i) R[op.out[i]] = Value(shapeTensor(dims(all[static_cast<size_t>(f.outputs[i])])));
+    pc += op.length;
   }
   DISPATCH();
   CASE(AllocStorage) {

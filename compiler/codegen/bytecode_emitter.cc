@@ -10,7 +10,6 @@
 #include "bytecode/opcodes.h"
 #include "compiler/ir/visit.h"
 #include "compiler/passes/lambda_lift.h"
-#include "compiler/passes/to_anf.h"
 #include "compiler/passes/to_fused_function.h"
 #include "jit/fused_function.h"
 #include "kiln/error.h"
@@ -171,7 +170,7 @@ class ExecutableBuilder {
 
 class FunctionEmitter {
  public:
-  FunctionEmitter(ExecutableBuilder& eb, const GlobalFunction& g) : eb_(eb), g_(g), name_(g.var->name) {}
+  FunctionEmitter(ExecutableBuilder& eb, const GlobalFunction& g) : eb_(eb), g_(g) {}
 
   BytecodeFunction run() {
     BytecodeFunction out;
@@ -273,10 +272,6 @@ class FunctionEmitter {
     if (remaining_[r] == 0) return;
     if (--remaining_[r] == 0) freeReg(r, release);
   }
-
-  struct Operand {
-    uint32_t reg;
-  };
 
   // The register of an atom; constants and globals are materialized into a temporary.
   uint32_t atomReg(const Expr* e) {
@@ -668,7 +663,6 @@ class FunctionEmitter {
 
   ExecutableBuilder& eb_;
   const GlobalFunction& g_;
-  std::string_view name_;
   std::vector<uint32_t> code_;
   std::unordered_map<const Var*, uint32_t> uses_;
   std::unordered_map<const Var*, uint32_t> regOf_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compiler/ir/mutator.h"
+#include "compiler/ir/visit.h"
 
 namespace kiln::compiler {
 
@@ -345,55 +346,25 @@ std::vector<const Function*> primitiveFunctions(const Module& m) {
       auto [e, expanded] = stack.back();
       stack.pop_back();
       if (expanded) {
-        if (e->kind == ExprKind::Function && static_cast<const Function*>(e)->primitive) out.push_back(static_cast<const Function*>(e));
+        if (isPrimitiveFunction(e)) out.push_back(static_cast<const Function*>(e));
         continue;
       }
       if (!seen.insert(e).second) continue;
       stack.push_back({e, true});
-      auto push = [&](const Expr* x) { stack.push_back({x, false}); };  // pushed in reverse evaluation order
-      switch (e->kind) {
-        case ExprKind::Call: {
-          auto* c = static_cast<const Call*>(e);
-          push(c->callee);
-          for (auto it = c->args.rbegin(); it != c->args.rend(); ++it) push(*it);
-          break;
-        }
-        case ExprKind::Function: {
-          auto* f = static_cast<const Function*>(e);
-          if (!f->primitive) push(f->body);
-          break;
-        }
-        case ExprKind::Let: {
-          auto* l = static_cast<const Let*>(e);
-          push(l->body);
-          push(l->value);
-          break;
-        }
-        case ExprKind::If: {
-          auto* i = static_cast<const If*>(e);
-          push(i->elseBranch);
-          push(i->thenBranch);
-          push(i->cond);
-          break;
-        }
-        case ExprKind::Match: {
-          auto* mt = static_cast<const Match*>(e);
-          for (auto it = mt->clauses.rbegin(); it != mt->clauses.rend(); ++it) push(it->body);
-          push(mt->scrutinee);
-          break;
-        }
-        case ExprKind::Tuple: {
-          auto* t = static_cast<const Tuple*>(e);
-          for (auto it = t->fields.rbegin(); it != t->fields.rend(); ++it) push(*it);
-          break;
-        }
-        case ExprKind::TupleGet: push(static_cast<const TupleGet*>(e)->tuple); break;
-        case ExprKind::GlobalVar: {
-          std::string_view name = static_cast<const GlobalVar*>(e)->name;
-          if (const GlobalFunction* f = m.findFunction(name); f && queued.insert(name).second) work.push_back(f);
-          break;
-        }
-        default: break;
+      // Children are pushed in reverse evaluation order. A call's callee (a kernel
+      // among them) is pushed first, so it is listed after the kernels of its arguments.
+      std::vector<const Expr*> children;
+      if (e->kind == ExprKind::Call) {
+        auto* c = static_cast<const Call*>(e);
+        stack.push_back({c->callee, false});
+        children.assign(c->args.begin(), c->args.end());
+      } else {
+        forEachChild(e, [&](const Expr* c) { children.push_back(c); });
+      }
+      for (auto it = children.rbegin(); it != children.rend(); ++it) stack.push_back({*it, false});
+      if (e->kind == ExprKind::GlobalVar) {
+        std::string_view name = static_cast<const GlobalVar*>(e)->name;
+        if (const GlobalFunction* f = m.findFunction(name); f && queued.insert(name).second) work.push_back(f);
       }
     }
   }
