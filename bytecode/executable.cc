@@ -52,8 +52,8 @@ std::string TypeDesc::toString() const {
 }
 
 void Executable::finalize() {
+  bytecode::verifyKernels(*this);
   for (auto& k : kernels) {
-    if (!k.function) throw Error("invalid executable: missing kernel");
     k.scalar = nullptr;
     if (vm::isDynamicKernel(*k.function)) k.kind = KernelKind::Dynamic;
     else if ((k.scalar = vm::ScalarKernel::tryBuild(*k.function))) k.kind = KernelKind::Scalar;

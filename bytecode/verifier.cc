@@ -133,10 +133,16 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
 
 }  // namespace
 
+void verifyKernels(const Executable& exe) {
+  for (const auto& k : exe.kernels) {
+    if (!k.function) throw Error("invalid executable: missing kernel");
+    k.function->verify();
+  }
+}
+
 void verify(const Executable& exe) {
   for (const auto& c : exe.constructors)
     if (c.arity > (1u << 16)) throw Error("invalid executable: constructor '" + c.name + "' has too many fields");
-  for (const auto& k : exe.kernels) k.function->verify();
   for (const auto& f : exe.functions) verifyFunction(exe, f);
 }
 

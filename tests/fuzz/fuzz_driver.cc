@@ -1,8 +1,15 @@
 // A bounded mutation driver for LLVMFuzzerTestOneInput, for builds without
 // libFuzzer (GCC): runs every seed, then byte flips, insertions, truncations and
-// word overwrites of the seeds for the given time. Deterministic for a seed.
-//   executable_fuzz SEED_DIR SECONDS [RNG_SEED]
+// word overwrites of the seeds for the given time. Deterministic for a seed and
+// a number of runs. On a crash the input being run is written to
+// ./fuzz-crash.bin, so the failure can be replayed (executable_fuzz FILE 0).
+//   executable_fuzz SEED_DIR|FILE SECONDS [RNG_SEED]
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,21 +18,59 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
+namespace {
+const uint8_t* g_current = nullptr;
+size_t g_current_size = 0;
+
+// Only async-signal-safe calls: open/write/close, then the default action.
+void saveCrashingInput(int sig) {
+  int fd = ::open("fuzz-crash.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    size_t done = 0;
+    while (done < g_current_size) {
+      ssize_t n = ::write(fd, g_current + done, g_current_size - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+  }
+  static const char msg[] = "executable_fuzz: crashed; input saved to fuzz-crash.bin\n";
+  (void)!::write(2, msg, sizeof msg - 1);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void run(const std::vector<uint8_t>& x) {
+  g_current = x.data();
+  g_current_size = x.size();
+  LLVMFuzzerTestOneInput(x.data(), x.size());
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: executable_fuzz SEED_DIR SECONDS [RNG_SEED]\n");
     return 2;
   }
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, saveCrashingInput);
+  // Seeds in name order, so a run does not depend on the directory's order.
+  std::vector<std::filesystem::path> paths;
+  if (std::filesystem::is_directory(argv[1])) {
+    for (const auto& e : std::filesystem::directory_iterator(argv[1])) paths.push_back(e.path());
+    std::sort(paths.begin(), paths.end());
+  } else {
+    paths.emplace_back(argv[1]);
+  }
   std::vector<std::vector<uint8_t>> seeds;
-  for (const auto& e : std::filesystem::directory_iterator(argv[1])) {
-    std::ifstream f(e.path(), std::ios::binary);
+  for (const auto& path : paths) {
+    std::ifstream f(path, std::ios::binary);
     seeds.emplace_back((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   }
   if (seeds.empty()) {
     std::fprintf(stderr, "error: no seeds in %s\n", argv[1]);
     return 2;
   }
-  for (auto& s : seeds) LLVMFuzzerTestOneInput(s.data(), s.size());
+  for (auto& s : seeds) run(s);
   std::mt19937_64 rng(argc > 3 ? std::stoull(argv[3]) : 1);
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(std::stoi(argv[2]));
   size_t runs = 0;
@@ -47,7 +92,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!x.empty()) x.back() |= 1;  // odd last byte: reseal the checksum
-    LLVMFuzzerTestOneInput(x.data(), x.size());
+    run(x);
     ++runs;
   }
   std::printf("%zu inputs, no crash\n", runs);
