@@ -23,6 +23,12 @@ std::string operandText(const Executable& exe, const Operand& o) {
       for (size_t i = 0; i < o.list.size(); ++i) s += (i ? " r" : "r") + num(o.list[i]);
       return s + "]";
     }
+    case 'M': {  // a moved register prints as ^rN
+      std::string s = "[";
+      for (size_t i = 0; i < o.list.size(); ++i)
+        s += (i ? " " : "") + std::string(o.list[i] & bytecode::kMoveBit ? "^r" : "r") + num(o.list[i] & ~bytecode::kMoveBit);
+      return s + "]";
+    }
     case 'F': return "@" + (o.value < exe.functions.size() ? exe.functions[o.value].name : num(o.value));
     case 'K': return "k" + num(o.value) + (o.value < exe.kernels.size() ? ":" + exe.kernels[o.value].function->name : "");
     case 'C': return "c" + num(o.value);

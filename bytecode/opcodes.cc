@@ -16,7 +16,7 @@ std::optional<InstructionView> InstructionView::decode(std::span<const uint32_t>
       if (at + 2 > code.size()) return std::nullopt;
       o.value64 = code[at] | static_cast<uint64_t>(code[at + 1]) << 32;
       at += 2;
-    } else if (k == 'L') {
+    } else if (k == 'L' || k == 'M') {
       if (at >= code.size()) return std::nullopt;
       uint32_t n = code[at++];
       if (n > code.size() - at) return std::nullopt;

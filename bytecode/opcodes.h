@@ -28,6 +28,9 @@ inline constexpr uint32_t kNumOpcodes = 0
 #undef KILN_OPCODE
     ;
 
+// In an `M` list, a register marked with this bit is moved, not copied.
+inline constexpr uint32_t kMoveBit = 0x8000'0000u;
+
 struct OpcodeInfo {
   std::string_view mnemonic;
   std::string_view operands;  // operand kind letters, see opcodes.def

@@ -52,6 +52,9 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
         case 'L':
           for (uint32_t r : o.list) reg(in, r);
           break;
+        case 'M':
+          for (uint32_t r : o.list) reg(in, r & ~kMoveBit);
+          break;
         case 'F':
           if (o.value >= exe.functions.size()) fail(f, in.pc, "function index out of range");
           break;

@@ -46,12 +46,23 @@ void usage(std::FILE* out) {
                "  --trace FILE.json    Chrome trace of the run\n"
                "  --stats              memory and JIT statistics\n"
                "  --print-bytecode     print the bytecode and exit\n"
-               "  --max-depth N        call depth limit (default 1000000)\n");
+               "  --max-depth N        call depth limit (default 1000000)\n"
+               "  --memory-limit SIZE  most bytes each device's pool may hold (e.g. 512M, 2G); over it: error, exit 1\n");
 }
 
 struct Usage : Error {
   using Error::Error;
 };
+
+// 1234, 64K, 512M, 2G (binary units).
+uint64_t parseByteSize(const std::string& flag, const std::string& v) {
+  size_t digits = std::min(v.find_first_not_of("0123456789"), v.size());
+  std::string unit = v.substr(digits);
+  uint64_t scale = unit.empty() ? 1 : unit == "K" || unit == "k" ? 1ull << 10 : unit == "M" || unit == "m" ? 1ull << 20
+                                   : unit == "G" || unit == "g" ? 1ull << 30 : 0;
+  if (digits == 0 || digits > 12 || scale == 0) throw Usage(flag + " needs a size such as 1048576, 512M or 2G, got '" + v + "'");
+  return std::stoull(v.substr(0, digits)) * scale;
+}
 
 // A scalar input is a register value: loops over it allocate nothing.
 Value inputValue(const Tensor& t) {
@@ -167,6 +178,7 @@ int run(int argc, char** argv) {
   int repeat = 0, warmup = 0;
   bool profile = false, stats = false, printBytecode = false;
   size_t maxDepth = 1'000'000;
+  uint64_t memoryLimit = 0;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -192,6 +204,7 @@ int run(int argc, char** argv) {
     else if (a == "--repeat") repeat = count();
     else if (a == "--warmup") warmup = count();
     else if (a == "--max-depth") maxDepth = static_cast<size_t>(std::max(1, count()));
+    else if (a == "--memory-limit") memoryLimit = parseByteSize(a, value());
     else if (a == "--profile") profile = true;
     else if (a == "--trace") traceFile = value();
     else if (a == "--stats") stats = true;
@@ -276,6 +289,7 @@ int run(int argc, char** argv) {
 
   kiln::VMOptions vmo;
   vmo.maxCallDepth = maxDepth;
+  vmo.memoryLimit = memoryLimit;
   kiln::VirtualMachine vm(exe, vmo);
   try {
     vm.checkArguments(function, argv2);
@@ -346,9 +360,14 @@ int run(int argc, char** argv) {
         compileMs += exe->compiledKernel(static_cast<uint32_t>(k)).compileMillis();
         ++compiled;
       }
-    std::fprintf(stderr, "memory (cpu): %llu allocations, %llu bytes allocated, peak %lld bytes live, %lld bytes live at exit\n",
-                 static_cast<unsigned long long>(m.allocations), static_cast<unsigned long long>(m.bytesAllocated),
-                 static_cast<long long>(m.peakBytes), static_cast<long long>(m.liveBytes));
+    std::fprintf(stderr, "memory: %llu allocations, %llu bytes requested\n", static_cast<unsigned long long>(m.allocations),
+                 static_cast<unsigned long long>(m.bytesAllocated));
+    for (const kiln::PoolStats& p : m.pools)
+      std::fprintf(stderr, "memory (%s): peak %llu bytes in use, peak %llu reserved, %llu in use at exit, %llu cached; pool hits %llu, misses %llu\n",
+                   p.device.toString().c_str(), static_cast<unsigned long long>(p.peakBytesInUse),
+                   static_cast<unsigned long long>(p.peakBytesReserved), static_cast<unsigned long long>(p.bytesInUse),
+                   static_cast<unsigned long long>(p.bytesCached), static_cast<unsigned long long>(p.hits),
+                   static_cast<unsigned long long>(p.misses));
     std::fprintf(stderr, "jit: %zu kernels used, %zu compiled in this process (%.1f ms), %zu memory-cache hits, %zu disk-cache hits\n",
                  compiled, cache.compiles() - compilesBefore, compileMs, cache.hits(), cache.diskHits());
   }

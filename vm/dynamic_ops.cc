@@ -7,10 +7,18 @@
 #include <limits>
 
 #include "kiln/error.h"
+#include "vm/memory.h"
 
 namespace kiln::vm {
 
 namespace {
+
+// Outputs come from the VM's host pool.
+Tensor hostTensor(TensorMemory& mem, DType dtype, std::span<const int64_t> shape) { return mem.tensor(dtype, shape, Device{}); }
+Tensor hostTensor(TensorMemory& mem, DType dtype, std::initializer_list<int64_t> shape) {
+  return mem.tensor(dtype, std::span<const int64_t>(shape.begin(), shape.size()), Device{});
+}
+Tensor hostTensor(TensorMemory& mem, DType dtype, const Shape& shape) { return mem.tensor(dtype, dims(shape), Device{}); }
 
 int64_t scalarInt(const Tensor& t, const char* what) {
   if (t.rank() != 0) throw Error(std::string(what) + " must be a scalar");
@@ -81,14 +89,14 @@ std::vector<int64_t> rowMajorStrides(const Shape& s) {
   return st;
 }
 
-Tensor arange(const jit::FusedNode& n, std::span<const Tensor> in) {
+Tensor arange(const jit::FusedNode& n, std::span<const Tensor> in, TensorMemory& mem) {
   double start = scalarFloat(in[0]), stop = scalarFloat(in[1]), step = scalarFloat(in[2]);
   if (step == 0) throw Error("arange: step must not be 0");
   double count = std::ceil((stop - start) / step);
   if (!(count < 1e12)) throw Error("arange: too many elements");
   int64_t len = count > 0 ? static_cast<int64_t>(count) : 0;
   DType dt = n.type.dtype;
-  Tensor out = Tensor::empty(dt, {len});
+  Tensor out = hostTensor(mem, dt, {len});
   char* p = static_cast<char*>(out.data());
   bool integral = !isFloat(in[0].dtype());
   int64_t istart = integral ? scalarInt(in[0], "start") : 0, istep = integral ? scalarInt(in[2], "step") : 0;
@@ -99,7 +107,7 @@ Tensor arange(const jit::FusedNode& n, std::span<const Tensor> in) {
   return out;
 }
 
-Tensor argwhere(const Tensor& x) {
+Tensor argwhere(const Tensor& x, TensorMemory& mem) {
   size_t es = dtypeSize(x.dtype());
   const char* p = static_cast<const char*>(x.data());
   std::vector<int64_t> hits;
@@ -115,7 +123,7 @@ Tensor argwhere(const Tensor& x) {
     if (nz) hits.push_back(k);
   }
   int64_t rank = static_cast<int64_t>(x.rank());
-  Tensor out = Tensor::empty(DType::Int32, {static_cast<int64_t>(hits.size()), rank});
+  Tensor out = hostTensor(mem, DType::Int32, {static_cast<int64_t>(hits.size()), rank});
   int32_t* o = out.data<int32_t>();
   for (size_t h = 0; h < hits.size(); ++h) {
     int64_t rest = hits[h];
@@ -127,7 +135,7 @@ Tensor argwhere(const Tensor& x) {
   return out;
 }
 
-Tensor stridedSlice(const jit::FusedNode& n, std::span<const Tensor> in) {
+Tensor stridedSlice(const jit::FusedNode& n, std::span<const Tensor> in, TensorMemory& mem) {
   const Tensor& x = in[0];
   std::vector<int64_t> begin = intVector(in[1], "begin"), end = intVector(in[2], "end"), strides = intVector(in[3], "strides");
   ops::AttrMap attrs = n.attrs;
@@ -148,19 +156,19 @@ Tensor stridedSlice(const jit::FusedNode& n, std::span<const Tensor> in) {
     if (outShape[d] > 0) offset += b * xs[d];
     st[d] = stride * xs[d];
   }
-  Tensor out = Tensor::empty(x.dtype(), outShape);
+  Tensor out = hostTensor(mem, x.dtype(), outShape);
   stridedCopy(x, offset, st, out);
   return out;
 }
 
-Tensor broadcastTo(const Tensor& x, const std::vector<int64_t>& shape) {
+Tensor broadcastTo(const Tensor& x, const std::vector<int64_t>& shape, TensorMemory& mem) {
   ops::AttrMap attrs;
   attrs.set("shape", intList(shape));
   Shape outShape = staticShape("broadcast_to", x, attrs);
   std::vector<int64_t> xs = rowMajorStrides(x.shape()), st(outShape.size(), 0);
   size_t lead = outShape.size() - x.rank();
   for (size_t d = 0; d < x.rank(); ++d) st[lead + d] = x.shape()[d] == 1 ? 0 : xs[d];
-  Tensor out = Tensor::empty(x.dtype(), outShape);
+  Tensor out = hostTensor(mem, x.dtype(), outShape);
   stridedCopy(x, 0, st, out);
   return out;
 }
@@ -177,7 +185,7 @@ bool isDynamicKernel(const jit::FusedFunction& f) {
          !f.node(f.outputs[0]).isConstant();
 }
 
-Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> params) {
+Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> params, TensorMemory& mem) {
   const jit::FusedNode& n = f.node(f.outputs[0]);
   std::vector<Tensor> in;
   for (int32_t id : n.inputs) {
@@ -185,7 +193,7 @@ Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> par
       in.push_back(params[static_cast<size_t>(id)]);
     } else {
       const jit::FusedNode& c = f.node(id);
-      Tensor t = Tensor::empty(c.type.dtype, std::span<const int64_t>{});
+      Tensor t = hostTensor(mem, c.type.dtype, std::span<const int64_t>{});
       writeScalar(t.data(), c.type.dtype, c.intValue, c.floatValue);
       in.push_back(t);
     }
@@ -193,13 +201,13 @@ Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> par
   for (const Tensor& t : in)
     if (t.device().kind != Device::Kind::CPU) throw Error(n.op->name + " runs on the host; its operands must be on the CPU");
   const std::string& op = n.op->name;
-  if (op == "arange") return arange(n, in);
-  if (op == "argwhere") return argwhere(in[0]);
+  if (op == "arange") return arange(n, in, mem);
+  if (op == "argwhere") return argwhere(in[0], mem);
   if (op == "dyn.zeros") {
     std::vector<int64_t> shape = intVector(in[0], "shape");
     for (int64_t d : shape)
       if (d < 0) throw Error("dyn.zeros: negative dimension in shape");
-    Tensor out = Tensor::empty(n.type.dtype, std::span<const int64_t>(shape));
+    Tensor out = hostTensor(mem, n.type.dtype, std::span<const int64_t>(shape));
     std::memset(out.data(), 0, out.nbytes());
     return out;
   }
@@ -209,8 +217,8 @@ Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> par
     Shape s = staticShape("reshape", in[0], attrs);
     return in[0].reshaped(dims(s));
   }
-  if (op == "dyn.broadcast_to") return broadcastTo(in[0], intVector(in[1], "shape"));
-  if (op == "dyn.strided_slice") return stridedSlice(n, in);
+  if (op == "dyn.broadcast_to") return broadcastTo(in[0], intVector(in[1], "shape"), mem);
+  if (op == "dyn.strided_slice") return stridedSlice(n, in, mem);
   throw Error("no run-time implementation of " + op);
 }
 

@@ -15,7 +15,10 @@ namespace kiln::vm {
 // True when `f` is one data-dependent operator over parameters and constants.
 bool isDynamicKernel(const jit::FusedFunction& f);
 
-// Runs such a kernel on CPU tensors; throws kiln::Error on bad operands.
-Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> inputs);
+class TensorMemory;
+
+// Runs such a kernel on CPU tensors, its output from `memory`; throws
+// kiln::Error on bad operands.
+Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> inputs, TensorMemory& memory);
 
 }  // namespace kiln::vm

@@ -96,6 +96,8 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
 
 #define OPERAND(k) code[pc + (k)]
 #define REG(k) R[code[pc + (k)]]
+// An `M` list entry: moved out when marked (the value's last use), else copied.
+#define TAKE(k) (code[pc + (k)] & bytecode::kMoveBit ? std::move(R[code[pc + (k)] & ~bytecode::kMoveBit]) : Value(R[code[pc + (k)]]))
 
 // A handler's locals live in its braces and DISPATCH() comes after them: a computed
 // goto out of a scope does not run destructors, so it must leave none behind.
@@ -156,7 +158,10 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
       throw Error("closure of @" + cf.name + " called with " + std::to_string(n) + " arguments, expects " +
                   std::to_string(cf.numParams - clo->size));
     for (uint32_t i = 0; i < clo->size; ++i) argTmp.push_back(clo->captured()[i]);
-    for (uint32_t i = 0; i < n; ++i) argTmp.push_back(R[list[i]]);
+    for (uint32_t i = 0; i < n; ++i) {
+      uint32_t r = list[i];
+      argTmp.push_back(r & bytecode::kMoveBit ? std::move(R[r & ~bytecode::kMoveBit]) : Value(R[r]));
+    }
     return clo->function;
   };
   auto gatherInputs = [&](const uint32_t* list, uint32_t n) {
@@ -205,13 +210,13 @@ dispatch:
   DISPATCH();
   CASE(Invoke) {
     uint32_t dst = OPERAND(1), callee = OPERAND(2), n = OPERAND(3);
-    for (uint32_t i = 0; i < n; ++i) argTmp.push_back(REG(4 + i));
+    for (uint32_t i = 0; i < n; ++i) argTmp.push_back(TAKE(4 + i));
     enter(callee, pc + 4 + n, dst);
   }
   DISPATCH();
   CASE(TailCall) {
     uint32_t callee = OPERAND(1), n = OPERAND(2);
-    for (uint32_t i = 0; i < n; ++i) argTmp.push_back(REG(3 + i));
+    for (uint32_t i = 0; i < n; ++i) argTmp.push_back(TAKE(3 + i));
     reenter(callee);
   }
   DISPATCH();
@@ -255,9 +260,8 @@ dispatch:
     KernelOperands op = kernelOperands(&code[pc]);
     gatherInputs(op.in, op.nin);
     uint64_t t0 = profiling_ ? nowNanos() : 0;
-    Tensor out = vm::runDynamicKernel(*exe.kernels[op.kernel].function, std::span<const Tensor>(ins.data(), ins.size()));
+    Tensor out = vm::runDynamicKernel(*exe.kernels[op.kernel].function, std::span<const Tensor>(ins.data(), ins.size()), *memory_);
     if (profiling_) recordKernel(op.kernel, t0);
-    memory_->count(out.nbytes());
     R[op.out[0]] = Value(std::move(out));  // the verifier checked: one output
     pc += op.length;
   }
@@ -313,7 +317,7 @@ dispatch:
     uint32_t n = OPERAND(3);
     std::vector<Value> fields;
     fields.reserve(n);
-    for (uint32_t i = 0; i < n; ++i) fields.push_back(REG(4 + i));
+    for (uint32_t i = 0; i < n; ++i) fields.push_back(TAKE(4 + i));
     REG(1) = Value::adt(OPERAND(2), std::move(fields));
     pc += 4 + n;
   }
@@ -322,7 +326,7 @@ dispatch:
     uint32_t n = OPERAND(2);
     std::vector<Value> fields;
     fields.reserve(n);
-    for (uint32_t i = 0; i < n; ++i) fields.push_back(REG(3 + i));
+    for (uint32_t i = 0; i < n; ++i) fields.push_back(TAKE(3 + i));
     REG(1) = Value::tuple(std::move(fields));
     pc += 3 + n;
   }
@@ -330,7 +334,7 @@ dispatch:
   CASE(AllocClosure) {
     uint32_t n = OPERAND(3);
     boost::container::small_vector<Value, 8> cap;
-    for (uint32_t i = 0; i < n; ++i) cap.push_back(REG(4 + i));
+    for (uint32_t i = 0; i < n; ++i) cap.push_back(TAKE(4 + i));
     REG(1) = Value::closure(OPERAND(2), std::span<const Value>(cap.data(), cap.size()));
     pc += 4 + n;
   }
@@ -430,6 +434,7 @@ done:
   return result;
 #undef OPERAND
 #undef REG
+#undef TAKE
 #undef DISPATCH
 #undef CASE
 }

@@ -1,7 +1,6 @@
 // Storage blocks and tensor placement for the VM.
 #include "vm/memory.h"
 
-#include <atomic>
 #include <cstring>
 #include <new>
 
@@ -9,62 +8,37 @@
 
 namespace kiln::vm {
 
-struct TensorMemory::Counters {
-  std::atomic<uint64_t> allocations{0}, bytes{0};
-  std::atomic<int64_t> live{0}, peak{0};
-  void add(int64_t n) {
-    allocations++;
-    bytes += static_cast<uint64_t>(n);
-    int64_t now = live += n;
-    int64_t p = peak.load();
-    while (now > p && !peak.compare_exchange_weak(p, now)) {
-    }
-  }
-};
-
-TensorMemory::TensorMemory() : counters_(std::make_shared<Counters>()) {}
-
-static void requireHost(Device d) {
-  if (d.kind == Device::Kind::CUDA)
-    throw Error("device " + d.toString() + " was requested, but this build of Kiln runs tensors on the CPU only");
-}
+TensorMemory::TensorMemory(std::shared_ptr<MemoryPools> pools) : pools_(std::move(pools)) {}
 
 Value TensorMemory::storage(uint64_t bytes, uint32_t alignment, Device device) {
-  requireHost(device);
-  if (bytes > (uint64_t(1) << 46)) throw Error("out of memory: storage of " + std::to_string(bytes) + " bytes");
-  size_t align = std::max<size_t>(alignment, 64);
-  size_t alloc = (bytes + 63) / 64 * 64 + 64;
-  void* p = ::operator new(alloc, std::align_val_t(align), std::nothrow);
-  if (!p) throw Error("out of memory: storage of " + std::to_string(bytes) + " bytes");
-  auto counters = counters_;
-  counters->add(static_cast<int64_t>(alloc));
-  std::shared_ptr<void> buf(p, [counters, alloc, align](void* q) {
-    counters->live -= static_cast<int64_t>(alloc);
-    ::operator delete(q, std::align_val_t(align));
-  });
+  if (alignment > 64) throw Error("alloc_storage: alignment " + std::to_string(alignment) + " is not supported (at most 64)");
+  std::shared_ptr<void> buf = pool(device).allocateShared(bytes);
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+  bytes_.fetch_add(bytes, std::memory_order_relaxed);
   return Value::storage(std::move(buf), bytes, device);
 }
 
-void TensorMemory::count(uint64_t bytes) {
-  counters_->allocations++;
-  counters_->bytes += bytes;
+Tensor TensorMemory::tensor(DType dtype, std::span<const int64_t> shape, Device device) {
+  Tensor t = allocateTensor(pool(device), dtype, shape);
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+  bytes_.fetch_add(t.nbytes(), std::memory_order_relaxed);
+  return t;
 }
 
 Tensor TensorMemory::copyTo(const Tensor& t, Device device) {
-  requireHost(device);
-  requireHost(t.device());
-  Tensor out = Tensor::empty(t.dtype(), t.shape(), device);
+  if (t.device().kind != Device::Kind::CPU || device.kind != Device::Kind::CPU)
+    throw Error("device_copy from " + t.device().toString() + " to " + device.toString() +
+                ": this build of Kiln runs tensors on the CPU only");
+  Tensor out = tensor(t.dtype(), dims(t.shape()), device);
   if (t.nbytes()) std::memcpy(out.data(), t.data(), t.nbytes());
-  count(t.nbytes());
   return out;
 }
 
 VMMemoryStats TensorMemory::stats() const {
   VMMemoryStats s;
-  s.allocations = counters_->allocations;
-  s.bytesAllocated = counters_->bytes;
-  s.liveBytes = counters_->live;
-  s.peakBytes = counters_->peak;
+  s.allocations = allocations_.load();
+  s.bytesAllocated = bytes_.load();
+  s.pools = pools_->stats();
   return s;
 }
 

@@ -1,16 +1,18 @@
 // Tensor memory of one VM: storage blocks for kernel outputs, tensors placed in
 // them, device copies, and the figures --stats prints.
 //
-// A storage block is one aligned allocation (padded so kernels may read a whole
-// 64-byte line past the end); alloc_tensor places tensors in it, sharing
-// ownership, so a block lives until its last tensor dies. Statistics are shared
-// with every block's deleter, so blocks that outlive the VM (returned results)
-// still account their release correctly.
+// Every buffer comes from the VM's MemoryPools (one pooled allocator per device;
+// see kiln/memory.h). A storage block is one pooled allocation; alloc_tensor
+// places tensors in it, sharing ownership, so a block returns to its pool when
+// its last tensor dies. Blocks keep their pool's state alive, so results that
+// outlive the VM are still returned correctly.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <span>
 
+#include "kiln/memory.h"
 #include "kiln/value.h"
 #include "kiln/vm.h"
 
@@ -18,17 +20,19 @@ namespace kiln::vm {
 
 class TensorMemory {
  public:
-  TensorMemory();
-  // A storage block of `bytes` on `device`; throws when the device is unusable.
+  explicit TensorMemory(std::shared_ptr<MemoryPools> pools);
+  // A storage block of `bytes` on `device`; throws kiln::Error when the device
+  // is unusable or out of memory.
   Value storage(uint64_t bytes, uint32_t alignment, Device device);
-  // Accounts memory allocated outside storage blocks (data-dependent operators).
-  void count(uint64_t bytes);
+  // A tensor of its own (data-dependent operator outputs, copies).
+  Tensor tensor(DType dtype, std::span<const int64_t> shape, Device device);
   Tensor copyTo(const Tensor& t, Device device);
+  PooledAllocator& pool(Device device) { return pools_->forDevice(device); }
   VMMemoryStats stats() const;
 
  private:
-  struct Counters;
-  std::shared_ptr<Counters> counters_;
+  std::shared_ptr<MemoryPools> pools_;
+  std::atomic<uint64_t> allocations_{0}, bytes_{0};
 };
 
 // A tensor of `shape` and `dtype` at byte `offset` of the storage value `storage`.

@@ -8,6 +8,8 @@
 #include <vector>
 #include <new>
 
+#include "kiln/memory.h"
+
 #include "kiln/error.h"
 #include "kiln/half.h"
 
@@ -47,16 +49,9 @@ std::string shapeString(std::span<const int64_t> shape) {
 }
 
 Tensor Tensor::empty(DType dtype, std::span<const int64_t> shape, Device device) {
-  Tensor t = view(dtype, shape, nullptr, device);
-  size_t bytes = static_cast<size_t>(numElements(shape)) * dtypeSize(dtype);
-  // Round up so vector kernels may read a whole 64-byte line; never zero bytes.
-  size_t alloc = (bytes + 63) / 64 * 64 + 64;
-  void* p = ::operator new(alloc, std::align_val_t(64));
-  t.buffer_ = std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t(64)); });
-  return t;
+  return allocateTensor(MemoryPools::processDefault().forDevice(device), dtype, shape);
 }
 
-// Also the header of every Tensor::empty (which then allocates the buffer).
 Tensor Tensor::view(DType dtype, std::span<const int64_t> shape, std::shared_ptr<void> owner, Device device) {
   for (int64_t d : shape)
     if (d < 0) throw Error("negative dimension in shape " + shapeString(shape));

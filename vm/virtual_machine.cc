@@ -10,7 +10,8 @@
 namespace kiln {
 
 VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, VMOptions options)
-    : exe_(std::move(exe)), options_(options), memory_(std::make_unique<vm::TensorMemory>()) {
+    : exe_(std::move(exe)), options_(options), memory_(std::make_unique<vm::TensorMemory>(
+          options_.pools ? options_.pools : std::make_shared<MemoryPools>(options_.memoryLimit))) {
   if (!exe_) throw Error("VirtualMachine needs an executable");
   for (const Tensor& t : exe_->constants) constants_.emplace_back(t);
   kernels_.assign(exe_->kernels.size(), nullptr);

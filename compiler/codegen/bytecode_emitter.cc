@@ -10,6 +10,7 @@
 #include "bytecode/opcodes.h"
 #include "compiler/ir/visit.h"
 #include "compiler/passes/lambda_lift.h"
+#include "compiler/passes/liveness.h"
 #include "compiler/passes/to_fused_function.h"
 #include "jit/fused_function.h"
 #include "kiln/error.h"
@@ -168,6 +169,13 @@ class ExecutableBuilder {
   std::unordered_set<std::string> kernelNames_;
 };
 
+// Registers: a variable's value lives in one register from its definition to
+// its last use (liveness.h); aliases (`let x = y`, a variable pattern over the
+// scrutinee) share the register, which is released when its last name dies.
+// Temporaries (materialized constants and globals, kernel shapes and storage)
+// die at the instruction that consumes them. At a branch the register state is
+// saved, and each arm starts from it: an arm never sees registers freed by its
+// sibling.
 class FunctionEmitter {
  public:
   FunctionEmitter(ExecutableBuilder& eb, const GlobalFunction& g) : eb_(eb), g_(g) {}
@@ -185,11 +193,13 @@ class FunctionEmitter {
       body = inner->body;
       result = asFunc(inner->type) ? asFunc(inner->type)->result : body->type;
     }
-    countUses(body);
+    live_ = analyzeLiveness(body);
+    collectUsedVars();
 
     // `main`'s parameters named in the params file become constants.
     std::vector<std::pair<const Var*, uint32_t>> bound;
     const auto& weights = eb_.options().params;
+    std::vector<std::pair<const Var*, uint32_t>> paramRegs;
     for (const Var* p : params) {
       auto it = out.name == "main" ? weights.find(std::string(p->name)) : weights.end();
       if (it != weights.end()) {
@@ -198,7 +208,7 @@ class FunctionEmitter {
         continue;
       }
       uint32_t r = newReg();
-      bind(p, r);
+      paramRegs.emplace_back(p, r);
       out.paramNames.push_back(std::string(p->name));
       out.paramTypes.push_back(describeType(p->type));
     }
@@ -206,27 +216,32 @@ class FunctionEmitter {
     for (auto& [p, c] : bound) {
       uint32_t r = newReg();
       emit(Opcode::LoadConst, {r, c});
-      bind(p, r);
+      paramRegs.emplace_back(p, r);
     }
-    for (const Var* p : params)
-      if (regOf_.count(p)) releaseIfDead(regOf_[p]);
+    for (auto& [p, r] : paramRegs) {
+      bindVar(p, r);
+      if (!std::binary_search(live_.liveIn.begin(), live_.liveIn.end(), p)) kill(p);
+    }
     out.resultType = describeType(result);
-    emitTail(body);
+    emitTail(body, functionEnd());
     out.code = std::move(code_);
     out.frameSize = std::max<uint32_t>(frameSize_, 1);
     return out;
   }
 
  private:
-  // ---- registers and liveness ----
-  void countUses(const Expr* root) {
-    std::vector<const Expr*> stack{root};
-    while (!stack.empty()) {
-      const Expr* e = stack.back();
-      stack.pop_back();
-      if (e->kind == ExprKind::Var) uses_[static_cast<const Var*>(e)]++;
-      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
-    }
+  // ---- registers ----
+  struct RegisterState {
+    std::vector<uint32_t> free, refs;
+    std::vector<bool> heap;
+  };
+  RegisterState save() const { return {free_, refs_, heap_}; }
+  void restore(const RegisterState& s) {
+    free_ = s.free;
+    refs_ = s.refs;
+    heap_ = s.heap;
+    refs_.resize(next_, 0);
+    heap_.resize(next_, false);
   }
 
   uint32_t newReg() {
@@ -237,66 +252,100 @@ class FunctionEmitter {
     } else {
       r = next_++;
       frameSize_ = std::max(frameSize_, next_);
-      remaining_.resize(next_, 0);
+      refs_.resize(next_, 0);
       heap_.resize(next_, false);
     }
-    remaining_[r] = 0;
+    refs_[r] = 0;
     heap_[r] = false;
     return r;
   }
 
-  // A register holding a temporary, given back by done().
-  uint32_t temp() {
+  // A register holding a temporary, given back by dropReg().
+  uint32_t temp(bool heap = true) {
     uint32_t r = newReg();
-    remaining_[r] = 1;
+    refs_[r] = 1;
+    heap_[r] = heap;
     return r;
   }
 
-  void bind(const Var* v, uint32_t r) {
+  void bindVar(const Var* v, uint32_t r) {
     regOf_[v] = r;
-    remaining_[r] += uses_[v];
+    refs_[r]++;
     heap_[r] = heap_[r] || isHeapType(v->type);
   }
 
-  void releaseIfDead(uint32_t r) {
-    if (remaining_[r] == 0) freeReg(r, true);
-  }
-
-  void freeReg(uint32_t r, bool release) {
-    if (release && heap_[r]) emit(Opcode::Release, {r});
+  // One holder of `r` is gone; with the last, the value is released (unless an
+  // instruction moved it out) and the register reused.
+  void dropReg(uint32_t r, bool moved = false) {
+    if (refs_[r] == 0 || --refs_[r] > 0) return;
+    if (heap_[r] && !moved) emit(Opcode::Release, {r});
     free_.push_back(r);
   }
 
-  // One use of register `r` is complete; at its last use it is released and reused.
-  void done(uint32_t r, bool release = true) {
-    if (remaining_[r] == 0) return;
-    if (--remaining_[r] == 0) freeReg(r, release);
+  void kill(const Var* v, bool moved = false) { dropReg(regOf_.at(v), moved); }
+
+  uint32_t regOfVar(const Var* v, SourceLoc loc) const {
+    auto it = regOf_.find(v);
+    if (it == regOf_.end()) throw Error(eb_.module().file(), loc, "internal: unbound variable %" + std::string(v->name));
+    return it->second;
   }
 
-  // The register of an atom; constants and globals are materialized into a temporary.
-  uint32_t atomReg(const Expr* e) {
-    switch (e->kind) {
-      case ExprKind::Var: {
-        auto it = regOf_.find(static_cast<const Var*>(e));
-        if (it == regOf_.end()) throw Error(eb_.module().file(), e->loc, "internal: unbound variable %" + std::string(static_cast<const Var*>(e)->name));
-        return it->second;
-      }
-      default: {
-        uint32_t r = temp();
-        emitInto(e, r);
-        return r;
-      }
+  // The operands of one consuming instruction: registers of its atoms, and the
+  // temporaries it materialized; finish() retires what dies there.
+  struct Operands {
+    std::vector<uint32_t> regs;
+    std::vector<uint32_t> temps;
+  };
+
+  uint32_t atom(const Expr* e, Operands& ops) {
+    uint32_t r;
+    if (e->kind == ExprKind::Var) {
+      r = regOfVar(static_cast<const Var*>(e), e->loc);
+    } else {
+      r = temp(false);
+      emitValue(e, r, LivenessPoint{e, -2});
+      heap_[r] = isHeapType(e->type) || e->kind == ExprKind::GlobalVar || e->kind == ExprKind::Ctor;
+      ops.temps.push_back(r);
     }
+    ops.regs.push_back(r);
+    return r;
   }
 
-  std::vector<uint32_t> atomRegs(std::span<const Expr* const> es) {
+  std::vector<uint32_t> atoms(std::span<const Expr* const> es, Operands& ops) {
     std::vector<uint32_t> rs;
-    for (const Expr* e : es) rs.push_back(atomReg(e));
+    for (const Expr* e : es) rs.push_back(atom(e, ops));
     return rs;
   }
 
-  void doneAll(const std::vector<uint32_t>& rs, bool release = true) {
-    for (uint32_t r : rs) done(r, release);
+  // Registers whose value dies at `at` and has no other holder: an `M` list may
+  // move them out (see mark()).
+  std::vector<uint32_t> movable(LivenessPoint at, const Operands& ops) const {
+    std::vector<uint32_t> rs(ops.temps);
+    for (const Var* v : live_.diesAt(at)) {
+      uint32_t r = regOf_.at(v);
+      if (refs_[r] == 1) rs.push_back(r);
+    }
+    return rs;
+  }
+
+  // Sets the move bit on the last occurrence in `list` of each register in
+  // `movable` (earlier occurrences must still copy). Returns those moved.
+  static std::vector<uint32_t> mark(std::vector<uint32_t>& list, const std::vector<uint32_t>& movable) {
+    std::vector<uint32_t> moved;
+    for (size_t i = list.size(); i-- > 0;) {
+      uint32_t r = list[i];
+      if (std::find(movable.begin(), movable.end(), r) == movable.end()) continue;
+      if (std::find(moved.begin(), moved.end(), r) != moved.end()) continue;
+      moved.push_back(r);
+      list[i] = r | bytecode::kMoveBit;
+    }
+    return moved;
+  }
+
+  void finish(LivenessPoint at, const Operands& ops, const std::vector<uint32_t>& moved = {}) {
+    auto wasMoved = [&](uint32_t r) { return std::find(moved.begin(), moved.end(), r) != moved.end(); };
+    for (const Var* v : live_.diesAt(at)) kill(v, wasMoved(regOf_.at(v)));
+    for (uint32_t t : ops.temps) dropReg(t, wasMoved(t));
   }
 
   // ---- instruction encoding ----
@@ -340,85 +389,97 @@ class FunctionEmitter {
   }
   void patch(uint32_t at) { code_[at] = here(); }
 
-  // ---- expressions ----
+  // ---- blocks ----
   void emitLets(const Expr*& e) {
     while (e->kind == ExprKind::Let) {
       auto* l = static_cast<const Let*>(e);
       if (l->value->kind == ExprKind::Var) {
         // An alias shares the register.
-        uint32_t r = atomReg(l->value);
-        bind(l->var, r);
-        done(r);
+        bindVar(l->var, regOfVar(static_cast<const Var*>(l->value), l->value->loc));
+        finish(letPoint(l), {});
       } else {
         uint32_t r = newReg();
-        emitInto(l->value, r);
-        bind(l->var, r);
-        if (uses_[l->var] == 0) freeReg(r, true);
+        emitValue(l->value, r, letPoint(l));
+        bindVar(l->var, r);
       }
+      if (!usedVars_.count(l->var)) kill(l->var);
       e = l->body;
     }
   }
 
-  void emitTail(const Expr* e) {
+  void collectUsedVars() {
+    std::vector<const Expr*> stack{g_.fn->body};
+    while (!stack.empty()) {
+      const Expr* e = stack.back();
+      stack.pop_back();
+      if (e->kind == ExprKind::Var) usedVars_.insert(static_cast<const Var*>(e));
+      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
+    }
+  }
+
+  // A block in tail position: it ends the function (ret or a tail call).
+  void emitTail(const Expr* e, LivenessPoint end) {
     emitLets(e);
     switch (e->kind) {
-      case ExprKind::If: {
-        auto* i = static_cast<const If*>(e);
-        uint32_t c = atomReg(i->cond);
-        uint32_t toElse = emitJump(Opcode::BranchIfNot, {c});
-        done(c, false);
-        emitTail(i->thenBranch);
-        patch(toElse);
-        emitTail(i->elseBranch);
-        return;
-      }
+      case ExprKind::If: emitIf(static_cast<const If*>(e), 0, true); return;
       case ExprKind::Match: emitMatch(static_cast<const Match*>(e), 0, true); return;
-      case ExprKind::Call: {
-        auto* c = static_cast<const Call*>(e);
-        if (emitCallTail(c)) return;
+      case ExprKind::Call:
+        if (emitCallTail(static_cast<const Call*>(e))) return;
         break;
-      }
       default: break;
     }
     uint32_t r;
     if (e->kind == ExprKind::Var) {
-      r = atomReg(e);
+      r = regOfVar(static_cast<const Var*>(e), e->loc);
     } else {
       r = newReg();
-      emitInto(e, r);
+      emitValue(e, r, end);
     }
     emit(Opcode::Ret, {r});
   }
 
-  // Tail calls of functions and closures; false for other calls.
+  // A block whose value goes to `dst`, then control continues after it.
+  void emitBlockInto(const Expr* e, uint32_t dst, LivenessPoint end) {
+    emitLets(e);
+    emitValue(e, dst, end);
+  }
+
+  // Tail calls of functions and closures; false for other calls. Everything in
+  // the frame dies here, so every argument register is moved.
   bool emitCallTail(const Call* c) {
+    Operands ops;
     if (c->callee->kind == ExprKind::GlobalVar) {
       std::string_view name = static_cast<const GlobalVar*>(c->callee)->name;
       const Function* g = eb_.global(name);
       size_t cap = capturedCount(g);
       if (cap && c->args.size() == cap) return false;  // builds a closure
-      auto args = atomRegs(c->args);
+      auto args = atoms(c->args, ops);
+      mark(args, args);
       emitParts(Opcode::TailCall, {one(eb_.functionId(name)), list(args)});
-      doneAll(args, false);
       return true;
     }
     if (c->callee->kind == ExprKind::Var) {
-      uint32_t f = atomReg(c->callee);
-      auto args = atomRegs(c->args);
+      uint32_t f = atom(c->callee, ops);
+      auto args = atoms(c->args, ops);
+      std::vector<uint32_t> movable;
+      for (uint32_t r : args)
+        if (r != f) movable.push_back(r);
+      mark(args, movable);
       emitParts(Opcode::TailCallClosure, {one(f), list(args)});
-      done(f, false);
-      doneAll(args, false);
       return true;
     }
     return false;
   }
 
-  void emitInto(const Expr* e, uint32_t dst) {
+  // ---- values ----
+  // Emits `e` (an A-normal-form value) into `dst`; `at` is its liveness point.
+  void emitValue(const Expr* e, uint32_t dst, LivenessPoint at) {
     switch (e->kind) {
       case ExprKind::Var: {
-        uint32_t r = atomReg(e);
+        Operands ops;
+        uint32_t r = atom(e, ops);
         emit(Opcode::Move, {dst, r});
-        done(r);
+        finish(at, ops);
         return;
       }
       case ExprKind::Constant: {
@@ -442,74 +503,100 @@ class FunctionEmitter {
         return;
       }
       case ExprKind::Tuple: {
-        auto rs = atomRegs(static_cast<const Tuple*>(e)->fields);
+        Operands ops;
+        auto rs = atoms(static_cast<const Tuple*>(e)->fields, ops);
+        auto moved = mark(rs, movable(at, ops));
         emitParts(Opcode::AllocTuple, {one(dst), list(rs)});
-        doneAll(rs);
+        finish(at, ops, moved);
         return;
       }
       case ExprKind::TupleGet: {
         auto* g = static_cast<const TupleGet*>(e);
-        uint32_t t = atomReg(g->tuple);
+        Operands ops;
+        uint32_t t = atom(g->tuple, ops);
         emit(Opcode::GetField, {dst, t, g->index});
-        done(t);
+        finish(at, ops);
         return;
       }
-      case ExprKind::Call: emitCall(static_cast<const Call*>(e), dst); return;
-      case ExprKind::If: {
-        auto* i = static_cast<const If*>(e);
-        uint32_t c = atomReg(i->cond);
-        uint32_t toElse = emitJump(Opcode::BranchIfNot, {c});
-        done(c, false);
-        emitBlockInto(i->thenBranch, dst);
-        uint32_t toEnd = emitJump(Opcode::Goto, {});
-        patch(toElse);
-        emitBlockInto(i->elseBranch, dst);
-        patch(toEnd);
-        return;
-      }
+      case ExprKind::Call: emitCall(static_cast<const Call*>(e), dst, at); return;
+      case ExprKind::If: emitIf(static_cast<const If*>(e), dst, false); return;
       case ExprKind::Match: emitMatch(static_cast<const Match*>(e), dst, false); return;
-      case ExprKind::Let: emitBlockInto(e, dst); return;
+      case ExprKind::Let: emitBlockInto(e, dst, at); return;
       default:
         throw Error(eb_.module().file(), e->loc, "internal: unexpected expression in bytecode emission");
     }
   }
 
-  void emitBlockInto(const Expr* e, uint32_t dst) {
-    emitLets(e);
-    emitInto(e, dst);
+  // Releases what dies on entry to an arm; `also` are registers the test read.
+  void enterArm(LivenessPoint arm, const std::vector<uint32_t>& also) {
+    for (uint32_t r : also) dropReg(r);
+    for (const Var* v : live_.deadOnEntryTo(arm)) kill(v);
   }
 
-  void emitCall(const Call* c, uint32_t dst) {
+  void emitIf(const If* i, uint32_t dst, bool tail) {
+    Operands ops;
+    uint32_t c = atom(i->cond, ops);
+    uint32_t toElse = emitJump(Opcode::BranchIfNot, {c});
+    // What dies at the test is released at the start of both arms.
+    std::vector<uint32_t> tested(ops.temps);
+    for (const Var* v : live_.diesAt(testPoint(i))) tested.push_back(regOf_.at(v));
+    RegisterState before = save();
+    enterArm(armPoint(i, 0), tested);
+    uint32_t toEnd = 0;
+    if (tail) {
+      emitTail(i->thenBranch, armPoint(i, 0));
+    } else {
+      emitBlockInto(i->thenBranch, dst, armPoint(i, 0));
+      toEnd = emitJump(Opcode::Goto, {});
+    }
+    restore(before);
+    patch(toElse);
+    enterArm(armPoint(i, 1), tested);
+    if (tail) {
+      emitTail(i->elseBranch, armPoint(i, 1));
+    } else {
+      emitBlockInto(i->elseBranch, dst, armPoint(i, 1));
+      patch(toEnd);
+    }
+  }
+
+  void emitCall(const Call* c, uint32_t dst, LivenessPoint at) {
     const Expr* callee = c->callee;
+    Operands ops;
     switch (callee->kind) {
-      case ExprKind::Function: emitKernelCall(static_cast<const Function*>(callee), c->args, dst); return;
+      case ExprKind::Function: emitKernelCall(static_cast<const Function*>(callee), c->args, dst, at); return;
       case ExprKind::GlobalVar: {
         std::string_view name = static_cast<const GlobalVar*>(callee)->name;
         const Function* g = eb_.global(name);
         size_t cap = capturedCount(g);
-        auto args = atomRegs(c->args);
+        auto args = atoms(c->args, ops);
+        auto moved = mark(args, movable(at, ops));
         Opcode op = cap && args.size() == cap ? Opcode::AllocClosure : Opcode::Invoke;
         emitParts(op, {one(dst), one(eb_.functionId(name)), list(args)});
-        doneAll(args);
+        finish(at, ops, moved);
         return;
       }
       case ExprKind::Ctor: {
-        auto args = atomRegs(c->args);
+        auto args = atoms(c->args, ops);
+        auto moved = mark(args, movable(at, ops));
         emitParts(Opcode::AllocAdt, {one(dst), one(eb_.ctorId(static_cast<const CtorRef*>(callee)->ctor)), list(args)});
-        doneAll(args);
+        finish(at, ops, moved);
         return;
       }
       case ExprKind::Var: {
-        uint32_t f = atomReg(callee);
-        auto args = atomRegs(c->args);
+        uint32_t f = atom(callee, ops);
+        auto args = atoms(c->args, ops);
+        std::vector<uint32_t> canMove;
+        for (uint32_t r : movable(at, ops))
+          if (r != f) canMove.push_back(r);
+        auto moved = mark(args, canMove);
         emitParts(Opcode::InvokeClosure, {one(dst), one(f), list(args)});
-        done(f);
-        doneAll(args);
+        finish(at, ops, moved);
         return;
       }
       case ExprKind::Op: {
         const ops::OpDef* op = static_cast<const OpRef*>(callee)->op;
-        uint32_t x = atomReg(c->args[0]);
+        uint32_t x = atom(c->args[0], ops);
         if (op->name == "device_copy") {
           ops::AttrReader attrs(op->name, *c->attrs);
           Device src = Device::parse(attrs.getString("src_device", "cpu"));
@@ -519,17 +606,18 @@ class FunctionEmitter {
         } else {
           emit(Opcode::Move, {dst, x});  // on_device: placement is decided by the device pass
         }
-        done(x);
+        finish(at, ops);
         return;
       }
       default: throw Error(eb_.module().file(), c->loc, "internal: unexpected callee in bytecode emission");
     }
   }
 
-  void emitKernelCall(const Function* prim, std::span<const Expr* const> argExprs, uint32_t dst) {
+  void emitKernelCall(const Function* prim, std::span<const Expr* const> argExprs, uint32_t dst, LivenessPoint at) {
     auto k = eb_.kernel(prim);
     const jit::FusedFunction& f = *k.fn;
-    auto ins = atomRegs(argExprs);
+    Operands ops;
+    auto ins = atoms(argExprs, ops);
     size_t nout = f.outputs.size();
     bool tuple = asTuple(prim->body->type) != nullptr;
     std::vector<uint32_t> outs;
@@ -548,7 +636,7 @@ class FunctionEmitter {
         if (dynamic) emitParts(Opcode::ShapeFunc, {one(k.index), list(ins), list({shape})});
         else emit(Opcode::LoadConst, {shape, eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size()))});
         emit(Opcode::Reshape, {outs[0], ins[0], shape});
-        done(shape);
+        dropReg(shape);
         break;
       }
       case CallKind::Compiled: {
@@ -561,7 +649,6 @@ class FunctionEmitter {
           emitParts(Opcode::ShapeFunc, {one(k.index), list(ins), list(shapes)});
         }
         uint32_t storage = temp();
-        heap_[storage] = true;
         for (size_t i = 0; i < nout; ++i) {
           const ops::TensorDesc& t = f.typeOf(f.outputs[i]);
           uint32_t dt = static_cast<uint32_t>(t.dtype);
@@ -574,81 +661,96 @@ class FunctionEmitter {
             emit(Opcode::AllocTensor, {outs[i], storage, 0, eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size())), dt});
           }
         }
-        done(storage);
-        for (uint32_t s : shapes) done(s);
+        dropReg(storage);
+        for (uint32_t s : shapes) dropReg(s);
         emitParts(Opcode::InvokeKernel, {one(k.index), list(ins), list(outs)});
         break;
       }
     }
-    doneAll(ins);
+    finish(at, ops);
     if (tuple || nout != 1) {
-      emitParts(Opcode::AllocTuple, {one(dst), list(outs)});
-      for (uint32_t o : outs) {
-        heap_[o] = true;
-        done(o);
-      }
+      std::vector<uint32_t> fields = outs;
+      mark(fields, outs);
+      emitParts(Opcode::AllocTuple, {one(dst), list(fields)});
+      for (uint32_t o : outs) dropReg(o, true);
     }
   }
 
   // ---- match ----
   // Emits the tests of `p` against the value in `v`; failing tests jump to a
-  // location recorded in `fails`. Binds pattern variables.
-  void emitPattern(const Pattern* p, uint32_t v, std::vector<uint32_t>& fails, std::vector<uint32_t>& temps) {
+  // location recorded in `fails`. Binds pattern variables; `loaded` collects
+  // every register the tests fill.
+  void emitPattern(const Pattern* p, uint32_t v, std::vector<uint32_t>& fails, std::vector<uint32_t>& temps,
+                   std::vector<uint32_t>& loaded) {
     switch (p->kind) {
       case PatternKind::Wildcard: return;
       case PatternKind::Var: {
         const Var* x = static_cast<const PatternVar*>(p)->var;
-        bind(x, v);  // shares the register holding the matched value
+        bindVar(x, v);  // shares the register holding the matched value
         return;
       }
       case PatternKind::Ctor: {
         auto* c = static_cast<const PatternCtor*>(p);
         fails.push_back(emitJump(Opcode::BranchIfNotCtor, {v, eb_.ctorId(c->ctor)}));
-        fieldPatterns(c->args, v, fails, temps);
+        fieldPatterns(c->args, v, fails, temps, loaded);
         return;
       }
-      case PatternKind::Tuple: fieldPatterns(static_cast<const PatternTuple*>(p)->fields, v, fails, temps); return;
+      case PatternKind::Tuple: fieldPatterns(static_cast<const PatternTuple*>(p)->fields, v, fails, temps, loaded); return;
     }
   }
 
-  void fieldPatterns(std::span<const Pattern* const> ps, uint32_t v, std::vector<uint32_t>& fails, std::vector<uint32_t>& temps) {
+  void fieldPatterns(std::span<const Pattern* const> ps, uint32_t v, std::vector<uint32_t>& fails, std::vector<uint32_t>& temps,
+                     std::vector<uint32_t>& loaded) {
     for (size_t i = 0; i < ps.size(); ++i) {
       const Pattern* p = ps[i];
       if (p->kind == PatternKind::Wildcard) continue;
-      if (p->kind == PatternKind::Var && uses_[static_cast<const PatternVar*>(p)->var] == 0) continue;
+      if (p->kind == PatternKind::Var && !usedVar(static_cast<const PatternVar*>(p)->var)) continue;
       uint32_t r = newReg();
       emit(Opcode::GetField, {r, v, static_cast<uint32_t>(i)});
+      loaded.push_back(r);
       if (p->kind == PatternKind::Var) {
-        bind(static_cast<const PatternVar*>(p)->var, r);
+        bindVar(static_cast<const PatternVar*>(p)->var, r);
+        heap_[r] = true;
       } else {
-        remaining_[r] = 1;
+        refs_[r] = 1;
+        heap_[r] = true;
         temps.push_back(r);
-        emitPattern(p, r, fails, temps);
+        emitPattern(p, r, fails, temps, loaded);
       }
     }
   }
 
+  bool usedVar(const Var* v) const { return usedVars_.count(v) > 0; }
+
   void emitMatch(const Match* m, uint32_t dst, bool tail) {
-    uint32_t s = atomReg(m->scrutinee);
-    // The scrutinee stays live through every clause's tests; its use ends after the match.
+    Operands ops;
+    uint32_t s = atom(m->scrutinee, ops);
+    // The scrutinee stays live through every clause's tests; it dies on entry
+    // to an arm that does not use it.
+    RegisterState before = save();
     std::vector<uint32_t> ends;
-    for (const Clause& c : m->clauses) {
-      std::vector<uint32_t> fails, temps;
-      emitPattern(c.pattern, s, fails, temps);
-      for (uint32_t t : temps) done(t, false);
+    for (size_t k = 0; k < m->clauses.size(); ++k) {
+      const Clause& c = m->clauses[k];
+      restore(before);
+      std::vector<uint32_t> fails, temps, loaded;
+      emitPattern(c.pattern, s, fails, temps, loaded);
+      std::vector<uint32_t> entry = temps;
+      entry.insert(entry.end(), ops.temps.begin(), ops.temps.end());
+      enterArm(armPoint(m, static_cast<int>(k)), entry);
       if (tail) {
-        emitTail(c.body);
+        emitTail(c.body, armPoint(m, static_cast<int>(k)));
       } else {
-        emitBlockInto(c.body, dst);
+        emitBlockInto(c.body, dst, armPoint(m, static_cast<int>(k)));
         ends.push_back(emitJump(Opcode::Goto, {}));
       }
       for (uint32_t f : fails) patch(f);
+      // A failed test may leave fields loaded: drop them before the next clause.
+      for (uint32_t r : loaded) emit(Opcode::Release, {r});
     }
     std::string where = (g_.fromPrelude ? std::string("<prelude>") : eb_.module().file()) + ":" + std::to_string(m->loc.line) + ":" + std::to_string(m->loc.col);
     emit(Opcode::Fatal, {eb_.string(std::string(m->complete ? "match" : "match?") + " at " + where +
                                     ": no clause matches the value")});
     for (uint32_t e : ends) patch(e);
-    done(s, !tail);
   }
 
   void checkWeight(const Var* p, const Tensor& t) {
@@ -663,10 +765,11 @@ class FunctionEmitter {
 
   ExecutableBuilder& eb_;
   const GlobalFunction& g_;
+  Liveness live_;
   std::vector<uint32_t> code_;
-  std::unordered_map<const Var*, uint32_t> uses_;
+  std::unordered_set<const Var*> usedVars_;
   std::unordered_map<const Var*, uint32_t> regOf_;
-  std::vector<uint32_t> remaining_;
+  std::vector<uint32_t> refs_;
   std::vector<bool> heap_;
   std::vector<uint32_t> free_;
   uint32_t next_ = 0, frameSize_ = 0;

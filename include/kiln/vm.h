@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kiln/executable.h"
+#include "kiln/memory.h"
 #include "kiln/value.h"
 
 namespace kiln {
@@ -31,6 +32,12 @@ class TensorMemory;
 struct VMOptions {
   // Frames deeper than this fail with "recursion too deep" (a kiln::Error).
   size_t maxCallDepth = 1'000'000;
+  // Where tensor memory comes from. Null: the VM makes pools of its own. Share
+  // one MemoryPools between VMs to share cached memory (it is thread-safe).
+  std::shared_ptr<MemoryPools> pools;
+  // Most bytes each device's pool may hold (in use + cached) when the VM makes
+  // its own pools; 0: no limit. Exceeding it is a kiln::Error naming the device.
+  uint64_t memoryLimit = 0;
 };
 
 // Per-kernel run-time figures, collected when profiling is on.
@@ -46,12 +53,12 @@ struct TraceEvent {
   uint64_t durationNanos = 0;
 };
 
-// Memory the VM allocated for tensors (all devices), for --stats.
+// Memory the VM allocated for tensors, for --stats: its own requests, and the
+// figures of each device's pool (shared with other VMs when the pools are).
 struct VMMemoryStats {
-  uint64_t allocations = 0;
-  uint64_t bytesAllocated = 0;
-  int64_t liveBytes = 0;
-  int64_t peakBytes = 0;
+  uint64_t allocations = 0;     // storage blocks and tensors requested
+  uint64_t bytesAllocated = 0;  // bytes requested, before size-class rounding
+  std::vector<PoolStats> pools;
 };
 
 class VirtualMachine {

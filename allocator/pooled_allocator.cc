@@ -1,0 +1,254 @@
+// The pooled allocator: size classes, free lists, limit, release-and-retry, statistics.
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <string>
+#include <thread>
+
+#include "kiln/error.h"
+#include "kiln/memory.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+// Cached blocks are poisoned, so a use after free is still caught under ASan
+// although the memory never goes back to the system allocator.
+#define KILN_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define KILN_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define KILN_POISON(p, n) ((void)(p), (void)(n))
+#define KILN_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+namespace kiln {
+
+namespace {
+constexpr uint64_t kSmallLimit = 4096;  // 64-byte steps up to here
+constexpr uint32_t kSmallClasses = 64;
+constexpr uint32_t kStepsPerDoubling = 16;
+constexpr uint32_t kFirstLargeLog = 12;  // 2^12 = kSmallLimit
+constexpr uint32_t kLastLargeLog = 45;   // classes reach 2^46 bytes
+constexpr uint64_t kMaxRequest = uint64_t(1) << 46;
+
+std::string bytesText(uint64_t n) {
+  std::string s = std::to_string(n) + " bytes";
+  if (n >= (uint64_t(1) << 20)) s += " (" + std::to_string(n >> 20) + " MiB)";
+  return s;
+}
+}  // namespace
+
+uint32_t PooledAllocator::numClasses() { return kSmallClasses + (kLastLargeLog - kFirstLargeLog + 1) * kStepsPerDoubling; }
+
+uint32_t PooledAllocator::classOf(uint64_t bytes) {
+  if (bytes <= kSmallLimit) return bytes == 0 ? 0 : static_cast<uint32_t>((bytes + 63) / 64 - 1);
+  // 2^k < bytes <= 2^(k+1); the doubling is split into 16 equal steps.
+  uint32_t k = 63u - static_cast<uint32_t>(std::countl_zero(bytes - 1));
+  uint64_t step = uint64_t(1) << (k - 4);
+  uint64_t j = (bytes - (uint64_t(1) << k) + step - 1) / step;  // 1..16
+  return kSmallClasses + (k - kFirstLargeLog) * kStepsPerDoubling + static_cast<uint32_t>(j - 1);
+}
+
+uint64_t PooledAllocator::classBytes(uint32_t c) {
+  if (c < kSmallClasses) return (uint64_t(c) + 1) * 64;
+  uint32_t k = kFirstLargeLog + (c - kSmallClasses) / kStepsPerDoubling;
+  uint64_t j = (c - kSmallClasses) % kStepsPerDoubling + 1;
+  return (uint64_t(1) << k) + j * (uint64_t(1) << (k - 4));
+}
+
+// Critical sections are a few loads and stores (a free-list push or pop), so a
+// spin lock is cheaper than a mutex; contention yields the core.
+class SpinLock {
+ public:
+  void lock() {
+    while (flag_.exchange(true, std::memory_order_acquire))
+      while (flag_.load(std::memory_order_relaxed)) std::this_thread::yield();
+  }
+  void unlock() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
+struct PooledAllocator::State {
+  std::unique_ptr<DeviceMemory> memory;
+  // Held across the device's own allocate() on a miss: misses are rare once warm.
+  mutable SpinLock mu;
+  std::vector<std::vector<void*>> free;  // per size class
+  uint64_t limit = 0;
+  uint64_t inUse = 0, cached = 0, peakInUse = 0, peakReserved = 0;
+  uint64_t hits = 0, misses = 0, releases = 0;
+
+  ~State() {
+    // Blocks freed after their PooledAllocator died came back here.
+    releaseCachedLocked();
+  }
+
+  void noteUse(uint64_t bytes) {
+    inUse += bytes;
+    peakInUse = std::max(peakInUse, inUse);
+    peakReserved = std::max(peakReserved, inUse + cached);
+  }
+
+  // Caller holds mu.
+  void releaseCachedLocked() {
+    for (uint32_t c = 0; c < free.size(); ++c) {
+      uint64_t n = classBytes(c);
+      for (void* p : free[c]) {
+        KILN_UNPOISON(p, n);
+        memory->free(p, n);
+      }
+      cached -= n * free[c].size();
+      free[c].clear();
+      free[c].shrink_to_fit();
+    }
+    ++releases;
+  }
+
+  void give(void* p, uint32_t c) {
+    uint64_t n = classBytes(c);
+    KILN_POISON(p, n);
+    std::lock_guard<SpinLock> lock(mu);
+    free[c].push_back(p);
+    inUse -= n;
+    cached += n;
+  }
+};
+
+PooledAllocator::PooledAllocator(std::unique_ptr<DeviceMemory> memory, uint64_t limit) : state_(std::make_shared<State>()) {
+  state_->memory = std::move(memory);
+  state_->free.resize(numClasses());
+  state_->limit = limit;
+}
+
+PooledAllocator::~PooledAllocator() { releaseCached(); }
+
+Device PooledAllocator::device() const { return state_->memory->device(); }
+
+PooledAllocator::Block PooledAllocator::allocate(uint64_t bytes) {
+  State& s = *state_;
+  if (bytes > kMaxRequest)
+    throw Error("out of memory on " + device().toString() + ": a request of " + bytesText(bytes) + " is larger than any device");
+  uint32_t c = classOf(bytes);
+  uint64_t n = classBytes(c);
+  // Only what the caller asked for (rounded to the line) becomes addressable.
+  uint64_t usable = std::max<uint64_t>((bytes + 63) / 64 * 64, 64);
+  void* p = nullptr;
+  {
+    std::lock_guard<SpinLock> lock(s.mu);
+    if (!s.free[c].empty()) {
+      p = s.free[c].back();
+      s.free[c].pop_back();
+      s.cached -= n;
+      ++s.hits;
+      s.noteUse(n);
+    } else {
+      ++s.misses;
+      // Over the limit, or refused by the device: give the cache back once and retry.
+      for (int attempt = 0; attempt < 2 && !p; ++attempt) {
+        bool fits = s.limit == 0 || s.inUse + s.cached + n <= s.limit;
+        if (fits) p = s.memory->allocate(n);
+        if (!p && attempt == 0 && s.cached > 0) s.releaseCachedLocked();
+        else if (!p) break;
+      }
+      if (!p) {
+        std::string why = s.limit && s.inUse + n > s.limit
+                              ? "the limit is " + bytesText(s.limit) + " and " + bytesText(s.inUse) + " are in use"
+                              : "the device has no more memory (" + bytesText(s.inUse) + " in use by Kiln)";
+        throw Error("out of memory on " + device().toString() + ": cannot allocate " + bytesText(bytes) + "; " + why);
+      }
+      s.noteUse(n);
+    }
+  }
+  KILN_UNPOISON(p, usable);
+  return Block{p, c};
+}
+
+void PooledAllocator::free(Block block) {
+  if (block.ptr) state_->give(block.ptr, block.sizeClass);
+}
+
+std::shared_ptr<void> PooledAllocator::allocateShared(uint64_t bytes) {
+  Block b = allocate(bytes);
+  try {
+    return std::shared_ptr<void>(b.ptr, [state = state_, c = b.sizeClass](void* p) { state->give(p, c); });
+  } catch (...) {
+    free(b);
+    throw;
+  }
+}
+
+void PooledAllocator::releaseCached() {
+  std::lock_guard<SpinLock> lock(state_->mu);
+  state_->releaseCachedLocked();
+}
+
+PoolStats PooledAllocator::stats() const {
+  const State& s = *state_;
+  std::lock_guard<SpinLock> lock(s.mu);
+  PoolStats out;
+  out.device = s.memory->device();
+  out.bytesInUse = s.inUse;
+  out.bytesCached = s.cached;
+  out.peakBytesInUse = s.peakInUse;
+  out.peakBytesReserved = s.peakReserved;
+  out.hits = s.hits;
+  out.misses = s.misses;
+  out.releases = s.releases;
+  out.limit = s.limit;
+  return out;
+}
+
+void PooledAllocator::resetPeak() {
+  std::lock_guard<SpinLock> lock(state_->mu);
+  state_->peakInUse = state_->inUse;
+  state_->peakReserved = state_->inUse + state_->cached;
+}
+
+void PooledAllocator::setLimit(uint64_t limit) {
+  std::lock_guard<SpinLock> lock(state_->mu);
+  state_->limit = limit;
+}
+
+PooledAllocator& MemoryPools::forDevice(Device device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [d, pool] : pools_)
+    if (d == device) return *pool;
+  if (device.kind != Device::Kind::CPU)
+    throw Error("device " + device.toString() + " was requested, but this build of Kiln runs tensors on the CPU only");
+  pools_.emplace_back(device, std::make_unique<PooledAllocator>(hostMemory(device), limit_));
+  return *pools_.back().second;
+}
+
+MemoryPools& MemoryPools::processDefault() {
+  // Never destroyed: tensors in static objects may be released after main returns.
+  static MemoryPools* pools = new MemoryPools();
+  return *pools;
+}
+
+std::vector<PoolStats> MemoryPools::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PoolStats> out;
+  for (const auto& [d, pool] : pools_) out.push_back(pool->stats());
+  return out;
+}
+
+void MemoryPools::resetPeaks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [d, pool] : pools_) pool->resetPeak();
+}
+
+void MemoryPools::releaseCached() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [d, pool] : pools_) pool->releaseCached();
+}
+
+Tensor allocateTensor(PooledAllocator& pool, DType dtype, std::span<const int64_t> shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error("negative dimension in shape " + shapeString(shape));
+  uint64_t bytes = dtypeSize(dtype);
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+      throw Error("out of memory on " + pool.device().toString() + ": a tensor of shape " + shapeString(shape) + " is larger than any device");
+  return Tensor::view(dtype, shape, pool.allocateShared(bytes), pool.device());
+}
+
+}  // namespace kiln
