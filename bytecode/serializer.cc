@@ -132,6 +132,8 @@ ops::TensorDesc readDesc(Reader& r) {
     if (x < ops::kAnyDim) throw Error("invalid executable: bad dimension");
     d.shape.push_back(x);
   }
+  if (!ops::shapeInBounds(std::span<const int64_t>(d.shape.data(), d.shape.size())))
+    throw Error("invalid executable: a kernel tensor type has more than 2^40 elements");
   return d;
 }
 

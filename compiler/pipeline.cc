@@ -26,6 +26,7 @@ std::shared_ptr<Executable> emit(const Stages& s, const CompileOptions& options)
   return onCompilerStack([&] {
     EmitOptions eo;
     eo.params = options.params;
+    eo.planMemory = options.planMemory;
     return emitBytecode(*s.lifted, eo);
   });
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "ops/op.h"
+
 namespace kiln::ops {
 
 bool AttrValue::operator==(const AttrValue& o) const {
@@ -78,13 +80,24 @@ bool AttrReader::has(std::string_view name) const {
   return v && v->kind != AttrValue::Kind::None;
 }
 
+// Shape rules do arithmetic on attributes and dimensions; bounding both keeps
+// every sum and product of a few of them far from int64 overflow. Slice bounds
+// may be anything (the slicing rule clamps them to the extent first).
+int64_t AttrReader::inRange(std::string_view name, int64_t v) const {
+  bool sliceBound = name == "begin" || name == "end" || name == "strides";
+  bool dims = name == "newshape" || name == "shape";
+  int64_t limit = dims ? kMaxDimension : int64_t(1) << 31;
+  if (!sliceBound && (v > limit || v < -limit)) fail(name, "is out of range: " + std::to_string(v));
+  return v;
+}
+
 int64_t AttrReader::getInt(std::string_view name, int64_t dflt) const {
   const AttrValue* v = attrs_.find(name);
   if (!v || v->kind == AttrValue::Kind::None) return dflt;
-  if (v->kind == AttrValue::Kind::Int) return v->i;
+  if (v->kind == AttrValue::Kind::Int) return inRange(name, v->i);
   if (v->kind == AttrValue::Kind::Bool) return v->b ? 1 : 0;
   if (v->kind == AttrValue::Kind::List && v->list.size() == 1 && v->list[0].kind == AttrValue::Kind::Int)
-    return v->list[0].i;
+    return inRange(name, v->list[0].i);
   fail(name, "must be an integer, not " + v->toString());
 }
 
@@ -119,12 +132,12 @@ std::string AttrReader::getString(std::string_view name, std::string_view dflt) 
 std::optional<std::vector<int64_t>> AttrReader::getIntList(std::string_view name) const {
   const AttrValue* v = attrs_.find(name);
   if (!v || v->kind == AttrValue::Kind::None) return std::nullopt;
-  if (v->kind == AttrValue::Kind::Int) return std::vector<int64_t>{v->i};
+  if (v->kind == AttrValue::Kind::Int) return std::vector<int64_t>{inRange(name, v->i)};
   if (v->kind == AttrValue::Kind::List) {
     std::vector<int64_t> out;
     for (const AttrValue& e : v->list) {
       if (e.kind != AttrValue::Kind::Int) fail(name, "must be a list of integers, not " + v->toString());
-      out.push_back(e.i);
+      out.push_back(inRange(name, e.i));
     }
     return out;
   }

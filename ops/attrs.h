@@ -81,6 +81,7 @@ class AttrReader {
   std::string getChoice(std::string_view name, std::initializer_list<std::string_view> allowed) const;
 
   [[noreturn]] void fail(std::string_view name, const std::string& what) const;
+  int64_t inRange(std::string_view name, int64_t v) const;
   const AttrMap& map() const { return attrs_; }
 
  private:

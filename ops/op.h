@@ -24,6 +24,11 @@ namespace kiln::ops {
 
 // A dimension whose size is known only at run time (`?` in types).
 inline constexpr int64_t kAnyDim = -1;
+// The largest dimension, and the most elements a tensor type may have (2^40):
+// far beyond any device, and small enough that shape arithmetic cannot overflow.
+inline constexpr int64_t kMaxDimension = int64_t(1) << 40;
+// Whether the static dimensions of `shape` fit those bounds.
+bool shapeInBounds(std::span<const int64_t> shape);
 
 using Shape = boost::container::small_vector<int64_t, 6>;
 

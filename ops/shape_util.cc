@@ -114,3 +114,18 @@ void requireRank(const OpCall& call, const TensorDesc& t, size_t rank, std::stri
 }
 
 }  // namespace kiln::ops
+
+namespace kiln::ops {
+
+bool shapeInBounds(std::span<const int64_t> shape) {
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    if (d == kAnyDim) continue;
+    if (d < 0 || d > kMaxDimension) return false;
+    elements *= d;  // both factors are at most 2^40 and elements stays below 2^40 until here
+    if (elements > kMaxDimension) return false;
+  }
+  return true;
+}
+
+}  // namespace kiln::ops

@@ -37,6 +37,7 @@ void usage(std::FILE* out) {
                "  --emit loops     print each kernel's loop-level form\n"
                "  --emit llvm      print each kernel's optimized LLVM IR\n"
                "  --no-prelude     do not add the prelude's definitions\n"
+               "  --no-memory-plan give every kernel output its own storage (no sharing between temporaries)\n"
                "  -o OUT           write the executable (for vmrun and the C++ API)\n"
                "  --params F.npz   bind @main's parameters of those names to the arrays as constants\n"
                "  --device LIST    devices, the first the default (cpu; cuda arrives with the CUDA backend)\n");
@@ -86,7 +87,7 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
 
 int main(int argc, char** argv) {
   std::string program, out, emit, paramsFile, devices = "cpu";
-  bool prelude = true;
+  bool prelude = true, planMemory = true;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -103,6 +104,8 @@ int main(int argc, char** argv) {
       else devices = *v;
     } else if (a == "--no-prelude") {
       prelude = false;
+    } else if (a == "--no-memory-plan") {
+      planMemory = false;
     } else if (!a.empty() && a[0] == '-') {
       usage(stderr);
       return fail(2, "error: unknown option '" + a + "'");
@@ -127,6 +130,7 @@ int main(int argc, char** argv) {
     kiln::tools::checkDevices(devices);
     kiln::CompileOptions copts;
     copts.prelude = prelude;
+    copts.planMemory = planMemory;
     if (!paramsFile.empty()) copts.params = kiln::readNpz(paramsFile);
     std::string source = kiln::compiler::readSourceFile(program);
     if (emit == "parsed") {

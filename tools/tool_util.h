@@ -1,6 +1,8 @@
 // Helpers shared by vmrun and kilnc: device lists and the memory listing.
 #pragma once
 
+#include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,23 +31,50 @@ inline std::vector<Device> checkDevices(const std::string& list) {
 }
 
 // The memory-related instructions of each function (kilnc --emit memory).
+// --emit memory: per function, the instructions that allocate, place, move
+// (^r: a value's last use moves it into a call or constructor) or release,
+// then a summary: storages, tensors placed, and how many share a storage.
 inline std::string memoryListing(const Executable& exe) {
   std::string out;
   for (uint32_t f = 0; f < exe.functions.size(); ++f) {
     std::string text = exe.disassemble(f);
     size_t nl = text.find('\n');
     std::string body;
+    size_t storages = 0, tensors = 0, releases = 0, moves = 0;
+    std::map<std::string, size_t> placedIn;  // storage register -> tensors placed since its alloc_storage
+    size_t shared = 0;
     for (size_t at = nl + 1; at < text.size();) {
       size_t e = text.find('\n', at);
       std::string line = text.substr(at, e - at);
-      for (const char* m : {"alloc_", "shape_func", "release", "reshape", "invoke_kernel", "invoke_dynamic", "device_copy"})
-        if (line.find(m) != std::string::npos) {
-          body += line + "\n";
-          break;
-        }
       at = e + 1;
+      bool keep = line.find("^r") != std::string::npos;
+      for (const char* m : {"alloc_", "shape_func", "release", "reshape", "invoke_kernel", "invoke_dynamic", "device_copy"})
+        keep |= line.find(m) != std::string::npos;
+      if (!keep) continue;
+      body += line + "\n";
+      for (size_t p = line.find("^r"); p != std::string::npos; p = line.find("^r", p + 1)) ++moves;
+      if (line.find("release ") != std::string::npos) ++releases;
+      auto operand = [&](const char* op, int k) {  // the k-th comma-separated operand after `op`
+        size_t p = line.find(op);
+        std::string rest = line.substr(p + std::strlen(op));
+        for (int i = 0; i < k; ++i) rest = rest.substr(rest.find(',') + 2);
+        return rest.substr(0, rest.find(','));
+      };
+      if (line.find("alloc_storage") != std::string::npos) {
+        ++storages;
+        placedIn[operand("alloc_storage", 0).substr(1)] = 0;
+      } else if (line.find("alloc_tensor") != std::string::npos) {
+        ++tensors;
+        std::string reg = operand(line.find("alloc_tensor_reg") != std::string::npos ? "alloc_tensor_reg " : "alloc_tensor ", 1);
+        if (++placedIn[reg] == 2) shared += 2;
+        else if (placedIn[reg] > 2) ++shared;
+      }
     }
-    if (!body.empty()) out += text.substr(0, nl + 1) + body + "\n";
+    if (body.empty()) continue;
+    out += text.substr(0, nl + 1) + body;
+    out += "    // " + std::to_string(storages) + " storages, " + std::to_string(tensors) + " tensors placed (" +
+           std::to_string(shared) + " in shared storage), " + std::to_string(releases) + " releases, " +
+           std::to_string(moves) + " moves\n\n";
   }
   return out;
 }

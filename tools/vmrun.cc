@@ -47,7 +47,8 @@ void usage(std::FILE* out) {
                "  --stats              memory and JIT statistics\n"
                "  --print-bytecode     print the bytecode and exit\n"
                "  --max-depth N        call depth limit (default 1000000)\n"
-               "  --memory-limit SIZE  most bytes each device's pool may hold (e.g. 512M, 2G); over it: error, exit 1\n");
+               "  --memory-limit SIZE  most bytes each device's pool may hold (e.g. 512M, 2G); over it: error, exit 1\n"
+               "  --no-memory-plan     (text programs) no storage sharing between temporaries, to compare peaks\n");
 }
 
 struct Usage : Error {
@@ -179,6 +180,7 @@ int run(int argc, char** argv) {
   bool profile = false, stats = false, printBytecode = false;
   size_t maxDepth = 1'000'000;
   uint64_t memoryLimit = 0;
+  bool planMemory = true;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -205,6 +207,7 @@ int run(int argc, char** argv) {
     else if (a == "--warmup") warmup = count();
     else if (a == "--max-depth") maxDepth = static_cast<size_t>(std::max(1, count()));
     else if (a == "--memory-limit") memoryLimit = parseByteSize(a, value());
+    else if (a == "--no-memory-plan") planMemory = false;
     else if (a == "--profile") profile = true;
     else if (a == "--trace") traceFile = value();
     else if (a == "--stats") stats = true;
@@ -231,6 +234,7 @@ int run(int argc, char** argv) {
   } else {
     kiln::CompileOptions opts;
     opts.params = params;
+    opts.planMemory = planMemory;
     exe = kiln::compile(kiln::compiler::readSourceFile(program), program, opts);
     params.clear();  // bound as constants
   }
@@ -297,6 +301,7 @@ int run(int argc, char** argv) {
     throw Usage(e.message());
   }
   if (profile || !traceFile.empty()) vm.enableProfiling(!traceFile.empty());
+  if (stats) vm.enableMemoryTrace();
 
   size_t compilesBefore = kiln::jit::KernelCache::global().compiles();
   Value result;
@@ -362,12 +367,20 @@ int run(int argc, char** argv) {
       }
     std::fprintf(stderr, "memory: %llu allocations, %llu bytes requested\n", static_cast<unsigned long long>(m.allocations),
                  static_cast<unsigned long long>(m.bytesAllocated));
-    for (const kiln::PoolStats& p : m.pools)
-      std::fprintf(stderr, "memory (%s): peak %llu bytes in use, peak %llu reserved, %llu in use at exit, %llu cached; pool hits %llu, misses %llu\n",
+    auto bounds = vm.livenessLowerBound();
+    for (const kiln::PoolStats& p : m.pools) {
+      uint64_t bound = 0;
+      for (auto& [d, b] : bounds)
+        if (d == p.device) bound = b;
+      std::string ratio = bound ? " (" + std::to_string(static_cast<double>(p.peakBytesInUse) / static_cast<double>(bound)).substr(0, 4) + "x)" : "";
+      std::fprintf(stderr,
+                   "memory (%s): peak %llu bytes in use, liveness lower bound %llu%s; peak %llu reserved; at exit %llu in use, "
+                   "%llu cached; pool hits %llu, misses %llu\n",
                    p.device.toString().c_str(), static_cast<unsigned long long>(p.peakBytesInUse),
-                   static_cast<unsigned long long>(p.peakBytesReserved), static_cast<unsigned long long>(p.bytesInUse),
-                   static_cast<unsigned long long>(p.bytesCached), static_cast<unsigned long long>(p.hits),
-                   static_cast<unsigned long long>(p.misses));
+                   static_cast<unsigned long long>(bound), ratio.c_str(), static_cast<unsigned long long>(p.peakBytesReserved),
+                   static_cast<unsigned long long>(p.bytesInUse), static_cast<unsigned long long>(p.bytesCached),
+                   static_cast<unsigned long long>(p.hits), static_cast<unsigned long long>(p.misses));
+    }
     std::fprintf(stderr, "jit: %zu kernels used, %zu compiled in this process (%.1f ms), %zu memory-cache hits, %zu disk-cache hits\n",
                  compiled, cache.compiles() - compilesBefore, compileMs, cache.hits(), cache.diskHits());
   }

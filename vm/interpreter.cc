@@ -6,6 +6,7 @@
 // against the frame size, every jump target, every table index and every static
 // arity, so handlers check only what depends on run-time values (the kind of value
 // in a register, closure arities, shapes).
+#include <algorithm>
 #include <cstring>
 
 #include "bytecode/opcodes.h"
@@ -18,6 +19,7 @@
 #include "kiln/error.h"
 #include "kiln/vm.h"
 #include "vm/dynamic_ops.h"
+#include "vm/memory_trace.h"
 #include "vm/memory.h"
 #include "vm/scalar_kernel.h"
 
@@ -93,6 +95,7 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   // Small scratch lists for kernel operands (a kernel has few parameters).
   boost::container::small_vector<Tensor, 8> ins, outs;
   boost::container::small_vector<Value, 8> argTmp;
+  vm::MemoryTrace* trace = memoryTrace_.get();  // null unless enableMemoryTrace()
 
 #define OPERAND(k) code[pc + (k)]
 #define REG(k) R[code[pc + (k)]]
@@ -163,6 +166,9 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
       argTmp.push_back(r & bytecode::kMoveBit ? std::move(R[r & ~bytecode::kMoveBit]) : Value(R[r]));
     }
     return clo->function;
+  };
+  auto traceReads = [&](const auto& ts) {
+    for (const Tensor& t : ts) trace->read(t);
   };
   auto gatherInputs = [&](const uint32_t* list, uint32_t n) {
     ins.clear();
@@ -241,6 +247,10 @@ dispatch:
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
     if (profiling_) recordKernel(op.kernel, t0);
+    if (trace) traceReads(ins);
+    // The handles must not outlive the instruction: a released input dies now.
+    ins.clear();
+    outs.clear();
     pc += op.length;
   }
   DISPATCH();
@@ -262,6 +272,12 @@ dispatch:
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     Tensor out = vm::runDynamicKernel(*exe.kernels[op.kernel].function, std::span<const Tensor>(ins.data(), ins.size()), *memory_);
     if (profiling_) recordKernel(op.kernel, t0);
+    if (trace) {
+      traceReads(ins);
+      bool view = std::any_of(ins.begin(), ins.end(), [&](const Tensor& t) { return t.data() == out.data(); });
+      if (!view) trace->birth(out);
+    }
+    ins.clear();
     R[op.out[0]] = Value(std::move(out));  // the verifier checked: one output
     pc += op.length;
   }
@@ -302,6 +318,7 @@ dispatch:
     const int64_t* p = shape.data<int64_t>();
     REG(1) = vm::placeTensor(st, offset, std::span<const int64_t>(p, static_cast<size_t>(shape.shape()[0])),
                              static_cast<DType>(OPERAND(6)));
+    if (trace) trace->birth(REG(1).asTensorObject()->tensor);
     pc += 7;
   }
   DISPATCH();
@@ -310,6 +327,7 @@ dispatch:
     uint64_t offset = OPERAND(3) | static_cast<uint64_t>(OPERAND(4)) << 32;
     Shape s = shapeFromTensor(REG(5));
     REG(1) = vm::placeTensor(st, offset, dims(s), static_cast<DType>(OPERAND(6)));
+    if (trace) trace->birth(REG(1).asTensorObject()->tensor);
     pc += 7;
   }
   DISPATCH();
@@ -361,6 +379,7 @@ dispatch:
       t = c.truthy();
     } else {
       Tensor ct = tensorOf(c, "condition");
+      if (trace) trace->read(ct);
       if (ct.rank() != 0 || ct.device().kind != Device::Kind::CPU) throw Error("condition must be a host scalar, got " + c.describe());
       int64_t i = 0;
       double f = 0;
@@ -418,6 +437,10 @@ dispatch:
     Tensor t = tensorOf(REG(2), "device_copy");
     Device dst{static_cast<Device::Kind>(OPERAND(4) >> 16), static_cast<uint16_t>(OPERAND(4) & 0xFFFF)};
     REG(1) = Value(memory_->copyTo(t, dst));
+    if (trace) {
+      trace->read(t);
+      trace->birth(REG(1).asTensorObject()->tensor);
+    }
     pc += 5;
   }
   DISPATCH();
@@ -431,6 +454,7 @@ dispatch:
   }
 #endif
 done:
+  if (trace) trace->finish(result);
   return result;
 #undef OPERAND
 #undef REG

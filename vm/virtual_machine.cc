@@ -5,6 +5,7 @@
 #include "kiln/error.h"
 #include "kiln/vm.h"
 #include "vm/memory.h"
+#include "vm/memory_trace.h"
 #include "vm/scalar_kernel.h"
 
 namespace kiln {
@@ -33,6 +34,14 @@ void VirtualMachine::enableProfiling(bool trace) {
 }
 
 VMMemoryStats VirtualMachine::memoryStats() const { return memory_->stats(); }
+
+void VirtualMachine::enableMemoryTrace() {
+  if (!memoryTrace_) memoryTrace_ = std::make_unique<vm::MemoryTrace>();
+}
+
+std::vector<std::pair<Device, uint64_t>> VirtualMachine::livenessLowerBound() const {
+  return memoryTrace_ ? memoryTrace_->lowerBound() : std::vector<std::pair<Device, uint64_t>>{};
+}
 
 namespace {
 
@@ -107,6 +116,7 @@ Value VirtualMachine::invoke(std::string_view function, std::span<const Value> a
   checkArgs(f, args);
   uint64_t t0 = tracing_ ? nowNanos() : 0;
   try {
+    if (memoryTrace_) memoryTrace_->clear();
     Value r = run(static_cast<uint32_t>(fi), args);
     if (tracing_) trace_.push_back({"@" + f.name, t0, nowNanos() - t0});
     return r;

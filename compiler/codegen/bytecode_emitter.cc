@@ -14,6 +14,7 @@
 #include "compiler/passes/to_fused_function.h"
 #include "jit/fused_function.h"
 #include "kiln/error.h"
+#include "kiln/memory.h"
 #include "vm/dynamic_ops.h"
 #include "vm/scalar_kernel.h"
 
@@ -195,6 +196,7 @@ class FunctionEmitter {
     }
     live_ = analyzeLiveness(body);
     collectUsedVars();
+    if (eb_.options().planMemory) collectKernelOnlyVars();
 
     // `main`'s parameters named in the params file become constants.
     std::vector<std::pair<const Var*, uint32_t>> bound;
@@ -389,8 +391,205 @@ class FunctionEmitter {
   }
   void patch(uint32_t at) { code_[at] = here(); }
 
+  // ---- storage planning (see bytecode_emitter.h) ----
+  struct Planned {
+    uint32_t arena;
+    uint64_t offset;
+    bool first, last;  // in program order: allocates the arena / gives up its register
+  };
+
+  // Variables read only as kernel operands (never stored, passed, returned or reshaped).
+  void collectKernelOnlyVars() {
+    std::unordered_map<const Var*, uint32_t> all, asKernelOperand;
+    std::vector<const Expr*> stack{g_.fn->body};
+    while (!stack.empty()) {
+      const Expr* e = stack.back();
+      stack.pop_back();
+      if (e->kind == ExprKind::Var) all[static_cast<const Var*>(e)]++;
+      if (e->kind == ExprKind::Call) {
+        auto* c = static_cast<const Call*>(e);
+        if (c->callee->kind == ExprKind::Function) {
+          if (eb_.kernel(static_cast<const Function*>(c->callee)).kind != CallKind::Reshape)
+            for (const Expr* a : c->args)
+              if (a->kind == ExprKind::Var) asKernelOperand[static_cast<const Var*>(a)]++;
+          for (const Expr* a : c->args) stack.push_back(a);
+          continue;  // not into the kernel's own body
+        }
+      }
+      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
+    }
+    for (auto& [v, n] : all)
+      if (asKernelOperand[v] == n) kernelOnly_.insert(v);
+  }
+
+  // Whether evaluating a let's value may allocate tensor memory.
+  bool mayAllocate(const Let* l) {
+    const Expr* v = l->value;
+    if (v->kind == ExprKind::If || v->kind == ExprKind::Match || v->kind == ExprKind::Let) return true;
+    if (v->kind != ExprKind::Call) return false;
+    auto* c = static_cast<const Call*>(v);
+    switch (c->callee->kind) {
+      case ExprKind::Function: {
+        CallKind k = eb_.kernel(static_cast<const Function*>(c->callee)).kind;
+        return k == CallKind::Compiled || k == CallKind::Dynamic;
+      }
+      case ExprKind::Ctor: return false;
+      default: return true;  // calls, closures, device copies
+    }
+  }
+
+  // The static output size of a let's single-output kernel, or 0.
+  uint64_t staticOutputBytes(const Let* l) {
+    if (l->value->kind != ExprKind::Call) return 0;
+    auto* c = static_cast<const Call*>(l->value);
+    if (c->callee->kind != ExprKind::Function) return 0;
+    auto* prim = static_cast<const Function*>(c->callee);
+    auto k = eb_.kernel(prim);
+    if (k.kind != CallKind::Compiled || k.fn->outputs.size() != 1 || asTuple(prim->body->type)) return 0;
+    const ops::TensorDesc& t = k.fn->typeOf(k.fn->outputs[0]);
+    for (int64_t d : t.shape)
+      if (d == ops::kAnyDim) return 0;
+    uint64_t bytes = static_cast<uint64_t>(kiln::numElements(std::span<const int64_t>(t.shape.data(), t.shape.size()))) * dtypeSize(t.dtype);
+    return std::max<uint64_t>((bytes + 63) / 64 * 64, 64);
+  }
+
+  static uint64_t pooled(uint64_t bytes) { return PooledAllocator::classBytes(PooledAllocator::classOf(bytes)); }
+
+  // Plans one block (a let chain). Members are static kernel outputs that only
+  // kernels read, dead before the next allocation of unknown size (a call, a
+  // branch, a dynamic shape: a barrier). Between barriers every allocation's size
+  // is known, so the pool-only footprint can be simulated let by let; the run's
+  // members are packed into one arena by offset (first fit, largest first, clear
+  // of every member whose lifetime overlaps) when the arena does not raise the
+  // run's peak over that simulation by more than 1/32. Otherwise members of one size class reuse a
+  // storage whenever its previous occupant died just before with no allocation
+  // in between (a ping-pong that never raises the peak).
+  void planBlock(const Expr* e) {
+    if (!eb_.options().planMemory) return;
+    std::vector<const Let*> lets;
+    for (const Expr* x = e; x->kind == ExprKind::Let; x = static_cast<const Let*>(x)->body) lets.push_back(static_cast<const Let*>(x));
+    if (lets.size() < 2) return;
+    blockLets_ = lets;
+    const Expr* tail = e;
+    while (tail->kind == ExprKind::Let) tail = static_cast<const Let*>(tail)->body;
+    // Where each variable is last read in this block: a let index, or lets.size() for the tail.
+    std::unordered_map<const Var*, size_t> lastRead;
+    auto reads = [&](const Expr* root, size_t at) {
+      std::vector<const Expr*> stack{root};
+      while (!stack.empty()) {
+        const Expr* x = stack.back();
+        stack.pop_back();
+        if (x->kind == ExprKind::Var) lastRead[static_cast<const Var*>(x)] = at;
+        if (x->kind == ExprKind::Function) continue;
+        forEachChild(x, [&](const Expr* c) { stack.push_back(c); });
+      }
+    };
+    for (size_t i = 0; i < lets.size(); ++i) reads(lets[i]->value, i);
+    reads(tail, lets.size());
+
+    size_t n = lets.size();
+    std::vector<uint64_t> bytes(n);
+    std::vector<size_t> end(n);
+    std::vector<bool> member(n), barrier(n), allocates(n);
+    for (size_t i = 0; i < n; ++i) {
+      bytes[i] = staticOutputBytes(lets[i]);
+      allocates[i] = mayAllocate(lets[i]);
+      barrier[i] = allocates[i] && bytes[i] == 0;
+      auto it = lastRead.find(lets[i]->var);
+      end[i] = it == lastRead.end() ? i : it->second;
+      member[i] = bytes[i] > 0 && kernelOnly_.count(lets[i]->var);
+    }
+    for (size_t a = 0; a < n;) {
+      size_t b = a;
+      while (b < n && !barrier[b]) ++b;
+      std::vector<size_t> ms;
+      for (size_t i = a; i < b; ++i)
+        if (member[i] && end[i] < b) ms.push_back(i);
+      if (ms.size() >= 2 && !planArena(a, b, ms, bytes, end)) planTokens(ms, bytes, end, allocates);
+      a = b + 1;
+    }
+  }
+
+  // One arena for the run [a, b); false (nothing planned) when it would raise the run's peak.
+  bool planArena(size_t a, size_t b, const std::vector<size_t>& ms, const std::vector<uint64_t>& bytes, const std::vector<size_t>& end) {
+    std::vector<size_t> bySize = ms;
+    std::stable_sort(bySize.begin(), bySize.end(), [&](size_t x, size_t y) { return bytes[x] > bytes[y]; });
+    std::unordered_map<size_t, uint64_t> offset;
+    uint64_t arena = 0;
+    for (size_t i : bySize) {
+      // Lifetimes [i, end[i]] overlap when neither ends before the other starts.
+      std::vector<std::pair<uint64_t, uint64_t>> taken;
+      for (auto& [j, off] : offset)
+        if (!(end[j] < i || end[i] < j)) taken.emplace_back(off, off + bytes[j]);
+      std::sort(taken.begin(), taken.end());
+      uint64_t at = 0;
+      for (auto& [lo, hi] : taken) {
+        if (at + bytes[i] <= lo) break;
+        at = std::max(at, hi);
+      }
+      offset[i] = at;
+      arena = std::max(arena, at + bytes[i]);
+    }
+    // Simulate the run: the pool alone holds each live member in its own block;
+    // the plan holds the arena from the first member's birth to the last death.
+    // Other static outputs born in the run count the same in both.
+    size_t first = ms.front(), last = 0;
+    for (size_t i : ms) last = std::max(last, end[i]);
+    uint64_t poolPeak = 0, planPeak = 0, others = 0;
+    for (size_t t = a; t < b; ++t) {
+      if (bytes[t] && std::find(ms.begin(), ms.end(), t) == ms.end()) others += pooled(bytes[t]);
+      uint64_t live = 0;
+      for (size_t i : ms)
+        if (i <= t && t <= end[i]) live += pooled(bytes[i]);
+      poolPeak = std::max(poolPeak, others + live);
+      planPeak = std::max(planPeak, others + (first <= t && t <= last ? pooled(arena) : 0));
+    }
+    // A little slack (1/32, less than the pool's own size-class rounding) buys
+    // one storage for the whole run where the arena outlives a member briefly.
+    if (planPeak > poolPeak + poolPeak / 32) return false;
+    addArena(arena, ms, [&](size_t i) { return offset[i]; });
+    return true;
+  }
+
+  void planTokens(const std::vector<size_t>& ms, const std::vector<uint64_t>& bytes, const std::vector<size_t>& end,
+                  const std::vector<bool>& allocates) {
+    struct Token {
+      uint32_t sizeClass;
+      uint64_t bytes = 0;
+      size_t lastEnd;
+      std::vector<size_t> members;
+    };
+    std::vector<Token> tokens;
+    for (size_t i : ms) {
+      uint32_t cls = PooledAllocator::classOf(bytes[i]);
+      Token* best = nullptr;
+      for (Token& tk : tokens) {
+        if (tk.sizeClass != cls || tk.lastEnd >= i) continue;
+        bool idleAllocation = false;  // would the storage sit idle while something else is allocated?
+        for (size_t j = tk.lastEnd + 1; j < i; ++j) idleAllocation |= allocates[j];
+        if (!idleAllocation && (!best || tk.lastEnd > best->lastEnd)) best = &tk;
+      }
+      if (!best) best = &tokens.emplace_back(Token{cls, 0, 0, {}});
+      best->bytes = std::max(best->bytes, bytes[i]);
+      best->lastEnd = end[i];
+      best->members.push_back(i);
+    }
+    for (const Token& tk : tokens)
+      if (tk.members.size() >= 2) addArena(tk.bytes, tk.members, [](size_t) { return uint64_t(0); });
+  }
+
+  template <class OffsetOf>
+  void addArena(uint64_t arenaBytes, const std::vector<size_t>& members, OffsetOf offsetOf) {
+    uint32_t id = static_cast<uint32_t>(arenaBytes_.size());
+    arenaBytes_.push_back(arenaBytes);
+    arenaReg_.push_back(0);
+    for (size_t m = 0; m < members.size(); ++m)
+      planned_[blockLets_[members[m]]] = Planned{id, offsetOf(members[m]), m == 0, m + 1 == members.size()};
+  }
+
   // ---- blocks ----
   void emitLets(const Expr*& e) {
+    planBlock(e);
     while (e->kind == ExprKind::Let) {
       auto* l = static_cast<const Let*>(e);
       if (l->value->kind == ExprKind::Var) {
@@ -648,6 +847,21 @@ class FunctionEmitter {
           for (size_t i = 0; i < nout; ++i) shapes.push_back(temp());
           emitParts(Opcode::ShapeFunc, {one(k.index), list(ins), list(shapes)});
         }
+        auto plan = planned_.find(static_cast<const Let*>(at.owner));
+        if (at.slot == 0 && plan != planned_.end() && !anyDynamic) {
+          const Planned& p = plan->second;
+          const ops::TensorDesc& t = f.typeOf(f.outputs[0]);
+          if (p.first) {
+            arenaReg_[p.arena] = temp();
+            emit(Opcode::AllocStorage, {arenaReg_[p.arena], arenaBytes_[p.arena], 64, kCpu});
+          }
+          emit(Opcode::AllocTensor, {outs[0], arenaReg_[p.arena], p.offset,
+                                     eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size())),
+                                     static_cast<uint32_t>(t.dtype)});
+          if (p.last) dropReg(arenaReg_[p.arena]);
+          emitParts(Opcode::InvokeKernel, {one(k.index), list(ins), list(outs)});
+          break;
+        }
         uint32_t storage = temp();
         for (size_t i = 0; i < nout; ++i) {
           const ops::TensorDesc& t = f.typeOf(f.outputs[i]);
@@ -768,6 +982,11 @@ class FunctionEmitter {
   Liveness live_;
   std::vector<uint32_t> code_;
   std::unordered_set<const Var*> usedVars_;
+  std::unordered_set<const Var*> kernelOnly_;
+  std::unordered_map<const Let*, Planned> planned_;
+  std::vector<const Let*> blockLets_;  // the block being planned
+  std::vector<uint64_t> arenaBytes_;
+  std::vector<uint32_t> arenaReg_;
   std::unordered_map<const Var*, uint32_t> regOf_;
   std::vector<uint32_t> refs_;
   std::vector<bool> heap_;

@@ -10,10 +10,17 @@
 // kernel that only reshapes its input becomes a zero-copy `reshape`.
 //
 // Registers: parameters take registers 0..n-1; every other value gets a register
-// when bound and gives it back after its last use (counted over the function, so
-// a value used on one branch of an `if` is free on the other), and a heap value's
-// register is released right after its last use. Calls in tail position become
-// tail calls.
+// when bound and gives it back after its last use (passes/liveness.h: a value
+// used on one branch of an `if` is released on entry to the other), and a heap
+// value is released right after its last use, or moved into the call or
+// constructor that uses it last. Calls in tail position become tail calls.
+//
+// Storage planning: within a block, statically sized kernel outputs that only
+// kernels read (no escape into data structures, calls or results) share one
+// storage when their lifetimes do not overlap, their sizes fall in one pool size
+// class, and no allocation happens while the storage would sit idle between
+// them; so sharing never raises the peak above what the pool alone would need,
+// and a chain of kernels ping-pongs between two storages.
 #pragma once
 
 #include <map>
@@ -28,6 +35,7 @@ namespace kiln::compiler {
 struct EmitOptions {
   // `main`'s parameters bound to constants (weights), by name without `%`.
   std::map<std::string, Tensor> params;
+  bool planMemory = true;  // share storage between non-overlapping temporaries
 };
 
 std::shared_ptr<Executable> emitBytecode(const ir::Module& lifted, const EmitOptions& opts = {});

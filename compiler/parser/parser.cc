@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compiler/parser/lexer.h"
+#include "ops/op.h"
 
 namespace kiln::parser {
 
@@ -265,6 +266,7 @@ class Parser {
         }
         if (!accept(Tok::Comma)) break;
       }
+      if (!ops::shapeInBounds(dims)) failAt(t.loc, "tensor type has more than 2^40 elements");
       expect(Tok::RParen, "to end the tensor's shape");
       expect(Tok::Comma, "between the tensor's shape and dtype");
       const Token& dt = expect(Tok::Ident, "(a dtype)");

@@ -21,6 +21,7 @@ struct CompileOptions {
   std::map<std::string, Tensor> params;
   bool fuse = true;     // false: one kernel per operator
   bool prelude = true;  // the standard prelude (List, map, foldl, ...)
+  bool planMemory = true;  // static temporaries with disjoint lifetimes share storage
 };
 
 std::shared_ptr<Executable> compile(std::string_view source, const std::string& file = "<input>",

@@ -27,6 +27,7 @@ namespace kiln {
 namespace vm {
 class ScalarKernel;
 class TensorMemory;
+class MemoryTrace;
 }  // namespace vm
 
 struct VMOptions {
@@ -87,6 +88,12 @@ class VirtualMachine {
   const std::vector<TraceEvent>& trace() const { return trace_; }
   VMMemoryStats memoryStats() const;
 
+  // Records tensor births and reads in each invoke() (a little slower), so that
+  // livenessLowerBound() can say, per device, the largest total of tensor bytes
+  // the last run needed live at once: what an ideal memory manager would hold.
+  void enableMemoryTrace();
+  std::vector<std::pair<Device, uint64_t>> livenessLowerBound() const;
+
  private:
   struct Frame {
     uint32_t function;
@@ -111,6 +118,7 @@ class VirtualMachine {
   std::vector<TraceEvent> trace_;
   std::chrono::steady_clock::time_point epoch_;
   std::unique_ptr<vm::TensorMemory> memory_;
+  std::unique_ptr<vm::MemoryTrace> memoryTrace_;
 };
 
 }  // namespace kiln

@@ -53,6 +53,15 @@ printf 'def @main() {\n  let %%x = 1\n}\n' > "$tmp/syntax.relay"
 check "syntax error exits 2" test $? -eq 2
 check "syntax error names file:line:col" grep -q "^$tmp/syntax.relay:3:1: error: expected ';' after the bound value, but found '}'$" "$tmp/err"
 
+# --emit memory: the CNN's static chain shares one storage; without planning, one storage each.
+cnn="$src/samples/cnn.relay"
+"$kilnc" "$cnn" --params "$src/samples/cnn_weights.npz" --emit memory > "$tmp/mem"
+check "emit memory summarizes sharing" grep -q "// 3 storages, 5 tensors placed (3 in shared storage)" "$tmp/mem"
+check "emit memory shows the shared arena" grep -q "alloc_storage r[0-9]*, 81920, 64, cpu" "$tmp/mem"
+"$kilnc" "$cnn" --params "$src/samples/cnn_weights.npz" --emit memory --no-memory-plan > "$tmp/mem"
+check "no-memory-plan gives each tensor its storage" grep -q "// 5 storages, 5 tensors placed (0 in shared storage)" "$tmp/mem"
+check "emit memory marks moved operands" grep -q "alloc_closure r2, @compose_lambda0, \[^r1 ^r0\]" "$tmp/mem"
+
 # Unusable invocations.
 "$kilnc" --emit ir "$tmp/missing.relay" 2> "$tmp/err" > /dev/null
 check "missing file exits 2" test $? -eq 2
