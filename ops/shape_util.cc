@@ -122,8 +122,7 @@ bool shapeInBounds(std::span<const int64_t> shape) {
   for (int64_t d : shape) {
     if (d == kAnyDim) continue;
     if (d < 0 || d > kMaxDimension) return false;
-    elements *= d;  // both factors are at most 2^40 and elements stays below 2^40 until here
-    if (elements > kMaxDimension) return false;
+    if (__builtin_mul_overflow(elements, d, &elements) || elements > kMaxDimension) return false;
   }
   return true;
 }
