@@ -75,13 +75,16 @@ enum class CallKind { Compiled, Scalar, Dynamic, Reshape };
 // Tables shared by every function of the executable.
 class ExecutableBuilder {
  public:
-  ExecutableBuilder(const Module& m, const EmitOptions& opts) : m_(m), opts_(opts), exe_(std::make_shared<Executable>()) {
+  // `kept`: the globals to emit (the module's, less prelude functions nothing uses).
+  ExecutableBuilder(const Module& m, const EmitOptions& opts, const std::unordered_set<std::string_view>& kept)
+      : m_(m), opts_(opts), exe_(std::make_shared<Executable>()) {
     for (const auto& td : m.typeDefs())
       for (const Constructor* c : td.def->ctors) {
         ctorIds_[c] = static_cast<uint32_t>(exe_->constructors.size());
         exe_->constructors.push_back({std::string(c->name), std::string(td.def->name), static_cast<uint32_t>(c->fields.size())});
       }
     for (const auto& g : m.functions()) {
+      if (!kept.count(g.var->name)) continue;
       functionIds_[g.var->name] = static_cast<uint32_t>(exe_->functions.size());
       exe_->functions.emplace_back();
       globals_[g.var->name] = g.fn;
@@ -996,10 +999,40 @@ class FunctionEmitter {
 
 }  // namespace
 
+// Every function of the program itself, and the prelude functions they reach:
+// an executable carries no unused prelude code.
+std::unordered_set<std::string_view> reachableGlobals(const Module& m) {
+  std::unordered_map<std::string_view, const Function*> byName;
+  std::vector<std::string_view> work;
+  std::unordered_set<std::string_view> kept;
+  for (const auto& g : m.functions()) {
+    byName[g.var->name] = g.fn;
+    if (!g.fromPrelude && kept.insert(g.var->name).second) work.push_back(g.var->name);
+  }
+  while (!work.empty()) {
+    const Function* fn = byName.at(work.back());
+    work.pop_back();
+    std::vector<const Expr*> stack{fn->body};
+    while (!stack.empty()) {
+      const Expr* e = stack.back();
+      stack.pop_back();
+      if (e->kind == ExprKind::GlobalVar) {
+        std::string_view name = static_cast<const GlobalVar*>(e)->name;
+        if (byName.count(name) && kept.insert(name).second) work.push_back(name);
+      }
+      if (e->kind == ExprKind::Function && isPrimitiveFunction(static_cast<const Function*>(e))) continue;
+      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
+    }
+  }
+  return kept;
+}
+
 std::shared_ptr<Executable> emitBytecode(const Module& lifted, const EmitOptions& opts) {
-  ExecutableBuilder eb(lifted, opts);
+  auto kept = reachableGlobals(lifted);
+  ExecutableBuilder eb(lifted, opts, kept);
   size_t i = 0;
   for (const auto& g : lifted.functions()) {
+    if (!kept.count(g.var->name)) continue;
     eb.exe().functions[i++] = FunctionEmitter(eb, g).run();
   }
   auto exe = eb.take();

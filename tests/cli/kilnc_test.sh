@@ -60,7 +60,9 @@ check "emit memory summarizes sharing" grep -q "// 3 storages, 5 tensors placed 
 check "emit memory shows the shared arena" grep -q "alloc_storage r[0-9]*, 81920, 64, cpu" "$tmp/mem"
 "$kilnc" "$cnn" --params "$src/samples/cnn_weights.npz" --emit memory --no-memory-plan > "$tmp/mem"
 check "no-memory-plan gives each tensor its storage" grep -q "// 5 storages, 5 tensors placed (0 in shared storage)" "$tmp/mem"
-check "emit memory marks moved operands" grep -q "alloc_closure r2, @compose_lambda0, \[^r1 ^r0\]" "$tmp/mem"
+"$kilnc" "$src/samples/tree_sum.relay" --emit memory > "$tmp/mem"
+check "emit memory marks moved operands" grep -q "alloc_adt r[0-9]*, Cons, \[\^r[0-9]* \^r[0-9]*\]" "$tmp/mem"
+check "unused prelude functions are not emitted" sh -c "! grep -q '^def @compose' '$tmp/mem'"
 
 # Unusable invocations.
 "$kilnc" --emit ir "$tmp/missing.relay" 2> "$tmp/err" > /dev/null
