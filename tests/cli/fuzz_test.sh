@@ -7,4 +7,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for p in "$src"/tests/e2e/*.relay "$src"/samples/tree_sum.relay "$src"/samples/grow_loop.relay; do
   "$kilnc" "$p" -o "$tmp/$(basename "$p" .relay).kx"
 done
-"$fuzz" "$tmp" "$seconds"
+# Sanitizer reports end in abort(), so the driver's handler saves the input too.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}abort_on_error=1"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}abort_on_error=1:print_stacktrace=1"
+"$fuzz" "$tmp" "$seconds" || { echo "the failing input is $(pwd)/fuzz-crash.bin"; exit 1; }
