@@ -850,7 +850,7 @@ class FunctionEmitter {
           for (size_t i = 0; i < nout; ++i) shapes.push_back(temp());
           emitParts(Opcode::ShapeFunc, {one(k.index), list(ins), list(shapes)});
         }
-        auto plan = planned_.find(static_cast<const Let*>(at.owner));
+        auto plan = planned_.find(at.owner);
         if (at.slot == 0 && plan != planned_.end() && !anyDynamic) {
           const Planned& p = plan->second;
           const ops::TensorDesc& t = f.typeOf(f.outputs[0]);
@@ -986,7 +986,7 @@ class FunctionEmitter {
   std::vector<uint32_t> code_;
   std::unordered_set<const Var*> usedVars_;
   std::unordered_set<const Var*> kernelOnly_;
-  std::unordered_map<const Let*, Planned> planned_;
+  std::unordered_map<const Expr*, Planned> planned_;  // keyed by the Let whose value is planned
   std::vector<const Let*> blockLets_;  // the block being planned
   std::vector<uint64_t> arenaBytes_;
   std::vector<uint32_t> arenaReg_;
