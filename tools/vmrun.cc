@@ -372,12 +372,13 @@ int run(int argc, char** argv) {
       uint64_t bound = 0;
       for (auto& [d, b] : bounds)
         if (d == p.device) bound = b;
-      std::string ratio = bound ? " (" + std::to_string(static_cast<double>(p.peakBytesInUse) / static_cast<double>(bound)).substr(0, 4) + "x)" : "";
+      char ratio[32] = "";
+      if (bound) std::snprintf(ratio, sizeof ratio, " (%.2fx)", static_cast<double>(p.peakBytesInUse) / static_cast<double>(bound));
       std::fprintf(stderr,
                    "memory (%s): peak %llu bytes in use, liveness lower bound %llu%s; peak %llu reserved; at exit %llu in use, "
                    "%llu cached; pool hits %llu, misses %llu\n",
                    p.device.toString().c_str(), static_cast<unsigned long long>(p.peakBytesInUse),
-                   static_cast<unsigned long long>(bound), ratio.c_str(), static_cast<unsigned long long>(p.peakBytesReserved),
+                   static_cast<unsigned long long>(bound), ratio, static_cast<unsigned long long>(p.peakBytesReserved),
                    static_cast<unsigned long long>(p.bytesInUse), static_cast<unsigned long long>(p.bytesCached),
                    static_cast<unsigned long long>(p.hits), static_cast<unsigned long long>(p.misses));
     }

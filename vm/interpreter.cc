@@ -167,6 +167,13 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     }
     return clo->function;
   };
+  // The `M` list of n registers starting at operand `first`, taken in order.
+  auto takeList = [&](uint32_t first, uint32_t n) {
+    std::vector<Value> fields;
+    fields.reserve(n);
+    for (uint32_t i = 0; i < n; ++i) fields.push_back(TAKE(first + i));
+    return fields;
+  };
   auto traceReads = [&](const auto& ts) {
     for (const Tensor& t : ts) trace->read(t);
   };
@@ -333,19 +340,13 @@ dispatch:
   DISPATCH();
   CASE(AllocAdt) {
     uint32_t n = OPERAND(3);
-    std::vector<Value> fields;
-    fields.reserve(n);
-    for (uint32_t i = 0; i < n; ++i) fields.push_back(TAKE(4 + i));
-    REG(1) = Value::adt(OPERAND(2), std::move(fields));
+    REG(1) = Value::adt(OPERAND(2), takeList(4, n));
     pc += 4 + n;
   }
   DISPATCH();
   CASE(AllocTuple) {
     uint32_t n = OPERAND(2);
-    std::vector<Value> fields;
-    fields.reserve(n);
-    for (uint32_t i = 0; i < n; ++i) fields.push_back(TAKE(3 + i));
-    REG(1) = Value::tuple(std::move(fields));
+    REG(1) = Value::tuple(takeList(3, n));
     pc += 3 + n;
   }
   DISPATCH();

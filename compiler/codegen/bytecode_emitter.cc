@@ -198,8 +198,7 @@ class FunctionEmitter {
       result = asFunc(inner->type) ? asFunc(inner->type)->result : body->type;
     }
     live_ = analyzeLiveness(body);
-    collectUsedVars();
-    if (eb_.options().planMemory) collectKernelOnlyVars();
+    collectVarUses();
 
     // `main`'s parameters named in the params file become constants.
     std::vector<std::pair<const Var*, uint32_t>> bound;
@@ -401,30 +400,6 @@ class FunctionEmitter {
     bool first, last;  // in program order: allocates the arena / gives up its register
   };
 
-  // Variables read only as kernel operands (never stored, passed, returned or reshaped).
-  void collectKernelOnlyVars() {
-    std::unordered_map<const Var*, uint32_t> all, asKernelOperand;
-    std::vector<const Expr*> stack{g_.fn->body};
-    while (!stack.empty()) {
-      const Expr* e = stack.back();
-      stack.pop_back();
-      if (e->kind == ExprKind::Var) all[static_cast<const Var*>(e)]++;
-      if (e->kind == ExprKind::Call) {
-        auto* c = static_cast<const Call*>(e);
-        if (c->callee->kind == ExprKind::Function) {
-          if (eb_.kernel(static_cast<const Function*>(c->callee)).kind != CallKind::Reshape)
-            for (const Expr* a : c->args)
-              if (a->kind == ExprKind::Var) asKernelOperand[static_cast<const Var*>(a)]++;
-          for (const Expr* a : c->args) stack.push_back(a);
-          continue;  // not into the kernel's own body
-        }
-      }
-      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
-    }
-    for (auto& [v, n] : all)
-      if (asKernelOperand[v] == n) kernelOnly_.insert(v);
-  }
-
   // Whether evaluating a let's value may allocate tensor memory.
   bool mayAllocate(const Let* l) {
     const Expr* v = l->value;
@@ -609,13 +584,27 @@ class FunctionEmitter {
     }
   }
 
-  void collectUsedVars() {
+  // One walk over the body: the variables used at all, and (when planning) those
+  // read only as kernel operands (never stored, passed, returned or reshaped).
+  void collectVarUses() {
+    bool planning = eb_.options().planMemory;
+    std::unordered_map<const Var*, uint32_t> all, asKernelOperand;
     std::vector<const Expr*> stack{g_.fn->body};
     while (!stack.empty()) {
       const Expr* e = stack.back();
       stack.pop_back();
-      if (e->kind == ExprKind::Var) usedVars_.insert(static_cast<const Var*>(e));
+      if (e->kind == ExprKind::Var) all[static_cast<const Var*>(e)]++;
+      if (planning && e->kind == ExprKind::Call) {
+        auto* c = static_cast<const Call*>(e);
+        if (c->callee->kind == ExprKind::Function && eb_.kernel(static_cast<const Function*>(c->callee)).kind != CallKind::Reshape)
+          for (const Expr* a : c->args)
+            if (a->kind == ExprKind::Var) asKernelOperand[static_cast<const Var*>(a)]++;
+      }
       forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
+    }
+    for (auto& [v, n] : all) {
+      usedVars_.insert(v);
+      if (planning && asKernelOperand[v] == n) kernelOnly_.insert(v);
     }
   }
 

@@ -2,8 +2,9 @@
 #include "compiler/passes/liveness.h"
 
 #include <algorithm>
-#include <functional>
 #include <unordered_set>
+
+#include "compiler/ir/visit.h"
 
 namespace kiln::compiler {
 
@@ -14,6 +15,16 @@ namespace {
 using VarSet = std::unordered_set<const Var*>;
 
 const std::vector<const Var*> kNone;
+
+// The operand variables of an A-normal-form value (call arguments and callee,
+// tuple fields, the tuple of a projection, an alias), duplicates included.
+template <class F>
+void forEachOperandVar(const Expr* e, F&& f) {
+  if (e->kind == ExprKind::Var) return f(static_cast<const Var*>(e));
+  forEachChild(e, [&](const Expr* c) {
+    if (c->kind == ExprKind::Var) f(static_cast<const Var*>(c));
+  });
+}
 
 void patternVars(const Pattern* p, std::vector<const Var*>& out) {
   switch (p->kind) {
@@ -123,26 +134,6 @@ const std::vector<const Var*>& Liveness::diesAt(LivenessPoint p) const {
 const std::vector<const Var*>& Liveness::deadOnEntryTo(LivenessPoint p) const {
   auto it = deadOnEntry.find(p);
   return it == deadOnEntry.end() ? kNone : it->second;
-}
-
-void forEachOperandVar(const Expr* e, const std::function<void(const Var*)>& f) {
-  auto atom = [&](const Expr* a) {
-    if (a->kind == ExprKind::Var) f(static_cast<const Var*>(a));
-  };
-  switch (e->kind) {
-    case ExprKind::Var: f(static_cast<const Var*>(e)); return;
-    case ExprKind::Call: {
-      auto* c = static_cast<const Call*>(e);
-      atom(c->callee);
-      for (const Expr* a : c->args) atom(a);
-      return;
-    }
-    case ExprKind::Tuple:
-      for (const Expr* a : static_cast<const Tuple*>(e)->fields) atom(a);
-      return;
-    case ExprKind::TupleGet: atom(static_cast<const TupleGet*>(e)->tuple); return;
-    default: return;
-  }
 }
 
 Liveness analyzeLiveness(const Expr* body) {

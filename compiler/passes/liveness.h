@@ -12,7 +12,6 @@
 // use it. Arguments of a tail call all die at the call.
 #pragma once
 
-#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -47,10 +46,6 @@ struct Liveness {
   const std::vector<const ir::Var*>& diesAt(LivenessPoint p) const;
   const std::vector<const ir::Var*>& deadOnEntryTo(LivenessPoint p) const;
 };
-
-// The operand variables of an A-normal-form value (call arguments and callee,
-// tuple fields, the tuple of a projection, an alias), duplicates included.
-void forEachOperandVar(const ir::Expr* value, const std::function<void(const ir::Var*)>& f);
 
 Liveness analyzeLiveness(const ir::Expr* body);
 
