@@ -4,7 +4,9 @@
 // Layout (little-endian):
 //   header, 32 bytes: magic "KILNEXE\0", u32 major, u32 minor, u64 payload bytes,
 //                     u64 checksum of the payload (64-bit FNV-1a over 8-byte words)
-//   payload: strings, constructors, kernels, constants, functions, in that order.
+//   payload: strings, devices, constructors, kernels, constants, functions, in
+//   that order. Devices are u32 words (kind << 16 | index); a function record
+//   carries each parameter's device after its type.
 //   A constant's data starts at a 64-byte aligned file offset and is padded to a
 //   multiple of 64 bytes, so a mapped file serves tensors in place.
 // Minor versions only append fields at the end of the payload; a loader ignores a
@@ -40,6 +42,8 @@ uint64_t checksum(const uint8_t* p, size_t n) {
   for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
 }
+
+uint32_t encodeDevice(Device d) { return static_cast<uint32_t>(d.kind) << 16 | d.index; }
 
 class Writer {
  public:
@@ -114,6 +118,12 @@ DType readDType(Reader& r) {
   uint8_t d = r.u8();
   if (d >= kNumDTypes) throw Error("invalid executable: bad dtype");
   return static_cast<DType>(d);
+}
+
+Device readDevice(Reader& r) {
+  uint32_t v = r.u32();
+  if ((v >> 16) > static_cast<uint32_t>(Device::Kind::CUDA)) throw Error("invalid executable: bad device");
+  return Device{static_cast<Device::Kind>(v >> 16), static_cast<uint16_t>(v & 0xFFFF)};
 }
 
 void writeDesc(Writer& w, const ops::TensorDesc& d) {
@@ -269,6 +279,8 @@ std::vector<uint8_t> Executable::serialize() const {
   w.u64(0);  // checksum, patched below
   w.u32(static_cast<uint32_t>(strings.size()));
   for (const auto& s : strings) w.str(s);
+  w.u32(static_cast<uint32_t>(devices.size()));
+  for (Device d : devices) w.u32(encodeDevice(d));
   w.u32(static_cast<uint32_t>(constructors.size()));
   for (const auto& c : constructors) {
     w.str(c.name);
@@ -294,6 +306,7 @@ std::vector<uint8_t> Executable::serialize() const {
     for (uint32_t i = 0; i < f.numParams; ++i) {
       w.str(f.paramNames[i]);
       writeType(w, f.paramTypes[i]);
+      w.u32(encodeDevice(i < f.paramDevices.size() ? f.paramDevices[i] : Device{}));
     }
     writeType(w, f.resultType);
     w.u32(static_cast<uint32_t>(f.code.size()));
@@ -353,6 +366,10 @@ std::shared_ptr<Executable> Executable::fromImage(std::shared_ptr<const void> ow
   Reader r(bytes.data() + kHeaderBytes, payload);
   uint32_t ns = r.count(4);
   for (uint32_t i = 0; i < ns; ++i) exe->strings.push_back(r.str());
+  uint32_t nd = r.count(4);
+  if (nd == 0 || nd > 64) throw Error("invalid executable: bad device list");
+  exe->devices.clear();
+  for (uint32_t i = 0; i < nd; ++i) exe->devices.push_back(readDevice(r));
   uint32_t nc = r.count(12);
   for (uint32_t i = 0; i < nc; ++i) {
     ConstructorInfo c;
@@ -401,6 +418,7 @@ std::shared_ptr<Executable> Executable::fromImage(std::shared_ptr<const void> ow
     for (uint32_t p = 0; p < f.numParams; ++p) {
       f.paramNames.push_back(r.str());
       f.paramTypes.push_back(readType(r, 0));
+      f.paramDevices.push_back(readDevice(r));
     }
     f.resultType = readType(r, 0);
     uint32_t words = r.count(4);

@@ -176,6 +176,12 @@ std::string KernelCache::diskCacheDir() const {
   return disk_ ? disk_->dir() : "";
 }
 
+std::shared_ptr<const CompiledKernel> CompiledKernel::boundTo(Device device) const {
+  auto k = std::make_shared<CompiledKernel>(*this);
+  k->device_ = device;
+  return k;
+}
+
 std::shared_ptr<const CompiledKernel> KernelCache::get(const FusedFunction& f, Device device, bool keepIR) {
   // The whole content, not just its hash, so a hash collision can never alias two kernels.
   std::string key = kernelKey(f, device) + (keepIR ? "|ir" : "");
@@ -196,14 +202,21 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const FusedFunction& f, D
   }
   if (compileHere) {
     try {
-      ++compiles_;
-      const DiskCache* disk;
-      {
-        std::lock_guard<std::mutex> lock(diskMu_);
-        disk = disk_.get();
+      std::shared_ptr<const CompiledKernel> kernel;
+      if (device.kind == Device::Kind::CPU && device.index != 0) {
+        // Every CPU device runs the same machine code: compile it once, for cpu,
+        // and bind a copy to this device (its tensors are checked against it).
+        kernel = get(f, Device{}, keepIR)->boundTo(device);
+      } else {
+        ++compiles_;
+        const DiskCache* disk;
+        {
+          std::lock_guard<std::mutex> lock(diskMu_);
+          disk = disk_.get();
+        }
+        kernel = std::make_shared<const CompiledKernel>(f, device, keepIR, disk);
+        if (kernel->fromDiskCache()) ++diskHits_;
       }
-      auto kernel = std::make_shared<const CompiledKernel>(f, device, keepIR, disk);
-      if (kernel->fromDiskCache()) ++diskHits_;
       promise.set_value(std::move(kernel));
     } catch (...) {
       // A failed compile is not cached: report it to every waiter, and let a later request try again.

@@ -30,6 +30,8 @@ class CompiledKernel {
  public:
   CompiledKernel(FusedFunction f, Device device, bool keepIR, const DiskCache* disk = nullptr);
   bool fromDiskCache() const { return fromDisk_; }
+  // The same machine code serving another device of the same kind (cpu:1).
+  std::shared_ptr<const CompiledKernel> boundTo(Device device) const;
 
   const FusedFunction& function() const { return f_; }
   Device device() const { return device_; }

@@ -13,12 +13,17 @@ namespace kiln::vm {
 
 namespace {
 
-// Outputs come from the VM's host pool.
-Tensor hostTensor(TensorMemory& mem, DType dtype, std::span<const int64_t> shape) { return mem.tensor(dtype, shape, Device{}); }
-Tensor hostTensor(TensorMemory& mem, DType dtype, std::initializer_list<int64_t> shape) {
-  return mem.tensor(dtype, std::span<const int64_t>(shape.begin(), shape.size()), Device{});
+// Outputs come from the VM's pool of the device the kernel was placed on (a CPU
+// device: these operators run natively).
+struct Outputs {
+  TensorMemory& memory;
+  Device device;
+};
+Tensor hostTensor(const Outputs& mem, DType dtype, std::span<const int64_t> shape) { return mem.memory.tensor(dtype, shape, mem.device); }
+Tensor hostTensor(const Outputs& mem, DType dtype, std::initializer_list<int64_t> shape) {
+  return hostTensor(mem, dtype, std::span<const int64_t>(shape.begin(), shape.size()));
 }
-Tensor hostTensor(TensorMemory& mem, DType dtype, const Shape& shape) { return mem.tensor(dtype, dims(shape), Device{}); }
+Tensor hostTensor(const Outputs& mem, DType dtype, const Shape& shape) { return hostTensor(mem, dtype, dims(shape)); }
 
 int64_t scalarInt(const Tensor& t, const char* what) {
   if (t.rank() != 0) throw Error(std::string(what) + " must be a scalar");
@@ -89,7 +94,7 @@ std::vector<int64_t> rowMajorStrides(const Shape& s) {
   return st;
 }
 
-Tensor arange(const jit::FusedNode& n, std::span<const Tensor> in, TensorMemory& mem) {
+Tensor arange(const jit::FusedNode& n, std::span<const Tensor> in, const Outputs& mem) {
   double start = scalarFloat(in[0]), stop = scalarFloat(in[1]), step = scalarFloat(in[2]);
   if (step == 0) throw Error("arange: step must not be 0");
   double count = std::ceil((stop - start) / step);
@@ -107,7 +112,7 @@ Tensor arange(const jit::FusedNode& n, std::span<const Tensor> in, TensorMemory&
   return out;
 }
 
-Tensor argwhere(const Tensor& x, TensorMemory& mem) {
+Tensor argwhere(const Tensor& x, const Outputs& mem) {
   size_t es = dtypeSize(x.dtype());
   const char* p = static_cast<const char*>(x.data());
   std::vector<int64_t> hits;
@@ -135,7 +140,7 @@ Tensor argwhere(const Tensor& x, TensorMemory& mem) {
   return out;
 }
 
-Tensor stridedSlice(const jit::FusedNode& n, std::span<const Tensor> in, TensorMemory& mem) {
+Tensor stridedSlice(const jit::FusedNode& n, std::span<const Tensor> in, const Outputs& mem) {
   const Tensor& x = in[0];
   std::vector<int64_t> begin = intVector(in[1], "begin"), end = intVector(in[2], "end"), strides = intVector(in[3], "strides");
   ops::AttrMap attrs = n.attrs;
@@ -161,7 +166,7 @@ Tensor stridedSlice(const jit::FusedNode& n, std::span<const Tensor> in, TensorM
   return out;
 }
 
-Tensor broadcastTo(const Tensor& x, const std::vector<int64_t>& shape, TensorMemory& mem) {
+Tensor broadcastTo(const Tensor& x, const std::vector<int64_t>& shape, const Outputs& mem) {
   ops::AttrMap attrs;
   attrs.set("shape", intList(shape));
   Shape outShape = staticShape("broadcast_to", x, attrs);
@@ -185,7 +190,9 @@ bool isDynamicKernel(const jit::FusedFunction& f) {
          !f.node(f.outputs[0]).isConstant();
 }
 
-Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> params, TensorMemory& mem) {
+Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> params, TensorMemory& memory, Device device) {
+  if (device.kind != Device::Kind::CPU) throw Error(f.name + " runs natively on a CPU device, not on " + device.toString());
+  Outputs mem{memory, device};
   const jit::FusedNode& n = f.node(f.outputs[0]);
   std::vector<Tensor> in;
   for (int32_t id : n.inputs) {
@@ -193,7 +200,7 @@ Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> par
       in.push_back(params[static_cast<size_t>(id)]);
     } else {
       const jit::FusedNode& c = f.node(id);
-      Tensor t = hostTensor(mem, c.type.dtype, std::span<const int64_t>{});
+      Tensor t = hostTensor(Outputs{memory, Device{}}, c.type.dtype, std::span<const int64_t>{});
       writeScalar(t.data(), c.type.dtype, c.intValue, c.floatValue);
       in.push_back(t);
     }

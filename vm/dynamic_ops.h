@@ -17,8 +17,8 @@ bool isDynamicKernel(const jit::FusedFunction& f);
 
 class TensorMemory;
 
-// Runs such a kernel on CPU tensors, its output from `memory`; throws
-// kiln::Error on bad operands.
-Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> inputs, TensorMemory& memory);
+// Runs such a kernel on CPU tensors, its output from `memory` on `device` (the
+// kernel's placement, a CPU device); throws kiln::Error on bad operands.
+Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> inputs, TensorMemory& memory, Device device = {});
 
 }  // namespace kiln::vm

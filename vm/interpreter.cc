@@ -187,9 +187,14 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     profile_[k].totalNanos += t1 - t0;
     if (tracing_) trace_.push_back({exe.kernels[k].function->name, t0, t1 - t0});
   };
-  auto kernelFor = [&](uint32_t k) -> const jit::CompiledKernel& {
-    if (!kernels_[k]) kernels_[k] = &exe.compiledKernel(k);
-    return *kernels_[k];
+  // The kernel runs where its outputs were allocated (placement puts its inputs
+  // there too; CompiledKernel checks every input's device).
+  auto kernelFor = [&](uint32_t k, Device device) -> const jit::CompiledKernel& {
+    if (device == Device{}) {
+      if (!kernels_[k]) kernels_[k] = &exe.compiledKernel(k);
+      return *kernels_[k];
+    }
+    return kernelOn(k, device);
   };
 
 #if defined(__GNUC__)
@@ -250,7 +255,7 @@ dispatch:
     gatherInputs(op.in, op.nin);
     outs.clear();
     for (uint32_t i = 0; i < op.nout; ++i) outs.push_back(tensorOf(R[op.out[i]], "kernel output"));
-    const jit::CompiledKernel& kernel = kernelFor(op.kernel);
+    const jit::CompiledKernel& kernel = kernelFor(op.kernel, outs.empty() ? Device{} : outs[0].device());
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
     if (profiling_) recordKernel(op.kernel, t0);
@@ -277,7 +282,9 @@ dispatch:
     KernelOperands op = kernelOperands(&code[pc]);
     gatherInputs(op.in, op.nin);
     uint64_t t0 = profiling_ ? nowNanos() : 0;
-    Tensor out = vm::runDynamicKernel(*exe.kernels[op.kernel].function, std::span<const Tensor>(ins.data(), ins.size()), *memory_);
+    // Placement puts a kernel's operands and results on one device.
+    Device device = ins.empty() ? Device{} : ins[0].device();
+    Tensor out = vm::runDynamicKernel(*exe.kernels[op.kernel].function, std::span<const Tensor>(ins.data(), ins.size()), *memory_, device);
     if (profiling_) recordKernel(op.kernel, t0);
     if (trace) {
       traceReads(ins);
@@ -400,8 +407,8 @@ dispatch:
   }
   DISPATCH();
   CASE(LoadConst) {
-    REG(1) = constants_[OPERAND(2)];
-    pc += 3;
+    REG(1) = OPERAND(3) == 0 ? constants_[OPERAND(2)] : constantOn(OPERAND(2), OPERAND(3));
+    pc += 4;
   }
   DISPATCH();
   CASE(LoadImm) {
@@ -435,13 +442,13 @@ dispatch:
   }
   DISPATCH();
   CASE(DeviceCopy) {
-    Tensor t = tensorOf(REG(2), "device_copy");
     Device dst{static_cast<Device::Kind>(OPERAND(4) >> 16), static_cast<uint16_t>(OPERAND(4) & 0xFFFF)};
-    REG(1) = Value(memory_->copyTo(t, dst));
-    if (trace) {
-      trace->read(t);
-      trace->birth(REG(1).asTensorObject()->tensor);
+    Value copy = memory_->copyValue(REG(2), dst);
+    if (trace && REG(2).isObject(ObjectKind::Tensor) && copy.isObject(ObjectKind::Tensor)) {
+      trace->read(REG(2).asTensorObject()->tensor);
+      trace->birth(copy.asTensorObject()->tensor);
     }
+    REG(1) = std::move(copy);
     pc += 5;
   }
   DISPATCH();

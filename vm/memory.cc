@@ -34,6 +34,51 @@ Tensor TensorMemory::copyTo(const Tensor& t, Device device) {
   return out;
 }
 
+namespace {
+
+Value hostScalar(const Tensor& t) {
+  int64_t i = 0;
+  double f = 0;
+  readScalar(t.data(), t.dtype(), i, f);
+  return isFloat(t.dtype()) ? Value::floatScalar(t.dtype(), f) : Value::intScalar(t.dtype(), i);
+}
+
+}  // namespace
+
+Value TensorMemory::copyValue(const Value& v, Device device) {
+  auto leaf = [&](const Value& x) -> Value {
+    if (x.isScalar()) return device == Device{} ? x : Value(copyTo(x.tensor(), device));
+    if (!x.isObject(ObjectKind::Tensor)) return x;
+    const Tensor& t = x.asTensorObject()->tensor;
+    if (t.device() == device) return x;
+    Tensor out = copyTo(t, device);
+    return device == Device{} && out.rank() == 0 ? hostScalar(out) : Value(std::move(out));
+  };
+  if (!v.isObject(ObjectKind::Adt)) return leaf(v);
+  struct Pending {
+    const AdtObject* adt;
+    uint32_t next;
+    std::vector<Value> fields;
+  };
+  std::vector<Pending> stack;
+  stack.push_back({v.asAdt(), 0, {}});
+  Value result;
+  while (!stack.empty()) {
+    Pending& p = stack.back();
+    if (p.next < p.adt->size) {
+      const Value& field = p.adt->fields()[p.next++];
+      if (field.isObject(ObjectKind::Adt)) stack.push_back({field.asAdt(), 0, {}});  // p is not used after this
+      else p.fields.push_back(leaf(field));
+      continue;
+    }
+    Value built = p.adt->ctor == kTupleCtor ? Value::tuple(std::move(p.fields)) : Value::adt(p.adt->ctor, std::move(p.fields));
+    stack.pop_back();
+    if (stack.empty()) result = std::move(built);
+    else stack.back().fields.push_back(std::move(built));
+  }
+  return result;
+}
+
 VMMemoryStats TensorMemory::stats() const {
   VMMemoryStats s;
   s.allocations = allocations_.load();

@@ -27,6 +27,11 @@ class TensorMemory {
   // A tensor of its own (data-dependent operator outputs, copies).
   Tensor tensor(DType dtype, std::span<const int64_t> shape, Device device);
   Tensor copyTo(const Tensor& t, Device device);
+  // device_copy of any value: a tensor is copied (a 0-d tensor arriving on the
+  // host becomes a register scalar, as host code expects); tuples and ADT values
+  // are rebuilt around copies of their tensors, iteratively, so a long list costs
+  // no C++ stack; closures are shared (their captures stay where they are).
+  Value copyValue(const Value& v, Device device);
   PooledAllocator& pool(Device device) { return pools_->forDevice(device); }
   VMMemoryStats stats() const;
 

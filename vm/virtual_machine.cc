@@ -109,6 +109,23 @@ void VirtualMachine::resetStacks() {
   for (Value& v : regs_) v = Value();
 }
 
+const Value& VirtualMachine::constantOn(uint32_t index, uint32_t encodedDevice) {
+  uint64_t key = static_cast<uint64_t>(index) << 32 | encodedDevice;
+  auto it = deviceConstants_.find(key);
+  if (it != deviceConstants_.end()) return it->second;
+  Device d{static_cast<Device::Kind>(encodedDevice >> 16), static_cast<uint16_t>(encodedDevice & 0xFFFF)};
+  return deviceConstants_.emplace(key, memory_->copyValue(constants_[index], d)).first->second;
+}
+
+const jit::CompiledKernel& VirtualMachine::kernelOn(uint32_t kernel, Device device) {
+  uint64_t key = static_cast<uint64_t>(kernel) << 32 | (static_cast<uint32_t>(device.kind) << 16 | device.index);
+  auto it = deviceKernels_.find(key);
+  if (it != deviceKernels_.end()) return *it->second;
+  const jit::CompiledKernel* k = &exe_->compiledKernel(kernel, device);
+  deviceKernels_.emplace(key, k);
+  return *k;
+}
+
 Value VirtualMachine::invoke(std::string_view function, std::span<const Value> args) {
   int64_t fi = exe_->functionIndex(function);
   if (fi < 0) throw Error("no function named '" + std::string(function) + "' in the executable");
@@ -117,6 +134,14 @@ Value VirtualMachine::invoke(std::string_view function, std::span<const Value> a
   uint64_t t0 = tracing_ ? nowNanos() : 0;
   try {
     if (memoryTrace_) memoryTrace_->clear();
+    // Arguments go to the devices placement chose for the parameters.
+    std::vector<Value> placed;
+    for (size_t i = 0; i < f.paramDevices.size() && i < args.size(); ++i) {
+      if (f.paramDevices[i] == Device{}) continue;
+      if (placed.empty()) placed.assign(args.begin(), args.end());
+      placed[i] = memory_->copyValue(args[i], f.paramDevices[i]);
+    }
+    if (!placed.empty()) args = placed;
     Value r = run(static_cast<uint32_t>(fi), args);
     if (tracing_) trace_.push_back({"@" + f.name, t0, nowNanos() - t0});
     return r;

@@ -219,7 +219,7 @@ class FunctionEmitter {
     out.numParams = static_cast<uint32_t>(out.paramNames.size());
     for (auto& [p, c] : bound) {
       uint32_t r = newReg();
-      emit(Opcode::LoadConst, {r, c});
+      emit(Opcode::LoadConst, {r, c, kCpu});
       paramRegs.emplace_back(p, r);
     }
     for (auto& [p, r] : paramRegs) {
@@ -825,7 +825,7 @@ class FunctionEmitter {
         uint32_t shape = temp();
         bool dynamic = std::find(t.shape.begin(), t.shape.end(), ops::kAnyDim) != t.shape.end();
         if (dynamic) emitParts(Opcode::ShapeFunc, {one(k.index), list(ins), list({shape})});
-        else emit(Opcode::LoadConst, {shape, eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size()))});
+        else emit(Opcode::LoadConst, {shape, eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size())), kCpu});
         emit(Opcode::Reshape, {outs[0], ins[0], shape});
         dropReg(shape);
         break;

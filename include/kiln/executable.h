@@ -54,6 +54,9 @@ struct BytecodeFunction {
   std::vector<uint32_t> code;
   std::vector<std::string> paramNames;  // without `%`
   std::vector<TypeDesc> paramTypes;
+  // Where device placement put each parameter; invoke() copies arguments there.
+  // Empty (or cpu) means the host.
+  std::vector<Device> paramDevices;
   TypeDesc resultType;
 };
 
@@ -78,7 +81,7 @@ struct KernelInfo {
 
 class Executable {
  public:
-  static constexpr uint32_t kMajorVersion = 1;
+  static constexpr uint32_t kMajorVersion = 2;
   static constexpr uint32_t kMinorVersion = 0;
 
   Executable();
@@ -89,6 +92,9 @@ class Executable {
   std::vector<Tensor> constants;
   std::vector<ConstructorInfo> constructors;
   std::vector<std::string> strings;
+  // The devices it was compiled for, the default (compute) device first; the
+  // host cpu is always among them.
+  std::vector<Device> devices{Device{}};
 
   // Fills in each kernel's kind and checks every instruction; throws kiln::Error.
   void finalize();

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/executable.h"
@@ -110,8 +111,14 @@ class VirtualMachine {
   VMOptions options_;
   std::vector<Value> regs_;
   std::vector<Frame> frames_;
-  std::vector<Value> constants_;                       // executable constants as values
-  std::vector<const jit::CompiledKernel*> kernels_;    // per kernel (CPU), filled on first call
+  // Slow paths of load_const and invoke_kernel for devices other than cpu:0.
+  const Value& constantOn(uint32_t index, uint32_t encodedDevice);
+  const jit::CompiledKernel& kernelOn(uint32_t kernel, Device device);
+
+  std::vector<Value> constants_;                       // executable constants as values (cpu)
+  std::unordered_map<uint64_t, Value> deviceConstants_;  // (constant, device) -> copy on that device
+  std::vector<const jit::CompiledKernel*> kernels_;    // per kernel (cpu), filled on first call
+  std::unordered_map<uint64_t, const jit::CompiledKernel*> deviceKernels_;  // (kernel, device)
   std::vector<const vm::ScalarKernel*> scalar_;         // per kernel; null unless host-scalar
   bool profiling_ = false, tracing_ = false;
   std::vector<KernelProfile> profile_;
