@@ -1,4 +1,4 @@
-// The pipeline: front end, fusion, ANF, lambda lifting, bytecode.
+// The pipeline: front end, fusion, ANF, lambda lifting, device placement, bytecode.
 #include "compiler/pipeline.h"
 
 #include "compiler/codegen/bytecode_emitter.h"
@@ -18,6 +18,7 @@ Stages runPasses(std::string_view source, const std::string& file, const Compile
     s.fused = fuseOps(*s.typed, FuseOptions{options.fuse});
     s.anf = toANF(*s.fused);
     s.lifted = lambdaLift(*s.anf);
+    s.placed = placeDevices(*s.lifted, options.devices);
     return s;
   });
 }
@@ -27,7 +28,8 @@ std::shared_ptr<Executable> emit(const Stages& s, const CompileOptions& options)
     EmitOptions eo;
     eo.params = options.params;
     eo.planMemory = options.planMemory;
-    return emitBytecode(*s.lifted, eo);
+    eo.devices = &s.placed.plan;
+    return emitBytecode(*s.placed.module, eo);
   });
 }
 

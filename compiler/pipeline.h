@@ -4,18 +4,20 @@
 #include <memory>
 
 #include "compiler/ir/module.h"
+#include "compiler/passes/device_placement.h"
 #include "kiln/compile.h"
 
 namespace kiln::compiler {
 
 struct Stages {
   std::unique_ptr<ir::Module> typed, fused, anf, lifted;
+  Placement placed;  // the lifted module with devices, copies and specializations
 };
 
-// Runs the front end and the IR passes up to lambda lifting (on the compiler stack).
+// Runs the front end and the IR passes up to device placement (on the compiler stack).
 Stages runPasses(std::string_view source, const std::string& file, const CompileOptions& options);
 
-// Emits bytecode for the lifted module.
+// Emits bytecode for the placed module.
 std::shared_ptr<Executable> emit(const Stages& s, const CompileOptions& options);
 
 }  // namespace kiln::compiler

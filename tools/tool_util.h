@@ -1,4 +1,4 @@
-// Helpers shared by vmrun and kilnc: device lists and the memory listing.
+// Helpers shared by vmrun and kilnc: device lists and the memory and device listings.
 #pragma once
 
 #include <cstring>
@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "bytecode/opcodes.h"
+#include "compiler/ir/printer.h"
+#include "compiler/passes/device_placement.h"
 #include "kiln/error.h"
 #include "kiln/executable.h"
 #include "kiln/tensor.h"
@@ -27,6 +29,26 @@ inline std::vector<Device> checkDevices(const std::string& list) {
     if (end == std::string::npos) break;
     start = end + 1;
   }
+  return out;
+}
+
+// --emit devices: the placed program, each binding, parameter and block result
+// followed by its device, then the copies placement inserted and the
+// specializations it made.
+inline std::string devicesListing(const compiler::Placement& p) {
+  ir::PrintOptions opts;
+  opts.includePrelude = true;  // placed prelude functions carry devices too (only those used remain)
+  opts.note = [&](const ir::Expr* e) { return p.plan.deviceOf(e).toString(); };
+  std::string out = ir::printModule(*p.module, opts);
+  out += "\n// devices: " + p.plan.defaultDevice.toString() + " (default)";
+  for (Device d : p.plan.devices)
+    if (!(d == p.plan.defaultDevice)) out += ", " + d.toString();
+  out += "; host " + p.plan.host.toString() + "\n";
+  out += "// " + std::to_string(p.copies.size()) + " cop" + (p.copies.size() == 1 ? "y" : "ies") + " inserted\n";
+  for (const auto& c : p.copies) out += "//   @" + c.function + ": " + c.value + " " + c.src.toString() + " -> " + c.dst.toString() + "\n";
+  out += "// " + std::to_string(p.specializations.size()) + " specialization" + (p.specializations.size() == 1 ? "" : "s");
+  for (const auto& s : p.specializations) out += (&s == &p.specializations.front() ? ": @" : ", @") + s;
+  out += "\n";
   return out;
 }
 

@@ -39,7 +39,8 @@ void usage(std::FILE* out) {
                "                         @file.npy | 2x3xf32=1,2,3,4,5,6 | 2x3xf32=0 | i32=7 | 4xf32=random\n"
                "  --inputs FILE.npz    inputs by parameter name\n"
                "  --params FILE.npz    weights: bind @main's parameters of those names as constants\n"
-               "  --device LIST        devices, first the default (cpu, cpu:1, ...)\n"
+               "  --device LIST        devices, first the default: where the program computes (cpu, cpu:1, ...);\n"
+               "                       the host cpu holds control flow, shapes and scalars\n"
                "  --output FILE.npz    write every tensor of the result as out0, out1, ...\n"
                "  --repeat N --warmup N  time N runs after N warm-up runs\n"
                "  --profile            per-kernel table (calls, time, share, JIT compile time)\n"
@@ -175,6 +176,7 @@ void writeTrace(const std::string& path, const std::vector<kiln::TraceEvent>& ev
 
 int run(int argc, char** argv) {
   std::string program, function = "main", inputsFile, paramsFile, devices = "cpu", outputFile, traceFile;
+  bool deviceGiven = false;
   std::vector<std::string> inputSpecs;
   int repeat = 0, warmup = 0;
   bool profile = false, stats = false, printBytecode = false;
@@ -201,7 +203,7 @@ int run(int argc, char** argv) {
     else if (a == "--input") inputSpecs.push_back(value());
     else if (a == "--inputs") inputsFile = value();
     else if (a == "--params") paramsFile = value();
-    else if (a == "--device") devices = value();
+    else if (a == "--device") devices = value(), deviceGiven = true;
     else if (a == "--output") outputFile = value();
     else if (a == "--repeat") repeat = count();
     else if (a == "--warmup") warmup = count();
@@ -217,7 +219,7 @@ int run(int argc, char** argv) {
     else throw Usage("more than one program given ('" + program + "' and '" + a + "')");
   }
   if (program.empty()) throw Usage("no program given (see vmrun --help)");
-  kiln::tools::checkDevices(devices);
+  std::vector<kiln::Device> deviceList = kiln::tools::checkDevices(devices);
 
   std::map<std::string, Tensor> params;
   if (!paramsFile.empty()) params = kiln::readNpz(paramsFile);
@@ -231,8 +233,17 @@ int run(int argc, char** argv) {
   std::shared_ptr<kiln::Executable> exe;
   if (isExe) {
     exe = kiln::Executable::load(program);
+    // Placement happened when it was compiled.
+    auto listOf = [](const std::vector<kiln::Device>& ds) {
+      std::string s;
+      for (const auto& d : ds) s += (s.empty() ? "" : ",") + d.toString();
+      return s;
+    };
+    if (deviceGiven && !(exe->devices.front() == deviceList.front()))
+      throw Usage(program + " was compiled for --device " + listOf(exe->devices) + "; recompile it with kilnc --device " + devices);
   } else {
     kiln::CompileOptions opts;
+    opts.devices = deviceList;
     opts.params = params;
     opts.planMemory = planMemory;
     exe = kiln::compile(kiln::compiler::readSourceFile(program), program, opts);

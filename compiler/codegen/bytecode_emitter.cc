@@ -25,7 +25,9 @@ using bytecode::Opcode;
 
 namespace {
 
-constexpr uint32_t kCpu = 0;  // device operand: cpu:0 (placement arrives with the device issue)
+constexpr uint32_t kCpu = 0;  // device operand: cpu:0, the host
+
+uint32_t encode(Device d) { return bytecode::encodeDevice(static_cast<uint32_t>(d.kind), d.index); }
 
 TypeDesc describeType(const Type* t, int depth = 0) {
   TypeDesc d;
@@ -215,11 +217,12 @@ class FunctionEmitter {
       paramRegs.emplace_back(p, r);
       out.paramNames.push_back(std::string(p->name));
       out.paramTypes.push_back(describeType(p->type));
+      out.paramDevices.push_back(deviceOf(p));
     }
     out.numParams = static_cast<uint32_t>(out.paramNames.size());
     for (auto& [p, c] : bound) {
       uint32_t r = newReg();
-      emit(Opcode::LoadConst, {r, c, kCpu});
+      emit(Opcode::LoadConst, {r, c, encode(deviceOf(p))});
       paramRegs.emplace_back(p, r);
     }
     for (auto& [p, r] : paramRegs) {
@@ -234,6 +237,20 @@ class FunctionEmitter {
   }
 
  private:
+  // ---- devices (passes/device_placement.h) ----
+  Device deviceOf(const Expr* e) const { return eb_.options().devices ? eb_.options().devices->deviceOf(e) : Device{}; }
+  static bool onHost(Device d) { return d == Device{}; }
+  // A host-scalar kernel placed off the host runs compiled, on tensors there.
+  CallKind kindAt(const ExecutableBuilder::KernelRef& k, Device d) const {
+    return k.kind == CallKind::Scalar && !onHost(d) ? CallKind::Compiled : k.kind;
+  }
+  // Heap values are released after their last use; 0-d values off the host are
+  // tensors there, not register scalars.
+  bool isHeapValue(const Var* v) const {
+    if (isHeapType(v->type)) return true;
+    return asTensor(v->type) && !onHost(deviceOf(v));
+  }
+
   // ---- registers ----
   struct RegisterState {
     std::vector<uint32_t> free, refs;
@@ -275,7 +292,7 @@ class FunctionEmitter {
   void bindVar(const Var* v, uint32_t r) {
     regOf_[v] = r;
     refs_[r]++;
-    heap_[r] = heap_[r] || isHeapType(v->type);
+    heap_[r] = heap_[r] || isHeapValue(v);
   }
 
   // One holder of `r` is gone; with the last, the value is released (unless an
@@ -408,7 +425,7 @@ class FunctionEmitter {
     auto* c = static_cast<const Call*>(v);
     switch (c->callee->kind) {
       case ExprKind::Function: {
-        CallKind k = eb_.kernel(static_cast<const Function*>(c->callee)).kind;
+        CallKind k = kindAt(eb_.kernel(static_cast<const Function*>(c->callee)), deviceOf(c));
         return k == CallKind::Compiled || k == CallKind::Dynamic;
       }
       case ExprKind::Ctor: return false;
@@ -423,7 +440,7 @@ class FunctionEmitter {
     if (c->callee->kind != ExprKind::Function) return 0;
     auto* prim = static_cast<const Function*>(c->callee);
     auto k = eb_.kernel(prim);
-    if (k.kind != CallKind::Compiled || k.fn->outputs.size() != 1 || asTuple(prim->body->type)) return 0;
+    if (kindAt(k, deviceOf(c)) != CallKind::Compiled || k.fn->outputs.size() != 1 || asTuple(prim->body->type)) return 0;
     const ops::TensorDesc& t = k.fn->typeOf(k.fn->outputs[0]);
     for (int64_t d : t.shape)
       if (d == ops::kAnyDim) return 0;
@@ -480,10 +497,18 @@ class FunctionEmitter {
     for (size_t a = 0; a < n;) {
       size_t b = a;
       while (b < n && !barrier[b]) ++b;
-      std::vector<size_t> ms;
+      // Storage is shared only among tensors on one device.
+      std::vector<Device> devs;
       for (size_t i = a; i < b; ++i)
-        if (member[i] && end[i] < b) ms.push_back(i);
-      if (ms.size() >= 2 && !planArena(a, b, ms, bytes, end)) planTokens(ms, bytes, end, allocates);
+        if (member[i] && end[i] < b && std::find(devs.begin(), devs.end(), deviceOf(lets[i]->value)) == devs.end())
+          devs.push_back(deviceOf(lets[i]->value));
+      for (Device d : devs) {
+        std::vector<size_t> ms;
+        for (size_t i = a; i < b; ++i)
+          if (member[i] && end[i] < b && deviceOf(lets[i]->value) == d) ms.push_back(i);
+        arenaDevice_ = d;
+        if (ms.size() >= 2 && !planArena(a, b, ms, bytes, end)) planTokens(ms, bytes, end, allocates);
+      }
       a = b + 1;
     }
   }
@@ -560,6 +585,7 @@ class FunctionEmitter {
   void addArena(uint64_t arenaBytes, const std::vector<size_t>& members, OffsetOf offsetOf) {
     uint32_t id = static_cast<uint32_t>(arenaBytes_.size());
     arenaBytes_.push_back(arenaBytes);
+    arenaDevices_.push_back(arenaDevice_);
     arenaReg_.push_back(0);
     for (size_t m = 0; m < members.size(); ++m)
       planned_[blockLets_[members[m]]] = Planned{id, offsetOf(members[m]), m == 0, m + 1 == members.size()};
@@ -755,7 +781,7 @@ class FunctionEmitter {
     const Expr* callee = c->callee;
     Operands ops;
     switch (callee->kind) {
-      case ExprKind::Function: emitKernelCall(static_cast<const Function*>(callee), c->args, dst, at); return;
+      case ExprKind::Function: emitKernelCall(c, dst, at); return;
       case ExprKind::GlobalVar: {
         std::string_view name = static_cast<const GlobalVar*>(callee)->name;
         const Function* g = eb_.global(name);
@@ -804,8 +830,13 @@ class FunctionEmitter {
     }
   }
 
-  void emitKernelCall(const Function* prim, std::span<const Expr* const> argExprs, uint32_t dst, LivenessPoint at) {
+  void emitKernelCall(const Call* call, uint32_t dst, LivenessPoint at) {
+    auto* prim = static_cast<const Function*>(call->callee);
+    std::span<const Expr* const> argExprs = call->args;
     auto k = eb_.kernel(prim);
+    Device device = deviceOf(call);
+    uint32_t dev = encode(device);
+    CallKind kind = kindAt(k, device);
     const jit::FusedFunction& f = *k.fn;
     Operands ops;
     auto ins = atoms(argExprs, ops);
@@ -817,9 +848,13 @@ class FunctionEmitter {
     } else {
       for (size_t i = 0; i < nout; ++i) outs.push_back(temp());
     }
-    switch (k.kind) {
+    switch (kind) {
       case CallKind::Scalar: emitParts(Opcode::InvokeScalar, {one(k.index), list(ins), list(outs)}); break;
-      case CallKind::Dynamic: emitParts(Opcode::InvokeDynamic, {one(k.index), list(ins), list(outs)}); break;
+      case CallKind::Dynamic:
+        emitParts(Opcode::InvokeDynamic, {one(k.index), list(ins), list(outs)});
+        // It runs where its operands are; one with none makes its result on the host.
+        if (ins.empty() && !onHost(device)) emit(Opcode::DeviceCopy, {outs[0], outs[0], kCpu, dev});
+        break;
       case CallKind::Reshape: {
         const ops::TensorDesc& t = f.typeOf(f.outputs[0]);
         uint32_t shape = temp();
@@ -845,7 +880,7 @@ class FunctionEmitter {
           const ops::TensorDesc& t = f.typeOf(f.outputs[0]);
           if (p.first) {
             arenaReg_[p.arena] = temp();
-            emit(Opcode::AllocStorage, {arenaReg_[p.arena], arenaBytes_[p.arena], 64, kCpu});
+            emit(Opcode::AllocStorage, {arenaReg_[p.arena], arenaBytes_[p.arena], 64, encode(arenaDevices_[p.arena])});
           }
           emit(Opcode::AllocTensor, {outs[0], arenaReg_[p.arena], p.offset,
                                      eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size())),
@@ -859,11 +894,11 @@ class FunctionEmitter {
           const ops::TensorDesc& t = f.typeOf(f.outputs[i]);
           uint32_t dt = static_cast<uint32_t>(t.dtype);
           if (anyDynamic) {
-            emit(Opcode::AllocStorageDyn, {storage, shapes[i], dt, kCpu});
+            emit(Opcode::AllocStorageDyn, {storage, shapes[i], dt, dev});
             emit(Opcode::AllocTensorReg, {outs[i], storage, 0, shapes[i], dt});
           } else {
             uint64_t bytes = static_cast<uint64_t>(kiln::numElements(std::span<const int64_t>(t.shape.data(), t.shape.size()))) * dtypeSize(t.dtype);
-            emit(Opcode::AllocStorage, {storage, bytes, 64, kCpu});
+            emit(Opcode::AllocStorage, {storage, bytes, 64, dev});
             emit(Opcode::AllocTensor, {outs[i], storage, 0, eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size())), dt});
           }
         }
@@ -978,6 +1013,8 @@ class FunctionEmitter {
   std::unordered_map<const Expr*, Planned> planned_;  // keyed by the Let whose value is planned
   std::vector<const Let*> blockLets_;  // the block being planned
   std::vector<uint64_t> arenaBytes_;
+  std::vector<Device> arenaDevices_;
+  Device arenaDevice_;  // of the arenas being planned
   std::vector<uint32_t> arenaReg_;
   std::unordered_map<const Var*, uint32_t> regOf_;
   std::vector<uint32_t> refs_;
@@ -1025,6 +1062,9 @@ std::shared_ptr<Executable> emitBytecode(const Module& lifted, const EmitOptions
     eb.exe().functions[i++] = FunctionEmitter(eb, g).run();
   }
   auto exe = eb.take();
+  if (opts.devices) {
+    exe->devices = opts.devices->devices;
+  }
   exe->finalize();
   return exe;
 }

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "compiler/ir/module.h"
+#include "compiler/passes/device_placement.h"
 #include "kiln/executable.h"
 
 namespace kiln::compiler {
@@ -36,6 +37,8 @@ struct EmitOptions {
   // `main`'s parameters bound to constants (weights), by name without `%`.
   std::map<std::string, Tensor> params;
   bool planMemory = true;  // share storage between non-overlapping temporaries
+  // Where each value lives (passes/device_placement.h); null: everything on cpu.
+  const DevicePlan* devices = nullptr;
 };
 
 std::shared_ptr<Executable> emitBytecode(const ir::Module& lifted, const EmitOptions& opts = {});

@@ -135,6 +135,10 @@ class Printer {
     for (size_t i = 0; i < f->params.size(); ++i) {
       if (i) out_ += ", ";
       binder(f->params[i]);
+      if (opts_.note) {
+        std::string n = opts_.note(f->params[i]);
+        if (!n.empty()) out_ += " /* " + n + " */";
+      }
     }
     out_ += ")";
     const Type* ret = f->resultAnnotation;
@@ -171,10 +175,18 @@ class Printer {
         expr(l->value);
       }
       out_ += ";";
+      noteOn(l->var);
       newline();
       e = l->body;
     }
     expr(e);
+    noteOn(e);
+  }
+
+  void noteOn(const Expr* e) {
+    if (!opts_.note) return;
+    std::string n = opts_.note(e);
+    if (!n.empty()) out_ += "  // " + n;
   }
 
   void args(std::span<const Expr* const> items) {

@@ -7,6 +7,7 @@
 // Prelude definitions are left out unless asked for; the parser supplies them.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "compiler/ir/module.h"
@@ -16,6 +17,10 @@ namespace kiln::ir {
 struct PrintOptions {
   bool showTypes = false;
   bool includePrelude = false;
+  // A note on binders and block results (kilnc --emit devices: the device):
+  // printed as `/* note */` after a parameter and `// note` after a binding or
+  // a block's final expression. Empty: nothing printed.
+  std::function<std::string(const Expr*)> note;
 };
 
 std::string printModule(const Module& m, const PrintOptions& opts = {});

@@ -1,7 +1,8 @@
 // Compiling programs: Relay text to an Executable, in memory.
 //
 // The pipeline (each stage printable with `kilnc --emit`): parse and type-check,
-// fuse operators into kernels, A-normal form, lambda lifting, bytecode emission.
+// fuse operators into kernels, A-normal form, lambda lifting, device placement,
+// bytecode emission.
 // Errors in the program are kiln::Errors carrying file:line:col. Safe to call from
 // many threads at once.
 #pragma once
@@ -10,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/executable.h"
 #include "kiln/tensor.h"
@@ -22,6 +24,10 @@ struct CompileOptions {
   bool fuse = true;     // false: one kernel per operator
   bool prelude = true;  // the standard prelude (List, map, foldl, ...)
   bool planMemory = true;  // static temporaries with disjoint lifetimes share storage
+  // Devices, the default (where the program computes) first; the host cpu is
+  // always added for control flow, shapes and scalars. {cpu:1, cpu} runs the
+  // tensor work on the second CPU device, with copies where values cross.
+  std::vector<Device> devices{Device{}};
 };
 
 std::shared_ptr<Executable> compile(std::string_view source, const std::string& file = "<input>",
