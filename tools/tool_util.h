@@ -38,7 +38,10 @@ inline std::vector<Device> checkDevices(const std::string& list) {
 inline std::string devicesListing(const compiler::Placement& p) {
   ir::PrintOptions opts;
   opts.includePrelude = true;  // placed prelude functions carry devices too (only those used remain)
-  opts.note = [&](const ir::Expr* e) { return p.plan.deviceOf(e).toString(); };
+  opts.note = [&](const ir::Expr* e) {
+    auto it = p.plan.of.find(e);
+    return it == p.plan.of.end() ? std::string() : it->second.toString();  // kernel bodies: their call's device
+  };
   std::string out = ir::printModule(*p.module, opts);
   out += "\n// devices: " + p.plan.defaultDevice.toString() + " (default)";
   for (Device d : p.plan.devices)

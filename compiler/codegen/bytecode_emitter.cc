@@ -1033,7 +1033,7 @@ std::unordered_set<std::string_view> reachableGlobals(const Module& m) {
   std::unordered_set<std::string_view> kept;
   for (const auto& g : m.functions()) {
     byName[g.var->name] = g.fn;
-    if (!g.fromPrelude && kept.insert(g.var->name).second) work.push_back(g.var->name);
+    if (!g.fromPrelude && !g.lifted && kept.insert(g.var->name).second) work.push_back(g.var->name);
   }
   while (!work.empty()) {
     const Function* fn = byName.at(work.back());

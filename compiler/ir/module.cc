@@ -15,14 +15,14 @@ void Module::addTypeDef(const TypeDef* def, bool fromPrelude) {
   for (const Constructor* c : def->ctors) ctorIndex_[c->name] = c;
 }
 
-void Module::addFunction(const GlobalVar* var, const Function* fn, bool fromPrelude) {
+void Module::addFunction(const GlobalVar* var, const Function* fn, bool fromPrelude, bool lifted) {
   auto it = functionIndex_.find(var->name);
   if (it != functionIndex_.end()) {
-    functions_[it->second] = {var, fn, fromPrelude};
+    functions_[it->second] = {var, fn, fromPrelude, lifted};
     return;
   }
   functionIndex_.emplace(var->name, functions_.size());
-  functions_.push_back({var, fn, fromPrelude});
+  functions_.push_back({var, fn, fromPrelude, lifted});
 }
 
 const TypeDef* Module::findTypeDef(std::string_view name) const {

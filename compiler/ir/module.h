@@ -21,6 +21,7 @@ struct GlobalFunction {
   const GlobalVar* var;
   const Function* fn;
   bool fromPrelude = false;
+  bool lifted = false;  // made by lambda lifting (a lambda or constructor wrapper), not written as a def
 };
 
 struct TypeDefEntry {
@@ -38,7 +39,7 @@ class Module {
 
   void addTypeDef(const TypeDef* def, bool fromPrelude = false);
   // Adds or replaces the function of that name.
-  void addFunction(const GlobalVar* var, const Function* fn, bool fromPrelude = false);
+  void addFunction(const GlobalVar* var, const Function* fn, bool fromPrelude = false, bool lifted = false);
 
   const std::vector<TypeDefEntry>& typeDefs() const { return typeDefs_; }
   const std::vector<GlobalFunction>& functions() const { return functions_; }

@@ -205,7 +205,7 @@ class Placer {
     entryFixes_.clear();
     work_.clear();
     for (size_t i = 0; i < m_.functions().size(); ++i)
-      if (!m_.functions()[i].fromPrelude) domainOf(originals_[i]);
+      if (!m_.functions()[i].fromPrelude && !m_.functions()[i].lifted) domainOf(originals_[i]);
     while (!work_.empty()) {
       int inst = work_.back();
       work_.pop_back();
@@ -515,6 +515,10 @@ class Placer {
       }
       if (!copies) continue;
       size_t global = instances_[static_cast<size_t>(dc.target)].global;
+      // Building a closure copies its captured values once; a clone would move
+      // that copy into every call of the closure.
+      const Function* calleeFn = m_.functions()[global].fn;
+      if (isClosureGlobal(calleeFn) && dc.call->args.size() <= calleeFn->params.size()) continue;
       std::string name(m_.functions()[global].var->name);
       int clone = cloneFor(global, "call:" + pinKey(pin), pin);
       auto& targets = instances_[static_cast<size_t>(dc.instance)].targets;
@@ -796,7 +800,7 @@ class Placer {
         if (canonical_[static_cast<size_t>(inst)] != inst) continue;  // unreachable or merged
         const GlobalFunction& gf = m_.functions()[g];
         module->addFunction(instances_[static_cast<size_t>(inst)].var, rwFunction(inst, gf.fn, true),
-                            gf.fromPrelude && inst == originals_[g]);
+                            gf.fromPrelude && inst == originals_[g], gf.lifted || inst != originals_[g]);
       }
     }
     out.module = std::move(module);

@@ -146,7 +146,7 @@ class Lifter : public ExprMutator {
       if (auto* ft = asFunc(e->type)) body->type = ft->result;
       Function* fn = builder().function({}, params, nullptr, body, c->loc);
       fn->type = e->type;
-      out_.addFunction(builder().globalVar(builder().arena().str(name), c->loc), fn);
+      out_.addFunction(builder().globalVar(builder().arena().str(name), c->loc), fn, false, true);
     }
     GlobalVar* g = builder().globalVar(out_.findFunction(name)->var->name, c->loc);
     g->type = e->type;
@@ -204,7 +204,7 @@ class Lifter : public ExprMutator {
       for (const Var* v : captured) ps.push_back(v->type);
       lifted->type = funcType(builder().arena(), ps, f->type);
     }
-    out_.addFunction(g, lifted, fromPrelude_);
+    out_.addFunction(g, lifted, fromPrelude_, true);
     return closureValue(g, captured, f);
   }
 
@@ -237,7 +237,7 @@ class Lifter : public ExprMutator {
 std::unique_ptr<Module> lambdaLift(const Module& m) {
   auto out = std::make_unique<Module>(m.arenaPtr(), m.file());
   for (const auto& t : m.typeDefs()) out->addTypeDef(t.def, t.fromPrelude);
-  for (const auto& g : m.functions()) out->addFunction(g.var, g.fn, g.fromPrelude);
+  for (const auto& g : m.functions()) out->addFunction(g.var, g.fn, g.fromPrelude, g.lifted);
   for (const auto& g : m.functions()) {
     Lifter lifter(*out, std::string(g.var->name), g.fromPrelude);
     const Expr* body = lifter.mutate(g.fn->body);
@@ -245,7 +245,7 @@ std::unique_ptr<Module> lambdaLift(const Module& m) {
     Builder b(out->arena());
     Function* fn = b.function(g.fn->typeParams, g.fn->params, g.fn->resultAnnotation, body, g.fn->loc);
     fn->type = g.fn->type;
-    out->addFunction(g.var, fn, g.fromPrelude);
+    out->addFunction(g.var, fn, g.fromPrelude, g.lifted);
   }
   return out;
 }
