@@ -109,6 +109,14 @@ void VirtualMachine::resetStacks() {
   for (Value& v : regs_) v = Value();
 }
 
+bool VirtualMachine::kernelCompiled(uint32_t k) const {
+  if (k >= kernels_.size()) return false;
+  if (kernels_[k]) return true;
+  for (const auto& [key, kernel] : deviceKernels_)
+    if (key >> 32 == k) return true;
+  return false;
+}
+
 const Value& VirtualMachine::constantOn(uint32_t index, uint32_t encodedDevice) {
   uint64_t key = static_cast<uint64_t>(index) << 32 | encodedDevice;
   auto it = deviceConstants_.find(key);

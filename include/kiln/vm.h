@@ -81,7 +81,8 @@ class VirtualMachine {
   void checkArguments(std::string_view function, std::span<const Value> args) const;
 
   const Executable& executable() const { return *exe_; }
-  bool kernelCompiled(uint32_t k) const { return k < kernels_.size() && kernels_[k] != nullptr; }
+  // Whether kernel `k` has run (been bound) on any device in this VM.
+  bool kernelCompiled(uint32_t k) const;
 
   // Profiling: per-kernel calls and time; with `trace`, also one event per kernel call.
   void enableProfiling(bool trace = false);

@@ -64,6 +64,18 @@ check "no-memory-plan gives each tensor its storage" grep -q "// 5 storages, 5 t
 check "emit memory marks moved operands" grep -q "alloc_adt r[0-9]*, Cons, \[\^r[0-9]* \^r[0-9]*\]" "$tmp/mem"
 check "unused prelude functions are not emitted" sh -c "! grep -q '^def @compose' '$tmp/mem'"
 
+# --emit devices: every binding's device, the copies and the specializations.
+"$kilnc" "$src/tests/e2e/placement_conflict.relay" --device cpu:1,cpu --emit devices > "$tmp/dev"
+check "emit devices lists the default device and host" grep -q "^// devices: cpu:1 (default), cpu; host cpu$" "$tmp/dev"
+check "emit devices annotates bindings" grep -q "device_copy(%t, src_device=\"cpu:1\", dst_device=\"cpu\");  // cpu$" "$tmp/dev"
+check "emit devices annotates parameters" grep -qF "%x: Tensor[(4,), float32] /* cpu:1 */" "$tmp/dev"
+check "emit devices counts the copies" grep -q "^// 1 copy inserted$" "$tmp/dev"
+"$kilnc" "$src/tests/e2e/placement_specialize.relay" --emit devices > "$tmp/dev"
+check "emit devices names specializations" grep -q "^// 1 specialization: @scale@cpu.cpu$" "$tmp/dev"
+check "a specialization is a function of its own" grep -q "^def @scale@cpu.cpu(" "$tmp/dev"
+"$kilnc" "$src/tests/e2e/placement_conflict.relay" --device cpu:1,cpu -o "$tmp/c.kx"
+check "kilnc --device cpu:1,cpu compiles" test $? -eq 0
+
 # Unusable invocations.
 "$kilnc" --emit ir "$tmp/missing.relay" 2> "$tmp/err" > /dev/null
 check "missing file exits 2" test $? -eq 2
