@@ -519,18 +519,20 @@ class Placer {
       // that copy into every call of the closure.
       const Function* calleeFn = m_.functions()[global].fn;
       if (isClosureGlobal(calleeFn) && dc.call->args.size() <= calleeFn->params.size()) continue;
-      std::string name(m_.functions()[global].var->name);
       int clone = cloneFor(global, "call:" + pinKey(pin), pin);
-      auto& targets = instances_[static_cast<size_t>(dc.instance)].targets;
       Site callee{dc.call, kCallee};
-      if (auto t = targets.find(callee); t != targets.end() && t->second == clone) continue;
-      targets[callee] = clone;
+      {
+        auto& targets = instances_[static_cast<size_t>(dc.instance)].targets;
+        if (auto t = targets.find(callee); t != targets.end() && t->second == clone) continue;
+        targets[callee] = clone;
+      }
       changed = true;
       for (size_t i = 0; i < dc.call->args.size(); ++i) {
         auto* g = dc.call->args[i]->kind == ExprKind::GlobalVar ? static_cast<const GlobalVar*>(dc.call->args[i]) : nullptr;
         if (!g) continue;
+        // cloneFor may grow instances_: look the caller up again afterwards.
         int valueClone = cloneFor(globalIndex_.at(g->name), "arg" + std::to_string(i) + " of " + std::to_string(clone), {});
-        targets[Site{dc.call, static_cast<int>(i)}] = valueClone;
+        instances_[static_cast<size_t>(dc.instance)].targets[Site{dc.call, static_cast<int>(i)}] = valueClone;
       }
     }
     return changed;

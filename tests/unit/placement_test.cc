@@ -141,6 +141,18 @@ TEST_CASE("placement: a global called on two devices is specialized instead of c
   sameResults("placement_specialize", {Value(vec({1, 2, 3, 4})), Value(vec({10, 20, 30, 40}))});
 }
 
+TEST_CASE("placement: a higher-order function on two devices is specialized with the global it is given") {
+  for (auto devices : {std::vector<Device>{kCpu}, std::vector<Device>{kCpu1, kCpu}}) {
+    auto s = place("placement_apply_twice", devices);
+    CHECK(copies(s.placed) == std::set<std::string>{"@main: %t cpu:1 -> cpu"});
+    CHECK(s.placed.specializations == std::vector<std::string>{"apply@cpu.cpu.cpu.cpu", "double@cpu.cpu"});
+    CHECK(deviceOfParam(s.placed, "double", 0) == kCpu1);
+    CHECK(deviceOfParam(s.placed, "double@cpu.cpu", 0) == kCpu);
+    CHECK(deviceOfParam(s.placed, "apply@cpu.cpu.cpu.cpu", 1) == kCpu);
+  }
+  sameResults("placement_apply_twice", {Value(vec({1, 2, 3, 4})), Value(vec({10, 20, 30, 40}))});
+}
+
 TEST_CASE("placement: map used with a global and a constructor over a list of tensors (an LSTM-like stack)") {
   auto a = place("placement_map_list", {kCpu});
   CHECK(copies(a.placed).empty());
