@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -62,15 +63,16 @@ double placeMillis(int n, size_t& copies, size_t& clones, int& rounds) {
 
 }  // namespace
 
-int main() {
-  return kiln::compiler::onCompilerStack([] {
+int main(int argc, char** argv) {
+  int n = argc > 1 ? std::atoi(argv[1]) : 10000;
+  return kiln::compiler::onCompilerStack([n] {
     size_t copies = 0, clones = 0;
     int rounds = 0;
-    double small = placeMillis(2500, copies, clones, rounds);
-    double ms = placeMillis(10000, copies, clones, rounds);
-    std::printf("placement of 10000 functions (cpu:1,cpu): %.1f ms, median of 3; budget 1000 ms: %.3f of it\n", ms, ms / 1000.0);
+    double small = placeMillis(n / 4, copies, clones, rounds);
+    double ms = placeMillis(n, copies, clones, rounds);
+    std::printf("placement of %d functions (cpu:1,cpu): %.1f ms, median of 3; budget 1000 ms: %.3f of it\n", n, ms, ms / 1000.0);
     std::printf("  %zu copies inserted, %zu specializations, %d round%s\n", copies, clones, rounds, rounds == 1 ? "" : "s");
-    std::printf("  growth 2500 -> 10000 functions: %.1f ms -> %.1f ms (x%.2f for x4 the functions)\n", small, ms, ms / small);
+    std::printf("  growth %d -> %d functions: %.1f ms -> %.1f ms (x%.2f for x4 the functions)\n", n / 4, n, small, ms, ms / small);
     return 0;
   });
 }

@@ -4,10 +4,12 @@
 // Checked: opcodes; that operands lie inside the code; register indexes against the
 // frame size; jump targets land on instruction starts; indexes into functions,
 // kernels, constants, strings and constructors; call, kernel and constructor
-// arities; that control never runs off the end of a function. Value kinds in
+// arities; device operands name the executable's devices; that control never
+// runs off the end of a function. Value kinds in
 // registers (a tensor where a tuple is expected) are checked by the VM when used.
 #include "bytecode/verifier.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -76,9 +78,13 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
         case 'T':
           if (o.value >= static_cast<uint32_t>(kNumDTypes)) fail(f, in.pc, "bad dtype");
           break;
-        case 'V':
-          if ((o.value >> 16) > 1) fail(f, in.pc, "bad device");
+        case 'V': {
+          // Only the devices the executable was compiled for (and the host).
+          Device d{static_cast<Device::Kind>(o.value >> 16), static_cast<uint16_t>(o.value & 0xFFFF)};
+          bool listed = (o.value >> 16) <= 1 && (d == Device{} || std::find(exe.devices.begin(), exe.devices.end(), d) != exe.devices.end());
+          if (!listed) fail(f, in.pc, "device operand is not one of the executable's devices");
           break;
+        }
         default: break;
       }
     }
