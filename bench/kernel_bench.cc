@@ -153,11 +153,15 @@ int main(int argc, char** argv) {
         "conv"));
     std::vector<Tensor> cin{x, cw};
     std::vector<Tensor> cout{Tensor::empty(DType::Float32, {1, 64, 56, 56})};
-    ck->run(cin, cout);
-    double best = bench::bestSeconds(3, [&] { ck->run(cin, cout); });
     double cflops = 2.0 * 64 * 56 * 56 * 64 * 9;
-    std::printf("conv2d 1x64x56x56, 64 3x3 filters, pad 1, %d threads: %.1f GFLOP/s = %.2f of one core's FP32 peak\n", threads,
-                cflops / best / 1e9, cflops / best / peak);
+    // Against the peak of the cores used: one thread against one core, all threads against all cores.
+    for (int t : {1, threads}) {
+      jit::setNumThreads(t);
+      ck->run(cin, cout);
+      double best = bench::bestSeconds(5, [&] { ck->run(cin, cout); });
+      std::printf("conv2d 1x64x56x56, 64 3x3 filters, pad 1, %d thread(s): %.1f GFLOP/s = %.2f of %s FP32 peak\n", t,
+                  cflops / best / 1e9, cflops / best / (peak * t), t == 1 ? "one core's" : "those cores'");
+    }
   }
 
   // JIT latency: fused function to callable, for fresh element-wise kernels, with

@@ -25,13 +25,18 @@ std::string hex(uint64_t v) {
 }  // namespace
 
 namespace {
-// Everything a compiled kernel depends on: its content, the device, the target and LLVM.
+// The lowering and code generation themselves: bump whenever they change the
+// machine code made for an unchanged function, so no disk cache serves old code.
+constexpr int kCodegenVersion = 1;
+
+// Everything a compiled kernel depends on: its content, the device, the target,
+// LLVM and Kiln's own code generator.
 std::string kernelKey(const FusedFunction& f, Device device) {
   const CpuTarget& t = hostTarget();
   FusedFunction unnamed = f;
   unnamed.name.clear();
   return unnamed.toString() + "|" + device.toString() + "|" + t.triple + "|" + t.cpu + "|" + t.features + "|llvm" +
-         LLVM_VERSION_STRING;
+         LLVM_VERSION_STRING + "|codegen" + std::to_string(kCodegenVersion);
 }
 }  // namespace
 
