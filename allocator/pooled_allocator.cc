@@ -70,6 +70,7 @@ class SpinLock {
 
 struct PooledAllocator::State {
   std::unique_ptr<DeviceMemory> memory;
+  bool host = true;  // host memory: poisoned while cached (device pointers are not host addresses)
   // Held across the device's own allocate() on a miss: misses are rare once warm.
   mutable SpinLock mu;
   std::vector<std::vector<void*>> free;  // per size class
@@ -93,7 +94,7 @@ struct PooledAllocator::State {
     for (uint32_t c = 0; c < free.size(); ++c) {
       uint64_t n = classBytes(c);
       for (void* p : free[c]) {
-        KILN_UNPOISON(p, n);
+        if (host) KILN_UNPOISON(p, n);
         memory->free(p, n);
       }
       cached -= n * free[c].size();
@@ -105,7 +106,7 @@ struct PooledAllocator::State {
 
   void give(void* p, uint32_t c) {
     uint64_t n = classBytes(c);
-    KILN_POISON(p, n);
+    if (host) KILN_POISON(p, n);
     std::lock_guard<SpinLock> lock(mu);
     free[c].push_back(p);
     inUse -= n;
@@ -115,6 +116,7 @@ struct PooledAllocator::State {
 
 PooledAllocator::PooledAllocator(std::unique_ptr<DeviceMemory> memory, uint64_t limit) : state_(std::make_shared<State>()) {
   state_->memory = std::move(memory);
+  state_->host = state_->memory->device().kind == Device::Kind::CPU;
   state_->free.resize(numClasses());
   state_->limit = limit;
 }
@@ -158,7 +160,7 @@ PooledAllocator::Block PooledAllocator::allocate(uint64_t bytes) {
       s.noteUse(n);
     }
   }
-  KILN_UNPOISON(p, usable);
+  if (s.host) KILN_UNPOISON(p, usable);
   return Block{p, c};
 }
 
@@ -212,9 +214,8 @@ PooledAllocator& MemoryPools::forDevice(Device device) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [d, pool] : pools_)
     if (d == device) return *pool;
-  if (device.kind != Device::Kind::CPU)
-    throw Error("device " + device.toString() + " was requested, but this build of Kiln runs tensors on the CPU only");
-  pools_.emplace_back(device, std::make_unique<PooledAllocator>(hostMemory(device), limit_));
+  pools_.emplace_back(device, std::make_unique<PooledAllocator>(
+                                  device.kind == Device::Kind::CPU ? hostMemory(device) : cudaMemory(device), limit_));
   return *pools_.back().second;
 }
 

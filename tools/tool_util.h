@@ -9,13 +9,15 @@
 #include "bytecode/opcodes.h"
 #include "compiler/ir/printer.h"
 #include "compiler/passes/device_placement.h"
+#include "jit/cuda_driver.h"
 #include "kiln/error.h"
 #include "kiln/executable.h"
 #include "kiln/tensor.h"
 
 namespace kiln::tools {
 
-// Parses `cpu,cpu:1,cuda`; CUDA is refused clearly until the CUDA backend lands.
+// Parses `cpu,cpu:1,cuda`. CUDA is refused with the reason: no driver or GPU
+// here, or (until the CUDA code generator lands) no way to run kernels there.
 inline std::vector<Device> checkDevices(const std::string& list) {
   std::vector<Device> out;
   size_t start = 0;
@@ -23,8 +25,12 @@ inline std::vector<Device> checkDevices(const std::string& list) {
     size_t end = list.find(',', start);
     std::string name = list.substr(start, end == std::string::npos ? std::string::npos : end - start);
     Device d = Device::parse(name);
-    if (d.kind == Device::Kind::CUDA)
-      throw Error("--device " + name + ": this build of Kiln has no CUDA backend yet; use cpu");
+    if (d.kind == Device::Kind::CUDA) {
+      std::string why = jit::cudaUnavailableReason();
+      throw Error("--device " + name + ": " +
+                  (why.empty() ? std::string("the CUDA driver and a GPU are present, but this build of Kiln has no CUDA code generator yet; use cpu")
+                               : why));
+    }
     out.push_back(d);
     if (end == std::string::npos) break;
     start = end + 1;

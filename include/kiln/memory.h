@@ -49,6 +49,9 @@ class DeviceMemory {
 
 // Host memory from mimalloc, for `cpu` and `cpu:N`.
 std::unique_ptr<DeviceMemory> hostMemory(Device device);
+// GPU memory from the CUDA driver (cuMemAlloc in the device's primary context),
+// for `cuda:N`; throws kiln::Error saying why when CUDA is unusable here.
+std::unique_ptr<DeviceMemory> cudaMemory(Device device);
 
 class PooledAllocator {
  public:
@@ -86,8 +89,8 @@ class PooledAllocator {
   std::shared_ptr<State> state_;
 };
 
-// One pooled allocator per device, created on first use. Pools for `cuda`
-// devices need the CUDA backend; asking for one without it is a kiln::Error.
+// One pooled allocator per device, created on first use. A `cuda` pool needs the
+// CUDA driver; asking for one where there is none is a kiln::Error saying so.
 class MemoryPools {
  public:
   explicit MemoryPools(uint64_t limitPerDevice = 0) : limit_(limitPerDevice) {}

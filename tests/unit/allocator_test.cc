@@ -1,10 +1,13 @@
 // The pooled allocator: size classes, reuse, limits, release-and-retry, threads.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "jit/cuda_driver.h"
 #include "kiln/error.h"
 #include "kiln/memory.h"
 
@@ -156,7 +159,10 @@ TEST_CASE("allocator: threads allocating and freeing at once keep the counts exa
   CHECK(s.hits > s.misses);
 }
 
-TEST_CASE("allocator: MemoryPools keeps one pool per device and refuses CUDA in a CPU-only build") {
+TEST_CASE("allocator: MemoryPools keeps one pool per device and says why a cuda pool cannot be had") {
+  // Point the driver loader at a library that is not there (before anything
+  // loads it), so this holds on GPU machines too.
+  ::setenv("KILN_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 0);
   kiln::MemoryPools pools(1 << 20);
   auto& a = pools.forDevice(Device{});
   auto& b = pools.forDevice(Device{Device::Kind::CPU, 1});
@@ -168,5 +174,19 @@ TEST_CASE("allocator: MemoryPools keeps one pool per device and refuses CUDA in 
   REQUIRE(stats.size() == 2);
   CHECK(stats[1].bytesInUse == 64);
   CHECK(stats[1].limit == (1u << 20));
-  CHECK_THROWS_WITH_AS(pools.forDevice(Device{Device::Kind::CUDA, 0}), doctest::Contains("cuda"), kiln::Error);
+  std::string why = kiln::jit::cudaUnavailableReason();
+  if (!why.empty()) {
+    CHECK_THROWS_WITH_AS(pools.forDevice(Device{Device::Kind::CUDA, 0}), doctest::Contains(why.c_str()), kiln::Error);
+    CHECK(why.find("CUDA was asked for, but") == 0);
+  }
+}
+
+TEST_CASE("cuda driver: a missing driver library is reported in one line, naming it") {
+  ::setenv("KILN_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 0);
+  std::string why = kiln::jit::cudaUnavailableReason();
+  if (std::string(std::getenv("KILN_CUDA_DRIVER")) == "/nonexistent/libcuda.so.1") {
+    CHECK(why.find("CUDA was asked for, but the CUDA driver (/nonexistent/libcuda.so.1) could not be loaded") == 0);
+    CHECK(why.find('\n') == std::string::npos);
+    CHECK_THROWS_WITH_AS(kiln::jit::cudaComputeCapability(Device{Device::Kind::CUDA, 0}), doctest::Contains(why.c_str()), kiln::Error);
+  }
 }

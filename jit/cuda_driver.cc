@@ -1,0 +1,120 @@
+// Loading the CUDA driver with dlopen and resolving its entry points.
+#include "jit/cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <type_traits>
+
+#include "kiln/error.h"
+
+namespace kiln::jit {
+
+#if KILN_HAVE_CUDA_H
+
+namespace {
+
+struct Loaded {
+  CudaDriver driver;
+  std::string error;  // empty when usable
+};
+
+const Loaded& load() {
+  static const Loaded loaded = [] {
+    Loaded l;
+    const char* name = std::getenv("KILN_CUDA_DRIVER");
+    if (!name || !*name) name = "libcuda.so.1";
+    void* lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* why = ::dlerror();
+      l.error = std::string("CUDA was asked for, but the CUDA driver (") + name + ") could not be loaded" +
+                (why ? std::string(": ") + why : std::string()) + "; is an NVIDIA driver installed?";
+      return l;
+    }
+    // cuGetProcAddress gives the entry point matching the cuda.h this was built
+    // with; older drivers without it fall back to the versioned symbol names
+    // that cuda.h's macros map to.
+    using GetProc = CUresult(CUDAAPI*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+    auto getProc = reinterpret_cast<GetProc>(::dlsym(lib, "cuGetProcAddress_v2"));
+    bool complete = true;
+    auto resolve = [&](auto& fn, const char* base, const char* versioned) {
+      void* p = nullptr;
+      CUdriverProcAddressQueryResult status;
+      if (getProc && getProc(base, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS) p = nullptr;
+      if (!p) p = ::dlsym(lib, versioned);
+      if (!p && complete) {
+        l.error = std::string("CUDA was asked for, but the driver (") + name + ") lacks " + versioned +
+                  "; it is older than this build of Kiln needs (CUDA " + std::to_string(CUDA_VERSION / 1000) + ")";
+        complete = false;
+      }
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    CudaDriver& d = l.driver;
+    resolve(d.init, "cuInit", "cuInit");
+    resolve(d.getErrorString, "cuGetErrorString", "cuGetErrorString");
+    resolve(d.deviceGetCount, "cuDeviceGetCount", "cuDeviceGetCount");
+    resolve(d.deviceGet, "cuDeviceGet", "cuDeviceGet");
+    resolve(d.deviceGetAttribute, "cuDeviceGetAttribute", "cuDeviceGetAttribute");
+    resolve(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
+    resolve(d.primaryCtxRelease, "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2");
+    resolve(d.ctxSetCurrent, "cuCtxSetCurrent", "cuCtxSetCurrent");
+    resolve(d.memAlloc, "cuMemAlloc", "cuMemAlloc_v2");
+    resolve(d.memFree, "cuMemFree", "cuMemFree_v2");
+    resolve(d.memcpyHtoD, "cuMemcpyHtoD", "cuMemcpyHtoD_v2");
+    resolve(d.memcpyDtoH, "cuMemcpyDtoH", "cuMemcpyDtoH_v2");
+    if (!complete) return l;
+    CUresult r = d.init(0);
+    if (r != CUDA_SUCCESS) {
+      const char* msg = nullptr;
+      d.getErrorString(r, &msg);
+      l.error = std::string("CUDA was asked for, but the driver did not start (cuInit: ") + (msg ? msg : "unknown error") +
+                "); is a GPU present and visible?";
+      return l;
+    }
+    if (d.deviceGetCount(&d.deviceCount) != CUDA_SUCCESS || d.deviceCount == 0)
+      l.error = "CUDA was asked for, but the driver sees no GPU";
+    return l;
+  }();
+  return loaded;
+}
+
+}  // namespace
+
+const CudaDriver& CudaDriver::get() {
+  const Loaded& l = load();
+  if (!l.error.empty()) throw Error(l.error);
+  return l.driver;
+}
+
+void CudaDriver::check(CUresult r, const char* what) const {
+  if (r == CUDA_SUCCESS) return;
+  const char* msg = nullptr;
+  if (getErrorString) getErrorString(r, &msg);
+  throw Error(std::string(what) + ": " + (msg ? msg : "CUDA error " + std::to_string(static_cast<int>(r))));
+}
+
+std::string cudaUnavailableReason() { return load().error; }
+
+int cudaComputeCapability(Device device) {
+  const CudaDriver& d = CudaDriver::get();
+  if (device.index >= d.deviceCount)
+    throw Error("device " + device.toString() + " was asked for, but the driver sees " + std::to_string(d.deviceCount) + " GPU(s)");
+  CUdevice dev;
+  d.check(d.deviceGet(&dev, device.index), "cuDeviceGet");
+  int major = 0, minor = 0;
+  d.check(d.deviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute");
+  d.check(d.deviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute");
+  return major * 10 + minor;
+}
+
+#else
+
+std::string cudaUnavailableReason() {
+  return "CUDA was asked for, but this build of Kiln has no CUDA support (cuda.h was not found when it was built)";
+}
+
+int cudaComputeCapability(Device) { throw Error(cudaUnavailableReason()); }
+
+#endif
+
+}  // namespace kiln::jit
