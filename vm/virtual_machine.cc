@@ -142,12 +142,18 @@ Value VirtualMachine::invoke(std::string_view function, std::span<const Value> a
   uint64_t t0 = tracing_ ? nowNanos() : 0;
   try {
     if (memoryTrace_) memoryTrace_->clear();
-    // Arguments go to the devices placement chose for the parameters.
+    // Arguments go to the devices placement chose for the parameters: a tensor
+    // elsewhere is copied; tuples and ADT values are copied whole when the
+    // parameter is off the host (values made by the caller are on the host).
     std::vector<Value> placed;
     for (size_t i = 0; i < f.paramDevices.size() && i < args.size(); ++i) {
-      if (f.paramDevices[i] == Device{}) continue;
+      Device want = f.paramDevices[i];
+      const Value& a = args[i];
+      bool move = a.isObject(ObjectKind::Tensor) ? !(a.asTensorObject()->tensor.device() == want)
+                                                 : !(want == Device{}) && (a.isScalar() || a.isObject(ObjectKind::Adt));
+      if (!move) continue;
       if (placed.empty()) placed.assign(args.begin(), args.end());
-      placed[i] = memory_->copyValue(args[i], f.paramDevices[i]);
+      placed[i] = memory_->copyValue(a, want);
     }
     if (!placed.empty()) args = placed;
     Value r = run(static_cast<uint32_t>(fi), args);

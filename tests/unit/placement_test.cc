@@ -229,4 +229,13 @@ TEST_CASE("vm: arguments go to their parameters' devices; device_copy copies lis
   REQUIRE(r.isObject(kiln::ObjectKind::Tensor));
   CHECK(r.asTensorObject()->tensor.device() == kCpu1);
   CHECK(exe->format(r) == "2xf32=[2 3]");
+
+  // A tensor the caller has on another device than the parameter's is moved there.
+  auto host = kiln::compile("def @main(%x: Tensor[(2), float32]) { %x * 2f }");
+  Tensor onCpu1 = Tensor::empty(DType::Float32, {2}, kCpu1);
+  onCpu1.data<float>()[0] = 1, onCpu1.data<float>()[1] = 2;
+  kiln::VirtualMachine hv(host);
+  Value hr = hv.invoke("main", {Value(onCpu1)});
+  CHECK(hr.asTensorObject()->tensor.device() == kCpu);
+  CHECK(host->format(hr) == "2xf32=[2 4]");
 }
