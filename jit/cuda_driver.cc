@@ -4,7 +4,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <type_traits>
+#include <string>
 
 #include "kiln/error.h"
 
@@ -36,32 +36,40 @@ const Loaded& load() {
     // that cuda.h's macros map to.
     using GetProc = CUresult(CUDAAPI*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
     auto getProc = reinterpret_cast<GetProc>(::dlsym(lib, "cuGetProcAddress_v2"));
+    CudaDriver& d = l.driver;
+    struct Entry {
+      void** slot;
+      const char* base;       // for cuGetProcAddress
+      const char* versioned;  // the symbol cuda.h's macros map to
+    };
+    const Entry entries[] = {
+        {reinterpret_cast<void**>(&d.init), "cuInit", "cuInit"},
+        {reinterpret_cast<void**>(&d.getErrorString), "cuGetErrorString", "cuGetErrorString"},
+        {reinterpret_cast<void**>(&d.deviceGetCount), "cuDeviceGetCount", "cuDeviceGetCount"},
+        {reinterpret_cast<void**>(&d.deviceGet), "cuDeviceGet", "cuDeviceGet"},
+        {reinterpret_cast<void**>(&d.deviceGetAttribute), "cuDeviceGetAttribute", "cuDeviceGetAttribute"},
+        {reinterpret_cast<void**>(&d.primaryCtxRetain), "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain"},
+        {reinterpret_cast<void**>(&d.primaryCtxRelease), "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2"},
+        {reinterpret_cast<void**>(&d.ctxSetCurrent), "cuCtxSetCurrent", "cuCtxSetCurrent"},
+        {reinterpret_cast<void**>(&d.memAlloc), "cuMemAlloc", "cuMemAlloc_v2"},
+        {reinterpret_cast<void**>(&d.memFree), "cuMemFree", "cuMemFree_v2"},
+        {reinterpret_cast<void**>(&d.memcpyHtoD), "cuMemcpyHtoD", "cuMemcpyHtoD_v2"},
+        {reinterpret_cast<void**>(&d.memcpyDtoH), "cuMemcpyDtoH", "cuMemcpyDtoH_v2"},
+    };
     bool complete = true;
-    auto resolve = [&](auto& fn, const char* base, const char* versioned) {
+    for (const Entry& e : entries) {
       void* p = nullptr;
       CUdriverProcAddressQueryResult status;
-      if (getProc && getProc(base, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS) p = nullptr;
-      if (!p) p = ::dlsym(lib, versioned);
-      if (!p && complete) {
-        l.error = std::string("CUDA was asked for, but the driver (") + name + ") lacks " + versioned +
+      if (getProc && getProc(e.base, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS) p = nullptr;
+      if (!p) p = ::dlsym(lib, e.versioned);
+      if (!p) {
+        l.error = std::string("CUDA was asked for, but the driver (") + name + ") lacks " + e.versioned +
                   "; it is older than this build of Kiln needs (CUDA " + std::to_string(CUDA_VERSION / 1000) + ")";
         complete = false;
+        break;
       }
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
-    };
-    CudaDriver& d = l.driver;
-    resolve(d.init, "cuInit", "cuInit");
-    resolve(d.getErrorString, "cuGetErrorString", "cuGetErrorString");
-    resolve(d.deviceGetCount, "cuDeviceGetCount", "cuDeviceGetCount");
-    resolve(d.deviceGet, "cuDeviceGet", "cuDeviceGet");
-    resolve(d.deviceGetAttribute, "cuDeviceGetAttribute", "cuDeviceGetAttribute");
-    resolve(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
-    resolve(d.primaryCtxRelease, "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2");
-    resolve(d.ctxSetCurrent, "cuCtxSetCurrent", "cuCtxSetCurrent");
-    resolve(d.memAlloc, "cuMemAlloc", "cuMemAlloc_v2");
-    resolve(d.memFree, "cuMemFree", "cuMemFree_v2");
-    resolve(d.memcpyHtoD, "cuMemcpyHtoD", "cuMemcpyHtoD_v2");
-    resolve(d.memcpyDtoH, "cuMemcpyDtoH", "cuMemcpyDtoH_v2");
+      *e.slot = p;
+    }
     if (!complete) return l;
     CUresult r = d.init(0);
     if (r != CUDA_SUCCESS) {

@@ -52,58 +52,42 @@ bool isScalarType(const Type* t, int depth = 0) {
   return true;
 }
 
-// Whether a type's values could hold a function (type variables count as
-// "maybe"); `def` is the ADT whose constructor fields are being checked, whose
-// own parameters are checked at the use instead.
+// Which types device_copy can copy: tensors, and tuples and ADT values built
+// from them (no functions, no type variables that might be functions).
 class Copyability {
  public:
-  // device_copy can copy values of this type: tensors, and tuples and ADT
-  // values built from them (no functions, no type variables).
-  bool copyable(const Type* t, int depth = 0) {
-    if (!t || depth > 16) return false;
+  bool copyable(const Type* t) { return !mayHoldFunction(t, true, 0); }
+
+ private:
+  // `varsMayBe`: a type variable could be a function (at a use); inside an ADT's
+  // constructor fields its own parameters are checked at the use instead.
+  bool mayHoldFunction(const Type* t, bool varsMayBe, int depth) {
+    if (!t || depth > 16) return true;
     switch (t->kind) {
-      case TypeKind::Tensor: return true;
+      case TypeKind::Tensor: return false;
+      case TypeKind::Param: return varsMayBe;
       case TypeKind::Tuple:
         for (const Type* f : static_cast<const TupleType*>(t)->fields)
-          if (!copyable(f, depth + 1)) return false;
-        return true;
+          if (mayHoldFunction(f, varsMayBe, depth + 1)) return true;
+        return false;
       case TypeKind::Adt: {
         auto* a = static_cast<const AdtType*>(t);
         for (const Type* x : a->args)
-          if (!copyable(x, depth + 1)) return false;
-        return fieldsFunctionFree(a->def);
+          if (mayHoldFunction(x, varsMayBe, depth + 1)) return true;
+        return !fieldsFunctionFree(a->def);
       }
-      default: return false;
+      default: return true;  // functions (and anything unresolved)
     }
   }
-
- private:
   bool fieldsFunctionFree(const TypeDef* def) {
     auto it = memo_.find(def);
     if (it != memo_.end()) return it->second;
     memo_[def] = true;  // a recursive mention assumes the best; a function anywhere makes it false
     bool ok = true;
     for (const Constructor* c : def->ctors)
-      for (const Type* f : c->fields) ok = ok && functionFree(f, 0);
+      for (const Type* f : c->fields) ok = ok && !mayHoldFunction(f, false, 0);
     memo_[def] = ok;
     return ok;
-  }
-  bool functionFree(const Type* t, int depth) {
-    if (!t || depth > 16) return false;
-    switch (t->kind) {
-      case TypeKind::Func: return false;
-      case TypeKind::Tuple:
-        for (const Type* f : static_cast<const TupleType*>(t)->fields)
-          if (!functionFree(f, depth + 1)) return false;
-        return true;
-      case TypeKind::Adt: {
-        auto* a = static_cast<const AdtType*>(t);
-        for (const Type* x : a->args)
-          if (!functionFree(x, depth + 1)) return false;
-        return fieldsFunctionFree(a->def);
-      }
-      default: return true;  // tensors, and the ADT's own parameters (checked at the use)
-    }
   }
   std::unordered_map<const TypeDef*, bool> memo_;
 };
