@@ -1,28 +1,15 @@
-// LoopKernel -> LLVM IR for the host CPU.
+// LoopKernel -> LLVM IR for the host CPU: the entry point, parallel loops as
+// thread-pool tasks, Gemm as calls of the sgemm microkernel, libm for float64 math
+// (the rest is LoopEmitter's).
 #include "jit/cpu_codegen.h"
 
 #include <llvm/ADT/StringMap.h>
-#include <llvm/IR/IRBuilder.h>
-#include <llvm/IR/Intrinsics.h>
-#include <llvm/IR/MDBuilder.h>
-#include <llvm/IR/Module.h>
 #include <llvm/TargetParser/Host.h>
 
-#include <cmath>
-#include <limits>
-#include <unordered_map>
-
-#include "jit/vector_math.h"
-#include "kiln/error.h"
+#include "jit/loop_emitter.h"
 
 namespace kiln::jit {
 
-using loop::BinaryOp;
-using loop::ExprId;
-using loop::ExprKind;
-using loop::ExprNode;
-using loop::StmtKind;
-using loop::UnaryOp;
 
 const CpuTarget& hostTarget() {
   static const CpuTarget target = [] {
@@ -42,10 +29,10 @@ const CpuTarget& hostTarget() {
 
 namespace {
 
-class CpuCodegen {
+class CpuCodegen final : public LoopEmitter {
  public:
   CpuCodegen(const loop::LoopKernel& k, llvm::LLVMContext& ctx, const CpuTarget& target)
-      : k_(k), ctx_(ctx), b_(ctx), target_(target) {}
+      : LoopEmitter(k, ctx), target_(target) {}
 
   std::unique_ptr<llvm::Module> run(const std::string& symbol) {
     auto m = std::make_unique<llvm::Module>(symbol, ctx_);
@@ -54,13 +41,7 @@ class CpuCodegen {
     llvm::Type* ptr = b_.getPtrTy();
 
     symbol_ = symbol;
-    fn_ = makeBodyFunction(symbol + ".body", false);
-    entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
-    b_.SetInsertPoint(entry_);
-    cache_.assign(k_.exprs.size(), nullptr);
-    vars_.assign(static_cast<size_t>(k_.numVars), nullptr);
-    varDepth_.assign(static_cast<size_t>(k_.numVars), -1);
-    scopes_.emplace_back();
+    beginFunction(makeBodyFunction(symbol + ".body", false));
     if (k_.body >= 0) emitStmt(k_.body);
     b_.CreateRetVoid();
 
@@ -108,7 +89,7 @@ class CpuCodegen {
 
   // An outermost parallel loop becomes a task function over [begin, end), run by
   // kiln_parallel_for on the thread pool.
-  void emitParallelLoop(const loop::StmtNode& s) {
+  void emitParallel(const loop::StmtNode& s) override {
     llvm::Type* ptr = b_.getPtrTy();
     std::string base = symbol_ + ".task" + std::to_string(tasks_++);
     llvm::Function* inner = makeBodyFunction(base + ".body", true);
@@ -200,533 +181,29 @@ class CpuCodegen {
     f->addFnAttr("prefer-vector-width", "512");
   }
 
-  // ---- types ----
-  llvm::Type* valueType(DType t) {
-    switch (t) {
-      case DType::Float16:
-      case DType::Float32: return b_.getFloatTy();
-      case DType::Float64: return b_.getDoubleTy();
-      case DType::Int8:
-      case DType::UInt8: return b_.getInt8Ty();
-      case DType::Int16: return b_.getInt16Ty();
-      case DType::Int32: return b_.getInt32Ty();
-      case DType::Int64: return b_.getInt64Ty();
-      case DType::Bool: return b_.getInt1Ty();
-    }
-    return nullptr;
-  }
-  llvm::Type* memoryType(DType t) {
-    if (t == DType::Float16) return b_.getHalfTy();
-    if (t == DType::Bool) return b_.getInt8Ty();
-    return valueType(t);
-  }
-  static bool isUnsigned(DType t) { return t == DType::UInt8 || t == DType::Bool; }
-
-  // ---- statements ----
-  void emitStmt(loop::StmtId id) {
-    const loop::StmtNode& s = k_.stmt(id);
-    switch (s.kind) {
-      case StmtKind::Block:
-        for (loop::StmtId c : s.body) emitStmt(c);
-        return;
-      case StmtKind::Store: {
-        const loop::BufferDecl& buf = k_.buffers[static_cast<size_t>(s.buffer)];
-        llvm::Value* v = emitExpr(s.value);
-        if (buf.dtype == DType::Float16) v = b_.CreateFPTrunc(v, b_.getHalfTy());
-        if (buf.dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
-        llvm::Value* p = b_.CreateInBoundsGEP(memoryType(buf.dtype), fn_->getArg(static_cast<unsigned>(s.buffer)),
-                                              emitExpr(s.index));
-        b_.CreateStore(v, p);
-        return;
-      }
-      case StmtKind::Gemm: {
-        const loop::GemmArgs& g = s.gemm;
-        llvm::Type* ptr = b_.getPtrTy();
-        llvm::Type* i64 = b_.getInt64Ty();
-        llvm::FunctionCallee sgemm = m_->getOrInsertFunction(
-            "kiln_sgemm", llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, i64, ptr, i64, ptr, i64, ptr, i64, i64}, false));
-        auto at = [&](int32_t buffer, ExprId offset) {
-          return b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(buffer)), emitExpr(offset));
-        };
-        int64_t flags = (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0);
-        b_.CreateCall(sgemm, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda),
-                              at(g.b, g.bOffset), emitExpr(g.ldb), at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(flags)});
-        return;
-      }
-      case StmtKind::If: {
-        llvm::Value* cond = emitExpr(s.value);
-        auto* thenBB = llvm::BasicBlock::Create(ctx_, "then", fn_);
-        auto* elseBB = llvm::BasicBlock::Create(ctx_, "else", fn_);
-        auto* join = llvm::BasicBlock::Create(ctx_, "join", fn_);
-        b_.CreateCondBr(cond, thenBB, elseBB);
-        for (auto [bb, stmts] : {std::pair{thenBB, &s.body}, std::pair{elseBB, &s.orElse}}) {
-          b_.SetInsertPoint(bb);
-          scopes_.emplace_back();
-          for (loop::StmtId c : *stmts) emitStmt(c);
-          for (ExprId e : scopes_.back()) cache_[static_cast<size_t>(e)] = nullptr;
-          scopes_.pop_back();
-          b_.CreateBr(join);
-        }
-        b_.SetInsertPoint(join);
-        return;
-      }
-      case StmtKind::For: {
-        if (loop::isParallel(s.loop) && preheaders_.empty()) {
-          emitParallelLoop(s);
-          return;
-        }
-        llvm::Value* extent = emitExpr(s.extent);
-        emitLoop(s.var, extent, loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::NoVectorize, [&] {
-          for (loop::StmtId c : s.body) emitStmt(c);
-        });
-        return;
-      }
-    }
+  void emitGemm(const loop::StmtNode& s) override {
+    const loop::GemmArgs& g = s.gemm;
+    llvm::Type* ptr = b_.getPtrTy();
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::FunctionCallee sgemm = m_->getOrInsertFunction(
+        "kiln_sgemm", llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, i64, ptr, i64, ptr, i64, ptr, i64, i64}, false));
+    auto at = [&](int32_t buffer, ExprId offset) {
+      return b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(buffer)), emitExpr(offset));
+    };
+    int64_t flags = (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0);
+    b_.CreateCall(sgemm, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda),
+                          at(g.b, g.bOffset), emitExpr(g.ldb), at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(flags)});
   }
 
-  // for (var = 0; var < extent; ++var) body(); caches of values computed inside are dropped after.
-  // Vectorize: ask for vectorization, one vector per iteration; VectorizeReduction:
-  // also let LLVM interleave (several accumulators hide the add latency that a
-  // single one would serialize on); NoVectorize: forbid it (loops whose
-  // vectorization would only cost compile time); Auto: leave it to LLVM.
-  enum class LoopHint { Vectorize, VectorizeReduction, NoVectorize, Auto };
-
-  template <class Body>
-  void emitLoop(int32_t var, llvm::Value* extent, LoopHint hint, Body&& body, llvm::Value* begin = nullptr) {
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* header = llvm::BasicBlock::Create(ctx_, "loop", fn_);
-    auto* bodyBB = llvm::BasicBlock::Create(ctx_, "body", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
-    b_.CreateBr(header);
-    preheaders_.push_back(pre);  // code hoisted out of this loop goes before pre's branch
-    b_.SetInsertPoint(header);
-    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i" + std::to_string(var));
-    i->addIncoming(begin ? begin : b_.getInt64(0), pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(i, extent), bodyBB, exit);
-    b_.SetInsertPoint(bodyBB);
-    vars_[static_cast<size_t>(var)] = i;
-    varDepth_[static_cast<size_t>(var)] = static_cast<int>(scopes_.size());
-    scopes_.emplace_back();
-    size_t loopsBefore = ++loopsEmitted_;
-    body();
-    // A loop with loops inside (a reduction that could not be hoisted) is not an
-    // innermost loop: forcing vectorization there would only fail.
-    if (loopsEmitted_ != loopsBefore && (hint == LoopHint::Vectorize || hint == LoopHint::VectorizeReduction))
-      hint = LoopHint::Auto;
-    for (ExprId e : scopes_.back()) cache_[static_cast<size_t>(e)] = nullptr;
-    scopes_.pop_back();
-    varDepth_[static_cast<size_t>(var)] = -1;
-    vars_[static_cast<size_t>(var)] = nullptr;
-    preheaders_.pop_back();
-    llvm::Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
-    auto* back = b_.CreateBr(header);
-    i->addIncoming(next, b_.GetInsertBlock());
-    if (hint == LoopHint::VectorizeReduction) {
-      llvm::MDNode* enable = llvm::MDNode::get(
-          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())});
-      llvm::MDNode* progress = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
-      auto* loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, enable, progress});
-      loopID->replaceOperandWith(0, loopID);
-      back->setMetadata(llvm::LLVMContext::MD_loop, loopID);
-    } else if (hint != LoopHint::Auto) {
-      llvm::MDNode* enable = llvm::MDNode::get(
-          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
-                 llvm::ConstantAsMetadata::get(hint == LoopHint::Vectorize ? b_.getTrue() : b_.getFalse())});
-      llvm::MDNode* progress = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
-      // One vector iteration per loop trip: interleaving multiplies code (and compile
-      // time) for little gain in loops that are bound by memory or by math.
-      llvm::MDNode* interleave = llvm::MDNode::get(
-          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.interleave.count"), llvm::ConstantAsMetadata::get(b_.getInt32(1))});
-      // No unrolling either: a short static trip count would otherwise be unrolled
-      // into several copies of the (math-heavy) vector body.
-      llvm::MDNode* noUnroll = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")});
-      auto* loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, enable, progress, interleave, noUnroll});
-      loopID->replaceOperandWith(0, loopID);
-      back->setMetadata(llvm::LLVMContext::MD_loop, loopID);
-    }
-    b_.SetInsertPoint(exit);
-  }
-
-  // ---- expressions ----
-  llvm::Value* emitExpr(ExprId id) {
-    llvm::Value*& slot = cache_[static_cast<size_t>(id)];
-    if (slot) return slot;
-    const ExprNode& n = k_.expr(id);
-    if (n.kind == ExprKind::Reduce) return emitHoisted(id);
-    llvm::Value* v = emitNode(n);
-    cache_[static_cast<size_t>(id)] = v;
-    scopes_.back().push_back(id);
-    return v;
-  }
-
-  // The deepest loop scope whose variable `id` uses (0: none). Variables bound
-  // inside the expression itself (a reduction's own) are not bound yet: -1.
-  int dependDepth(ExprId id, std::unordered_map<ExprId, int>& memo) {
-    auto it = memo.find(id);
-    if (it != memo.end()) return it->second;
-    const ExprNode& n = k_.expr(id);
-    int d = 0;
-    if (n.kind == ExprKind::Var) d = std::max(0, varDepth_[static_cast<size_t>(n.a)]);
-    if (n.kind == ExprKind::Reduce) {
-      for (int64_t i = 0; i < n.ival; ++i) d = std::max(d, dependDepth(k_.reduceExtents[static_cast<size_t>(n.c + i)], memo));
-    }
-    if (n.kind != ExprKind::IntConst && n.kind != ExprKind::FloatConst && n.kind != ExprKind::Dim &&
-        n.kind != ExprKind::Var) {
-      for (ExprId c : {n.kind == ExprKind::Load ? n.b : n.a, n.kind == ExprKind::Load ? -1 : n.b, n.c}) {
-        if (c < 0 || (n.kind == ExprKind::Reduce && c != n.a)) continue;
-        d = std::max(d, dependDepth(c, memo));
-      }
-    }
-    memo.emplace(id, d);
-    return d;
-  }
-
-  // A reduction contains loops, which LLVM will not hoist: emit it in the
-  // outermost scope where all its free variables are bound, before the loops it
-  // does not depend on, so a row's max or sum is computed once per row.
-  llvm::Value* emitHoisted(ExprId id) {
-    std::unordered_map<ExprId, int> memo;
-    int depth = dependDepth(id, memo);
-    int here = static_cast<int>(scopes_.size()) - 1;
-    if (depth >= here) {
-      llvm::Value* v = emitNode(k_.expr(id));
-      cache_[static_cast<size_t>(id)] = v;
-      scopes_.back().push_back(id);
-      return v;
-    }
-    // Emit at the end of the preheader of the loop just inside scope `depth`: take
-    // its branch off, emit (possibly new blocks and loops), branch on again.
-    llvm::BasicBlock* pre = preheaders_[static_cast<size_t>(depth)];
-    llvm::Instruction* term = pre->getTerminator();
-    llvm::BasicBlock* header = term->getSuccessor(0);
-    term->eraseFromParent();
-    llvm::IRBuilderBase::InsertPointGuard guard(b_);
-    b_.SetInsertPoint(pre);
-    // Values cached in deeper scopes do not dominate the preheader: hide them.
-    std::vector<std::pair<ExprId, llvm::Value*>> hidden;
-    for (size_t sc = static_cast<size_t>(depth) + 1; sc < scopes_.size(); ++sc)
-      for (ExprId e : scopes_[sc]) {
-        hidden.emplace_back(e, cache_[static_cast<size_t>(e)]);
-        cache_[static_cast<size_t>(e)] = nullptr;
-      }
-    std::vector<std::vector<ExprId>> inner(scopes_.begin() + depth + 1, scopes_.end());
-    scopes_.resize(static_cast<size_t>(depth) + 1);
-    llvm::Value* v = emitNode(k_.expr(id));
-    cache_[static_cast<size_t>(id)] = v;
-    scopes_.back().push_back(id);
-    scopes_.insert(scopes_.end(), inner.begin(), inner.end());
-    for (auto& [e, val] : hidden)
-      if (!cache_[static_cast<size_t>(e)]) cache_[static_cast<size_t>(e)] = val;
-    llvm::BasicBlock* end = b_.GetInsertBlock();
-    b_.CreateBr(header);
-    if (end != pre) {
-      header->replacePhiUsesWith(pre, end);
-      preheaders_[static_cast<size_t>(depth)] = end;
-    }
-    return v;
-  }
-
-  llvm::Value* emitNode(const ExprNode& n) {
-    switch (n.kind) {
-      case ExprKind::IntConst: return llvm::ConstantInt::get(valueType(n.type), static_cast<uint64_t>(n.ival), true);
-      case ExprKind::FloatConst: return llvm::ConstantFP::get(valueType(n.type), n.fval);
-      case ExprKind::Dim: {
-        llvm::Value* shapes = fn_->getArg(static_cast<unsigned>(k_.buffers.size()));
-        return b_.CreateLoad(b_.getInt64Ty(), b_.CreateConstInBoundsGEP1_64(b_.getInt64Ty(), shapes, n.ival));
-      }
-      case ExprKind::Var: return vars_[static_cast<size_t>(n.a)];
-      case ExprKind::Load: {
-        const loop::BufferDecl& buf = k_.buffers[static_cast<size_t>(n.a)];
-        llvm::Value* p = b_.CreateInBoundsGEP(memoryType(buf.dtype), fn_->getArg(static_cast<unsigned>(n.a)), emitExpr(n.b));
-        llvm::Value* v = b_.CreateLoad(memoryType(buf.dtype), p);
-        if (buf.dtype == DType::Float16) return b_.CreateFPExt(v, b_.getFloatTy());
-        if (buf.dtype == DType::Bool) return b_.CreateICmpNE(v, b_.getInt8(0));
-        return v;
-      }
-      case ExprKind::Unary: return emitUnary(static_cast<UnaryOp>(n.op), emitExpr(n.a), k_.expr(n.a).type);
-      case ExprKind::Binary: return emitBinary(static_cast<BinaryOp>(n.op), emitExpr(n.a), emitExpr(n.b), k_.expr(n.a).type);
-      case ExprKind::Select: return b_.CreateSelect(emitExpr(n.a), emitExpr(n.b), emitExpr(n.c));
-      case ExprKind::Cast: return emitCast(emitExpr(n.a), k_.expr(n.a).type, n.type);
-      case ExprKind::Reduce: return emitReduce(n);
-    }
-    throw Error("internal: unknown loop expression");
-  }
-
-  llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::Value* x) { return b_.CreateUnaryIntrinsic(id, x); }
-
-  llvm::Value* libmCall(const char* name, llvm::Value* x) {
+  llvm::Value* libmCall(const char* name, llvm::Value* x) override {
     llvm::Type* t = x->getType();
     llvm::FunctionCallee f = m_->getOrInsertFunction(name, llvm::FunctionType::get(t, {t}, false));
     return b_.CreateCall(f, {x});
   }
 
-  llvm::Value* emitUnary(UnaryOp op, llvm::Value* x, DType t) {
-    bool f32 = t == DType::Float32, flt = isFloat(t);
-    switch (op) {
-      case UnaryOp::Neg: return flt ? b_.CreateFNeg(x) : b_.CreateNeg(x);
-      case UnaryOp::Exp: return f32 ? emitExpF32(b_, x) : intrinsic(llvm::Intrinsic::exp, x);
-      case UnaryOp::Log: return f32 ? emitLogF32(b_, x) : intrinsic(llvm::Intrinsic::log, x);
-      case UnaryOp::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, x);
-      case UnaryOp::Rsqrt:
-        return b_.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0), intrinsic(llvm::Intrinsic::sqrt, x));
-      case UnaryOp::Tanh: return f32 ? emitTanhF32(b_, x) : libmCall("tanh", x);
-      case UnaryOp::Sigmoid:
-        if (f32) return emitSigmoidF32(b_, x);
-        return b_.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0),
-                             b_.CreateFAdd(llvm::ConstantFP::get(x->getType(), 1.0),
-                                           intrinsic(llvm::Intrinsic::exp, b_.CreateFNeg(x))));
-      case UnaryOp::Erf: return f32 ? emitErfF32(b_, x) : libmCall("erf", x);
-      case UnaryOp::Sin: return intrinsic(llvm::Intrinsic::sin, x);
-      case UnaryOp::Cos: return intrinsic(llvm::Intrinsic::cos, x);
-      case UnaryOp::Abs:
-        return flt ? intrinsic(llvm::Intrinsic::fabs, x) : b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b_.getFalse());
-      case UnaryOp::Floor: return intrinsic(llvm::Intrinsic::floor, x);
-      case UnaryOp::Ceil: return intrinsic(llvm::Intrinsic::ceil, x);
-      case UnaryOp::Round: return intrinsic(llvm::Intrinsic::rint, x);  // half to even, as numpy
-      case UnaryOp::Not: return b_.CreateNot(x);
-    }
-    throw Error("internal: unknown unary operator");
-  }
-
-  // Integer division and remainder that never trap: x / 0 is 0 and x % 0 is 0;
-  // INT_MIN / -1 wraps (the divisor -1 is handled without dividing).
-  llvm::Value* safeDivisor(llvm::Value* y, bool isSigned) {
-    llvm::Value* zero = llvm::ConstantInt::get(y->getType(), 0);
-    llvm::Value* one = llvm::ConstantInt::get(y->getType(), 1);
-    llvm::Value* bad = b_.CreateICmpEQ(y, zero);
-    if (isSigned) bad = b_.CreateOr(bad, b_.CreateICmpEQ(y, llvm::ConstantInt::getSigned(y->getType(), -1)));
-    return b_.CreateSelect(bad, one, y);
-  }
-
-  llvm::Value* intDivRem(BinaryOp op, llvm::Value* x, llvm::Value* y, bool isSigned) {
-    llvm::Type* t = x->getType();
-    llvm::Value* zero = llvm::ConstantInt::get(t, 0);
-    llvm::Value* d = safeDivisor(y, isSigned);
-    llvm::Value* q = isSigned ? b_.CreateSDiv(x, d) : b_.CreateUDiv(x, d);
-    llvm::Value* r = isSigned ? b_.CreateSRem(x, d) : b_.CreateURem(x, d);
-    llvm::Value* byZero = b_.CreateICmpEQ(y, zero);
-    if (isSigned) {
-      llvm::Value* byMinusOne = b_.CreateICmpEQ(y, llvm::ConstantInt::getSigned(t, -1));
-      q = b_.CreateSelect(byMinusOne, b_.CreateNeg(x), q);
-      r = b_.CreateSelect(byMinusOne, zero, r);
-      // Floor variants: adjust when the remainder's sign differs from the divisor's.
-      llvm::Value* adjust = b_.CreateAnd(b_.CreateICmpNE(r, zero),
-                                         b_.CreateICmpNE(b_.CreateICmpSLT(r, zero), b_.CreateICmpSLT(y, zero)));
-      if (op == BinaryOp::FloorDiv) q = b_.CreateSelect(adjust, b_.CreateSub(q, llvm::ConstantInt::get(t, 1)), q);
-      if (op == BinaryOp::FloorMod) r = b_.CreateSelect(adjust, b_.CreateAdd(r, y), r);
-    }
-    llvm::Value* v = (op == BinaryOp::Div || op == BinaryOp::FloorDiv) ? q : r;
-    return b_.CreateSelect(byZero, zero, v);
-  }
-
-  llvm::Value* emitBinary(BinaryOp op, llvm::Value* x, llvm::Value* y, DType t) {
-    bool flt = isFloat(t), uns = isUnsigned(t);
-    switch (op) {
-      case BinaryOp::Add: return flt ? b_.CreateFAdd(x, y) : b_.CreateAdd(x, y);
-      case BinaryOp::Sub: return flt ? b_.CreateFSub(x, y) : b_.CreateSub(x, y);
-      case BinaryOp::Mul: return flt ? b_.CreateFMul(x, y) : b_.CreateMul(x, y);
-      case BinaryOp::Div:
-      case BinaryOp::Mod:
-      case BinaryOp::FloorDiv:
-      case BinaryOp::FloorMod:
-        if (!flt) return intDivRem(op, x, y, !uns);
-        if (op == BinaryOp::Div) return b_.CreateFDiv(x, y);
-        if (op == BinaryOp::FloorDiv) return intrinsic(llvm::Intrinsic::floor, b_.CreateFDiv(x, y));
-        if (op == BinaryOp::Mod) return b_.CreateFRem(x, y);
-        {
-          llvm::Value* r = b_.CreateFRem(x, y);
-          llvm::Value* zero = llvm::ConstantFP::get(x->getType(), 0.0);
-          llvm::Value* adjust = b_.CreateAnd(b_.CreateFCmpONE(r, zero),
-                                             b_.CreateICmpNE(b_.CreateFCmpOLT(r, zero), b_.CreateFCmpOLT(y, zero)));
-          return b_.CreateSelect(adjust, b_.CreateFAdd(r, y), r);
-        }
-      case BinaryOp::Pow:
-        if (flt) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y);
-        {
-          llvm::Value* fx = uns ? b_.CreateUIToFP(x, b_.getDoubleTy()) : b_.CreateSIToFP(x, b_.getDoubleTy());
-          llvm::Value* fy = uns ? b_.CreateUIToFP(y, b_.getDoubleTy()) : b_.CreateSIToFP(y, b_.getDoubleTy());
-          llvm::Value* p = b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, fx, fy);
-          return b_.CreateIntrinsic(uns ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat,
-                                    {x->getType(), b_.getDoubleTy()}, {p});
-        }
-      case BinaryOp::Max:
-        if (flt) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, x, y);
-        return b_.CreateBinaryIntrinsic(uns ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, x, y);
-      case BinaryOp::Min:
-        if (flt) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, x, y);
-        return b_.CreateBinaryIntrinsic(uns ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, x, y);
-      case BinaryOp::Eq: return flt ? b_.CreateFCmpOEQ(x, y) : b_.CreateICmpEQ(x, y);
-      case BinaryOp::Ne: return flt ? b_.CreateFCmpUNE(x, y) : b_.CreateICmpNE(x, y);
-      case BinaryOp::Lt: return flt ? b_.CreateFCmpOLT(x, y) : uns ? b_.CreateICmpULT(x, y) : b_.CreateICmpSLT(x, y);
-      case BinaryOp::Le: return flt ? b_.CreateFCmpOLE(x, y) : uns ? b_.CreateICmpULE(x, y) : b_.CreateICmpSLE(x, y);
-      case BinaryOp::Gt: return flt ? b_.CreateFCmpOGT(x, y) : uns ? b_.CreateICmpUGT(x, y) : b_.CreateICmpSGT(x, y);
-      case BinaryOp::Ge: return flt ? b_.CreateFCmpOGE(x, y) : uns ? b_.CreateICmpUGE(x, y) : b_.CreateICmpSGE(x, y);
-      case BinaryOp::And: return b_.CreateAnd(x, y);
-      case BinaryOp::Or: return b_.CreateOr(x, y);
-    }
-    throw Error("internal: unknown binary operator");
-  }
-
-  llvm::Value* emitCast(llvm::Value* x, DType from, DType to) {
-    llvm::Type* t = valueType(to);
-    if (x->getType() == t) {
-      return x;
-    }
-    bool fromFloat = isFloat(from), toFloat = isFloat(to);
-    if (isBool(to)) return fromFloat ? b_.CreateFCmpUNE(x, llvm::ConstantFP::get(x->getType(), 0.0))
-                                     : b_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
-    if (fromFloat && toFloat) return b_.CreateFPCast(x, t);
-    if (!fromFloat && toFloat) return isUnsigned(from) ? b_.CreateUIToFP(x, t) : b_.CreateSIToFP(x, t);
-    if (fromFloat) {
-      // Saturating: NaN gives 0 and out-of-range values clamp, never undefined behaviour.
-      return b_.CreateIntrinsic(isUnsigned(to) ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat,
-                                {t, x->getType()}, {x});
-    }
-    return b_.CreateIntCast(x, t, !isUnsigned(from));
-  }
-
-  llvm::Value* reduceInit(loop::ReduceOp op, DType t) {
-    llvm::Type* ty = valueType(t);
-    bool flt = isFloat(t);
-    switch (op) {
-      case loop::ReduceOp::Sum: return flt ? llvm::ConstantFP::get(ty, 0.0) : llvm::ConstantInt::get(ty, 0);
-      case loop::ReduceOp::Prod: return flt ? llvm::ConstantFP::get(ty, 1.0) : llvm::ConstantInt::get(ty, 1);
-      case loop::ReduceOp::Max:
-        if (flt) return llvm::ConstantFP::getInfinity(ty, true);
-        return isUnsigned(t) ? llvm::ConstantInt::get(ty, 0) : llvm::ConstantInt::get(ty, llvm::APInt::getSignedMinValue(ty->getIntegerBitWidth()));
-      case loop::ReduceOp::Min:
-        if (flt) return llvm::ConstantFP::getInfinity(ty, false);
-        return isUnsigned(t) ? llvm::ConstantInt::get(ty, llvm::APInt::getMaxValue(ty->getIntegerBitWidth()))
-                             : llvm::ConstantInt::get(ty, llvm::APInt::getSignedMaxValue(ty->getIntegerBitWidth()));
-      case loop::ReduceOp::All: return b_.getTrue();
-      case loop::ReduceOp::Any: return b_.getFalse();
-      default: break;
-    }
-    return nullptr;
-  }
-
-  llvm::Value* reduceCombine(loop::ReduceOp op, DType t, llvm::Value* acc, llvm::Value* v) {
-    bool flt = isFloat(t);
-    llvm::FastMathFlags fmf;
-    fmf.setAllowReassoc();  // lets the vectorizer reorder the reduction
-    llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
-    b_.setFastMathFlags(fmf);
-    switch (op) {
-      case loop::ReduceOp::Sum: return emitBinary(BinaryOp::Add, acc, v, t);
-      case loop::ReduceOp::Prod: return emitBinary(BinaryOp::Mul, acc, v, t);
-      case loop::ReduceOp::Max: return emitBinary(BinaryOp::Max, acc, v, t);
-      case loop::ReduceOp::Min: return emitBinary(BinaryOp::Min, acc, v, t);
-      case loop::ReduceOp::All: return b_.CreateAnd(acc, v);
-      case loop::ReduceOp::Any: return b_.CreateOr(acc, v);
-      default: break;
-    }
-    (void)flt;
-    return nullptr;
-  }
-
-  struct Accumulator {
-    llvm::AllocaInst* value;
-    llvm::AllocaInst* index;  // ArgMax/ArgMin: position of the best value so far
-    llvm::AllocaInst* count;  // ArgMax/ArgMin: position of the current element
-    llvm::AllocaInst* sawNaN = nullptr;  // float Max/Min: whether any element was NaN
-  };
-
-  llvm::Value* emitReduce(const ExprNode& n) {
-    auto op = static_cast<loop::ReduceOp>(n.op);
-    bool arg = op == loop::ReduceOp::ArgMax || op == loop::ReduceOp::ArgMin;
-    DType valueType_ = arg ? k_.expr(n.a).type : n.type;
-    llvm::Type* ty = valueType(valueType_);
-    // Accumulators are stack slots in the entry block; mem2reg makes them registers.
-    llvm::IRBuilder<> entryB(entry_, entry_->begin());
-    Accumulator acc{entryB.CreateAlloca(ty), nullptr, nullptr};
-    loop::ReduceOp valueOp = op == loop::ReduceOp::ArgMax ? loop::ReduceOp::Max
-                             : op == loop::ReduceOp::ArgMin ? loop::ReduceOp::Min
-                                                            : op;
-    b_.CreateStore(reduceInit(valueOp, valueType_), acc.value);
-    // Float max/min: maxnum/minnum (which skip NaN and vectorize) plus a flag that
-    // restores NaN propagation at the end.
-    bool floatExtreme = !arg && isFloat(valueType_) && (op == loop::ReduceOp::Max || op == loop::ReduceOp::Min);
-    if (floatExtreme) {
-      acc.sawNaN = entryB.CreateAlloca(b_.getInt1Ty());
-      b_.CreateStore(b_.getFalse(), acc.sawNaN);
-    }
-    if (arg) {
-      acc.index = entryB.CreateAlloca(b_.getInt64Ty());
-      acc.count = entryB.CreateAlloca(b_.getInt64Ty());
-      b_.CreateStore(b_.getInt64(0), acc.index);
-      b_.CreateStore(b_.getInt64(0), acc.count);
-    }
-    emitReduceLevel(n, 0, acc, op, valueType_);
-    if (arg) return b_.CreateLoad(b_.getInt64Ty(), acc.index);
-    llvm::Value* result = b_.CreateLoad(ty, acc.value);
-    if (acc.sawNaN)
-      result = b_.CreateSelect(b_.CreateLoad(b_.getInt1Ty(), acc.sawNaN), llvm::ConstantFP::getNaN(ty), result);
-    return result;
-  }
-
-  void emitReduceLevel(const ExprNode& n, int64_t level, const Accumulator& acc, loop::ReduceOp op, DType vt) {
-    if (level == n.ival) {
-      llvm::Value* v = emitExpr(n.a);
-      llvm::Value* cur = b_.CreateLoad(acc.value->getAllocatedType(), acc.value);
-      if (acc.sawNaN) {
-        bool isMax = op == loop::ReduceOp::Max;
-        // nnan+nsz let LLVM recognize (and vectorize) the reduction. A NaN makes the
-        // accumulator poison, but then the NaN flag selects NaN for the result.
-        llvm::FastMathFlags fmf;
-        fmf.setNoNaNs();
-        fmf.setNoSignedZeros();
-        llvm::Value* m = b_.CreateBinaryIntrinsic(isMax ? llvm::Intrinsic::maxnum : llvm::Intrinsic::minnum, cur, v);
-        llvm::cast<llvm::Instruction>(m)->setFastMathFlags(fmf);
-        b_.CreateStore(m, acc.value);
-        llvm::Value* flag = b_.CreateLoad(b_.getInt1Ty(), acc.sawNaN);
-        b_.CreateStore(b_.CreateOr(flag, b_.CreateFCmpUNO(v, v)), acc.sawNaN);
-        return;
-      }
-      if (!acc.index) {
-        b_.CreateStore(reduceCombine(op, vt, cur, v), acc.value);
-        return;
-      }
-      // Strictly better (or the first NaN) replaces the best: the first extreme wins.
-      bool isMax = op == loop::ReduceOp::ArgMax;
-      llvm::Value* better;
-      if (isFloat(vt)) {
-        llvm::Value* strict = isMax ? b_.CreateFCmpOGT(v, cur) : b_.CreateFCmpOLT(v, cur);
-        better = b_.CreateOr(strict, b_.CreateAnd(b_.CreateFCmpUNO(v, v), b_.CreateFCmpORD(cur, cur)));
-      } else {
-        bool uns = isUnsigned(vt);
-        better = isMax ? (uns ? b_.CreateICmpUGT(v, cur) : b_.CreateICmpSGT(v, cur))
-                       : (uns ? b_.CreateICmpULT(v, cur) : b_.CreateICmpSLT(v, cur));
-      }
-      llvm::Value* pos = b_.CreateLoad(b_.getInt64Ty(), acc.count);
-      // The first element always sets the best (the initial value is only a placeholder).
-      better = b_.CreateOr(better, b_.CreateICmpEQ(pos, b_.getInt64(0)));
-      b_.CreateStore(b_.CreateSelect(better, v, cur), acc.value);
-      b_.CreateStore(b_.CreateSelect(better, pos, b_.CreateLoad(b_.getInt64Ty(), acc.index)), acc.index);
-      b_.CreateStore(b_.CreateAdd(pos, b_.getInt64(1)), acc.count);
-      return;
-    }
-    size_t at = static_cast<size_t>(n.c + level);
-    llvm::Value* extent = emitExpr(k_.reduceExtents[at]);
-    // Arg reductions carry a position through the loop: left scalar.
-    LoopHint hint = level + 1 == n.ival && !acc.index ? LoopHint::VectorizeReduction : LoopHint::Auto;
-    emitLoop(k_.reduceVars[at], extent, hint, [&] { emitReduceLevel(n, level + 1, acc, op, vt); });
-  }
-
-  const loop::LoopKernel& k_;
-  llvm::LLVMContext& ctx_;
-  llvm::IRBuilder<> b_;
   const CpuTarget& target_;
-  llvm::Module* m_ = nullptr;
   std::string symbol_;
   int tasks_ = 0;
-  llvm::Function* fn_ = nullptr;
-  llvm::BasicBlock* entry_ = nullptr;
-  std::vector<llvm::Value*> cache_;
-  std::vector<llvm::Value*> vars_;
-  std::vector<std::vector<ExprId>> scopes_;
-  size_t loopsEmitted_ = 0;
-  std::vector<int> varDepth_;                   // scope index where a loop variable is bound, -1 if not
-  std::vector<llvm::BasicBlock*> preheaders_;   // per open loop: the block that enters it
 };
 
 }  // namespace
