@@ -108,7 +108,13 @@ std::unique_ptr<llvm::TargetMachine> hostMachine() {
   return std::move(*tm);
 }
 
-void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
+double millisSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void optimizeModule(llvm::Module& m, llvm::TargetMachine& tm) {
   // A fresh pass builder and analysis managers per compile: nothing shared between threads.
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
@@ -123,12 +129,6 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
   mpm.run(m, mam);
 }
-
-double millisSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 KernelEntry loadCompiledObject(std::unique_ptr<llvm::MemoryBuffer> object, const std::string& symbol) {
   llvm::orc::LLJIT& jit = theJit();
@@ -150,7 +150,7 @@ CpuCompileResult compileForHost(std::unique_ptr<llvm::Module> module, std::uniqu
   // Building a TargetMachine costs milliseconds; each thread keeps its own.
   thread_local std::unique_ptr<llvm::TargetMachine> tm = hostMachine();
   module->setDataLayout(tm->createDataLayout());
-  optimize(*module, *tm);
+  optimizeModule(*module, *tm);
   if (keepIR) {
     llvm::raw_string_ostream os(out.optimizedIR);
     module->print(os, nullptr);

@@ -13,7 +13,8 @@
 
 namespace llvm {
 class MemoryBuffer;
-}
+class TargetMachine;
+}  // namespace llvm
 
 namespace kiln::jit {
 
@@ -38,6 +39,9 @@ struct DiskEntry {
 };
 CpuCompileResult compileForHost(std::unique_ptr<llvm::Module> module, std::unique_ptr<llvm::LLVMContext> ctx,
                                 const std::string& symbol, bool keepIR, const DiskEntry& disk = {});
+
+// The -O3 pipeline with `tm`'s own passes (the GPU backend uses it too).
+void optimizeModule(llvm::Module& module, llvm::TargetMachine& tm);
 
 // Loads a cached object (see disk_cache.h) and returns its entry point `symbol`.
 KernelEntry loadCompiledObject(std::unique_ptr<llvm::MemoryBuffer> object, const std::string& symbol);

@@ -43,6 +43,8 @@ class LoopEmitter {
   using StmtKind = loop::StmtKind;
   using UnaryOp = loop::UnaryOp;
 
+  // Whether loops carry vectorization hints (the GPU has no SIMD lanes to ask for).
+  virtual bool loopHints() const { return true; }
   // An outermost parallel loop (not inside any other loop).
   virtual void emitParallel(const loop::StmtNode& s) = 0;
   virtual void emitGemm(const loop::StmtNode& s) = 0;
@@ -130,7 +132,8 @@ class LoopEmitter {
     }
   }
 
-  // for (var = 0; var < extent; ++var) body(); caches of values computed inside are dropped after.
+  // for (var = begin; var < extent; var += step) body() (begin 0 and step 1 unless
+  // given); caches of values computed inside are dropped after.
   // Vectorize: ask for vectorization, one vector per iteration; VectorizeReduction:
   // also let LLVM interleave (several accumulators hide the add latency that a
   // single one would serialize on); NoVectorize: forbid it (loops whose
@@ -138,7 +141,8 @@ class LoopEmitter {
   enum class LoopHint { Vectorize, VectorizeReduction, NoVectorize, Auto };
 
   template <class Body>
-  void emitLoop(int32_t var, llvm::Value* extent, LoopHint hint, Body&& body, llvm::Value* begin = nullptr) {
+  void emitLoop(int32_t var, llvm::Value* extent, LoopHint hint, Body&& body, llvm::Value* begin = nullptr,
+                llvm::Value* step = nullptr) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* header = llvm::BasicBlock::Create(ctx_, "loop", fn_);
     auto* bodyBB = llvm::BasicBlock::Create(ctx_, "body", fn_);
@@ -154,6 +158,7 @@ class LoopEmitter {
     varDepth_[static_cast<size_t>(var)] = static_cast<int>(scopes_.size());
     scopes_.emplace_back();
     size_t loopsBefore = ++loopsEmitted_;
+    if (!loopHints()) hint = LoopHint::Auto;
     body();
     // A loop with loops inside (a reduction that could not be hoisted) is not an
     // innermost loop: forcing vectorization there would only fail.
@@ -164,7 +169,7 @@ class LoopEmitter {
     varDepth_[static_cast<size_t>(var)] = -1;
     vars_[static_cast<size_t>(var)] = nullptr;
     preheaders_.pop_back();
-    llvm::Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
+    llvm::Value* next = b_.CreateAdd(i, step ? step : b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
     auto* back = b_.CreateBr(header);
     i->addIncoming(next, b_.GetInsertBlock());
     if (hint == LoopHint::VectorizeReduction) {
