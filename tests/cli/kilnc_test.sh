@@ -76,6 +76,13 @@ check "a specialization is a function of its own" grep -q "^def @scale@cpu.cpu("
 "$kilnc" "$src/tests/e2e/placement_conflict.relay" --device cpu:1,cpu -o "$tmp/c.kx"
 check "kilnc --device cpu:1,cpu compiles" test $? -eq 0
 
+# --emit ptx: each kernel as PTX for sm_90 with its launches, no GPU needed.
+"$kilnc" "$src/samples/mlp.relay" --emit ptx > "$tmp/ptx" 2> "$tmp/err"
+check "emit ptx exits 0" test $? -eq 0
+check "emit ptx targets sm_90" grep -q "^.target sm_90$" "$tmp/ptx"
+check "emit ptx lists the launches" grep -q "^// sm_90; launches in order: kernel0_0 (grid)" "$tmp/ptx"
+check "emit ptx prints no warnings" test ! -s "$tmp/err"
+
 # Unusable invocations.
 "$kilnc" --emit ir "$tmp/missing.relay" 2> "$tmp/err" > /dev/null
 check "missing file exits 2" test $? -eq 2
