@@ -36,7 +36,7 @@ std::string operandText(const Executable& exe, const Operand& o) {
     case 'A': return exe.constructorName(o.value);
     case 'J': return "->" + num(o.value);
     case 'T': return o.value < static_cast<uint32_t>(kNumDTypes) ? std::string(dtypeName(static_cast<DType>(o.value))) : "?";
-    case 'V': return Device{static_cast<Device::Kind>(o.value >> 16), static_cast<uint16_t>(o.value & 0xFFFF)}.toString();
+    case 'V': return bytecode::decodeDevice(o.value).toString();
     case 'W': return num(o.value64);
     default: return num(o.value);
   }

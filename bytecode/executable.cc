@@ -4,6 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "bytecode/opcodes.h"
 #include "bytecode/verifier.h"
 #include "jit/kernel.h"
 #include "kiln/error.h"
@@ -87,7 +88,7 @@ const std::string& Executable::constructorName(uint32_t ctor) const {
 
 const jit::CompiledKernel& Executable::compiledKernel(uint32_t k, Device device) const {
   if (k >= kernels.size()) throw Error("kernel index out of range");
-  uint64_t key = static_cast<uint64_t>(k) << 32 | static_cast<uint64_t>(device.kind) << 16 | device.index;
+  uint64_t key = static_cast<uint64_t>(k) << 32 | bytecode::encodeDevice(device);
   {
     std::lock_guard<std::mutex> lock(compiled_->mu);
     auto it = compiled_->compiled.find(key);

@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/tensor.h"
+
 namespace kiln::bytecode {
 
 enum class Opcode : uint32_t {
@@ -72,7 +74,12 @@ struct InstructionView {
   static std::optional<InstructionView> decode(std::span<const uint32_t> code, uint32_t pc);
 };
 
-// Device operands: kind (0 cpu, 1 cuda) << 16 | index.
-inline uint32_t encodeDevice(uint32_t kind, uint32_t index) { return kind << 16 | index; }
+// Device operands (and the executable file's device words): kind (0 cpu, 1 cuda) << 16 | index.
+inline uint32_t encodeDevice(Device d) { return static_cast<uint32_t>(d.kind) << 16 | d.index; }
+inline Device decodeDevice(uint32_t word) {
+  return Device{static_cast<Device::Kind>(word >> 16), static_cast<uint16_t>(word & 0xFFFF)};
+}
+// Whether a word names a device kind this build knows.
+inline bool validDeviceWord(uint32_t word) { return (word >> 16) <= static_cast<uint32_t>(Device::Kind::CUDA); }
 
 }  // namespace kiln::bytecode

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "bytecode/opcodes.h"
 #include "jit/fused_function.h"
 #include "kiln/error.h"
 #include "kiln/executable.h"
@@ -42,8 +43,6 @@ uint64_t checksum(const uint8_t* p, size_t n) {
   for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
 }
-
-uint32_t encodeDevice(Device d) { return static_cast<uint32_t>(d.kind) << 16 | d.index; }
 
 class Writer {
  public:
@@ -122,8 +121,8 @@ DType readDType(Reader& r) {
 
 Device readDevice(Reader& r) {
   uint32_t v = r.u32();
-  if ((v >> 16) > static_cast<uint32_t>(Device::Kind::CUDA)) throw Error("invalid executable: bad device");
-  return Device{static_cast<Device::Kind>(v >> 16), static_cast<uint16_t>(v & 0xFFFF)};
+  if (!bytecode::validDeviceWord(v)) throw Error("invalid executable: bad device");
+  return bytecode::decodeDevice(v);
 }
 
 void writeDesc(Writer& w, const ops::TensorDesc& d) {
@@ -280,7 +279,7 @@ std::vector<uint8_t> Executable::serialize() const {
   w.u32(static_cast<uint32_t>(strings.size()));
   for (const auto& s : strings) w.str(s);
   w.u32(static_cast<uint32_t>(devices.size()));
-  for (Device d : devices) w.u32(encodeDevice(d));
+  for (Device d : devices) w.u32(bytecode::encodeDevice(d));
   w.u32(static_cast<uint32_t>(constructors.size()));
   for (const auto& c : constructors) {
     w.str(c.name);
@@ -306,7 +305,7 @@ std::vector<uint8_t> Executable::serialize() const {
     for (uint32_t i = 0; i < f.numParams; ++i) {
       w.str(f.paramNames[i]);
       writeType(w, f.paramTypes[i]);
-      w.u32(encodeDevice(i < f.paramDevices.size() ? f.paramDevices[i] : Device{}));
+      w.u32(bytecode::encodeDevice(i < f.paramDevices.size() ? f.paramDevices[i] : Device{}));
     }
     writeType(w, f.resultType);
     w.u32(static_cast<uint32_t>(f.code.size()));

@@ -80,8 +80,9 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
           break;
         case 'V': {
           // Only the devices the executable was compiled for (and the host).
-          Device d{static_cast<Device::Kind>(o.value >> 16), static_cast<uint16_t>(o.value & 0xFFFF)};
-          bool listed = (o.value >> 16) <= 1 && (d == Device{} || std::find(exe.devices.begin(), exe.devices.end(), d) != exe.devices.end());
+          Device d = decodeDevice(o.value);
+          bool listed = validDeviceWord(o.value) &&
+                        (d == Device{} || std::find(exe.devices.begin(), exe.devices.end(), d) != exe.devices.end());
           if (!listed) fail(f, in.pc, "device operand is not one of the executable's devices");
           break;
         }

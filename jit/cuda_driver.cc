@@ -43,18 +43,9 @@ const Loaded& load() {
       const char* versioned;  // the symbol cuda.h's macros map to
     };
     const Entry entries[] = {
-        {reinterpret_cast<void**>(&d.init), "cuInit", "cuInit"},
-        {reinterpret_cast<void**>(&d.getErrorString), "cuGetErrorString", "cuGetErrorString"},
-        {reinterpret_cast<void**>(&d.deviceGetCount), "cuDeviceGetCount", "cuDeviceGetCount"},
-        {reinterpret_cast<void**>(&d.deviceGet), "cuDeviceGet", "cuDeviceGet"},
-        {reinterpret_cast<void**>(&d.deviceGetAttribute), "cuDeviceGetAttribute", "cuDeviceGetAttribute"},
-        {reinterpret_cast<void**>(&d.primaryCtxRetain), "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain"},
-        {reinterpret_cast<void**>(&d.primaryCtxRelease), "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2"},
-        {reinterpret_cast<void**>(&d.ctxSetCurrent), "cuCtxSetCurrent", "cuCtxSetCurrent"},
-        {reinterpret_cast<void**>(&d.memAlloc), "cuMemAlloc", "cuMemAlloc_v2"},
-        {reinterpret_cast<void**>(&d.memFree), "cuMemFree", "cuMemFree_v2"},
-        {reinterpret_cast<void**>(&d.memcpyHtoD), "cuMemcpyHtoD", "cuMemcpyHtoD_v2"},
-        {reinterpret_cast<void**>(&d.memcpyDtoH), "cuMemcpyDtoH", "cuMemcpyDtoH_v2"},
+#define KILN_CUDA_ENTRY(member, fn, base, versioned) {reinterpret_cast<void**>(&d.member), base, versioned},
+        KILN_CUDA_ENTRY_POINTS(KILN_CUDA_ENTRY)
+#undef KILN_CUDA_ENTRY
     };
     bool complete = true;
     for (const Entry& e : entries) {

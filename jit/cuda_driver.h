@@ -23,19 +23,26 @@
 namespace kiln::jit {
 
 #if KILN_HAVE_CUDA_H
+// The entry points Kiln uses, once: X(member, cuda.h function, name for
+// cuGetProcAddress, versioned symbol that cuda.h's macro maps to).
+#define KILN_CUDA_ENTRY_POINTS(X)                                                               \
+  X(init, cuInit, "cuInit", "cuInit")                                                           \
+  X(getErrorString, cuGetErrorString, "cuGetErrorString", "cuGetErrorString")                   \
+  X(deviceGetCount, cuDeviceGetCount, "cuDeviceGetCount", "cuDeviceGetCount")                   \
+  X(deviceGet, cuDeviceGet, "cuDeviceGet", "cuDeviceGet")                                       \
+  X(deviceGetAttribute, cuDeviceGetAttribute, "cuDeviceGetAttribute", "cuDeviceGetAttribute")   \
+  X(primaryCtxRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain") \
+  X(primaryCtxRelease, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2") \
+  X(ctxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent", "cuCtxSetCurrent")                       \
+  X(memAlloc, cuMemAlloc, "cuMemAlloc", "cuMemAlloc_v2")                                        \
+  X(memFree, cuMemFree, "cuMemFree", "cuMemFree_v2")                                            \
+  X(memcpyHtoD, cuMemcpyHtoD, "cuMemcpyHtoD", "cuMemcpyHtoD_v2")                                \
+  X(memcpyDtoH, cuMemcpyDtoH, "cuMemcpyDtoH", "cuMemcpyDtoH_v2")
+
 struct CudaDriver {
-  decltype(&::cuInit) init = nullptr;
-  decltype(&::cuGetErrorString) getErrorString = nullptr;
-  decltype(&::cuDeviceGetCount) deviceGetCount = nullptr;
-  decltype(&::cuDeviceGet) deviceGet = nullptr;
-  decltype(&::cuDeviceGetAttribute) deviceGetAttribute = nullptr;
-  decltype(&::cuDevicePrimaryCtxRetain) primaryCtxRetain = nullptr;
-  decltype(&::cuDevicePrimaryCtxRelease) primaryCtxRelease = nullptr;
-  decltype(&::cuCtxSetCurrent) ctxSetCurrent = nullptr;
-  decltype(&::cuMemAlloc) memAlloc = nullptr;
-  decltype(&::cuMemFree) memFree = nullptr;
-  decltype(&::cuMemcpyHtoD) memcpyHtoD = nullptr;
-  decltype(&::cuMemcpyDtoH) memcpyDtoH = nullptr;
+#define KILN_CUDA_MEMBER(member, fn, base, versioned) decltype(&::fn) member = nullptr;
+  KILN_CUDA_ENTRY_POINTS(KILN_CUDA_MEMBER)
+#undef KILN_CUDA_MEMBER
 
   int deviceCount = 0;
 

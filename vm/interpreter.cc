@@ -312,16 +312,14 @@ dispatch:
   DISPATCH();
   CASE(AllocStorage) {
     uint64_t bytes = OPERAND(2) | static_cast<uint64_t>(OPERAND(3)) << 32;
-    Device d{static_cast<Device::Kind>(OPERAND(5) >> 16), static_cast<uint16_t>(OPERAND(5) & 0xFFFF)};
-    REG(1) = memory_->storage(bytes, OPERAND(4), d);
+    REG(1) = memory_->storage(bytes, OPERAND(4), bytecode::decodeDevice(OPERAND(5)));
     pc += 6;
   }
   DISPATCH();
   CASE(AllocStorageDyn) {
     Shape s = shapeFromTensor(REG(2));
     DType t = static_cast<DType>(OPERAND(3));
-    Device d{static_cast<Device::Kind>(OPERAND(4) >> 16), static_cast<uint16_t>(OPERAND(4) & 0xFFFF)};
-    REG(1) = memory_->storage(static_cast<uint64_t>(numElements(s)) * dtypeSize(t), 64, d);
+    REG(1) = memory_->storage(static_cast<uint64_t>(numElements(s)) * dtypeSize(t), 64, bytecode::decodeDevice(OPERAND(4)));
     pc += 5;
   }
   DISPATCH();
@@ -442,8 +440,7 @@ dispatch:
   }
   DISPATCH();
   CASE(DeviceCopy) {
-    Device dst{static_cast<Device::Kind>(OPERAND(4) >> 16), static_cast<uint16_t>(OPERAND(4) & 0xFFFF)};
-    Value copy = memory_->copyValue(REG(2), dst);
+    Value copy = memory_->copyValue(REG(2), bytecode::decodeDevice(OPERAND(4)));
     if (trace && REG(2).isObject(ObjectKind::Tensor) && copy.isObject(ObjectKind::Tensor)) {
       trace->read(REG(2).asTensorObject()->tensor);
       trace->birth(copy.asTensorObject()->tensor);

@@ -1,6 +1,7 @@
 // VirtualMachine: construction, argument checking, invocation and profiling.
 #include <algorithm>
 
+#include "bytecode/opcodes.h"
 #include "jit/kernel.h"
 #include "kiln/error.h"
 #include "kiln/vm.h"
@@ -121,12 +122,11 @@ const Value& VirtualMachine::constantOn(uint32_t index, uint32_t encodedDevice) 
   uint64_t key = static_cast<uint64_t>(index) << 32 | encodedDevice;
   auto it = deviceConstants_.find(key);
   if (it != deviceConstants_.end()) return it->second;
-  Device d{static_cast<Device::Kind>(encodedDevice >> 16), static_cast<uint16_t>(encodedDevice & 0xFFFF)};
-  return deviceConstants_.emplace(key, memory_->copyValue(constants_[index], d)).first->second;
+  return deviceConstants_.emplace(key, memory_->copyValue(constants_[index], bytecode::decodeDevice(encodedDevice))).first->second;
 }
 
 const jit::CompiledKernel& VirtualMachine::kernelOn(uint32_t kernel, Device device) {
-  uint64_t key = static_cast<uint64_t>(kernel) << 32 | (static_cast<uint32_t>(device.kind) << 16 | device.index);
+  uint64_t key = static_cast<uint64_t>(kernel) << 32 | bytecode::encodeDevice(device);
   auto it = deviceKernels_.find(key);
   if (it != deviceKernels_.end()) return *it->second;
   const jit::CompiledKernel* k = &exe_->compiledKernel(kernel, device);

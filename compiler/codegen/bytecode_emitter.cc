@@ -27,7 +27,6 @@ namespace {
 
 constexpr uint32_t kCpu = 0;  // device operand: cpu:0, the host
 
-uint32_t encode(Device d) { return bytecode::encodeDevice(static_cast<uint32_t>(d.kind), d.index); }
 
 TypeDesc describeType(const Type* t, int depth = 0) {
   TypeDesc d;
@@ -222,7 +221,7 @@ class FunctionEmitter {
     out.numParams = static_cast<uint32_t>(out.paramNames.size());
     for (auto& [p, c] : bound) {
       uint32_t r = newReg();
-      emit(Opcode::LoadConst, {r, c, encode(deviceOf(p))});
+      emit(Opcode::LoadConst, {r, c, bytecode::encodeDevice(deviceOf(p))});
       paramRegs.emplace_back(p, r);
     }
     for (auto& [p, r] : paramRegs) {
@@ -497,15 +496,17 @@ class FunctionEmitter {
     for (size_t a = 0; a < n;) {
       size_t b = a;
       while (b < n && !barrier[b]) ++b;
-      // Storage is shared only among tensors on one device.
-      std::vector<Device> devs;
-      for (size_t i = a; i < b; ++i)
-        if (member[i] && end[i] < b && std::find(devs.begin(), devs.end(), deviceOf(lets[i]->value)) == devs.end())
-          devs.push_back(deviceOf(lets[i]->value));
-      for (Device d : devs) {
-        std::vector<size_t> ms;
-        for (size_t i = a; i < b; ++i)
-          if (member[i] && end[i] < b && deviceOf(lets[i]->value) == d) ms.push_back(i);
+      // Storage is shared only among tensors on one device: members by device,
+      // devices in order of first appearance.
+      std::vector<std::pair<Device, std::vector<size_t>>> byDevice;
+      for (size_t i = a; i < b; ++i) {
+        if (!member[i] || end[i] >= b) continue;
+        Device d = deviceOf(lets[i]->value);
+        auto it = std::find_if(byDevice.begin(), byDevice.end(), [&](const auto& g) { return g.first == d; });
+        if (it == byDevice.end()) it = byDevice.insert(byDevice.end(), {d, {}});
+        it->second.push_back(i);
+      }
+      for (const auto& [d, ms] : byDevice) {
         arenaDevice_ = d;
         if (ms.size() >= 2 && !planArena(a, b, ms, bytes, end)) planTokens(ms, bytes, end, allocates);
       }
@@ -818,8 +819,7 @@ class FunctionEmitter {
           ops::AttrReader attrs(op->name, *c->attrs);
           Device src = Device::parse(attrs.getString("src_device", "cpu"));
           Device dstDev = Device::parse(attrs.getString("dst_device", "cpu"));
-          emit(Opcode::DeviceCopy, {dst, x, bytecode::encodeDevice(static_cast<uint32_t>(src.kind), src.index),
-                                    bytecode::encodeDevice(static_cast<uint32_t>(dstDev.kind), dstDev.index)});
+          emit(Opcode::DeviceCopy, {dst, x, bytecode::encodeDevice(src), bytecode::encodeDevice(dstDev)});
         } else {
           emit(Opcode::Move, {dst, x});  // on_device: placement is decided by the device pass
         }
@@ -835,7 +835,7 @@ class FunctionEmitter {
     std::span<const Expr* const> argExprs = call->args;
     auto k = eb_.kernel(prim);
     Device device = deviceOf(call);
-    uint32_t dev = encode(device);
+    uint32_t dev = bytecode::encodeDevice(device);
     CallKind kind = kindAt(k, device);
     const jit::FusedFunction& f = *k.fn;
     Operands ops;
@@ -880,7 +880,7 @@ class FunctionEmitter {
           const ops::TensorDesc& t = f.typeOf(f.outputs[0]);
           if (p.first) {
             arenaReg_[p.arena] = temp();
-            emit(Opcode::AllocStorage, {arenaReg_[p.arena], arenaBytes_[p.arena], 64, encode(arenaDevices_[p.arena])});
+            emit(Opcode::AllocStorage, {arenaReg_[p.arena], arenaBytes_[p.arena], 64, bytecode::encodeDevice(arenaDevices_[p.arena])});
           }
           emit(Opcode::AllocTensor, {outs[0], arenaReg_[p.arena], p.offset,
                                      eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size())),

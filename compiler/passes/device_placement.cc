@@ -168,6 +168,13 @@ class Placer {
     devices_.push_back(d);
     return static_cast<int>(devices_.size() - 1);
   }
+  // The instance a reference to global `g` at `site` of instance `inst` means:
+  // a clone it was retargeted to, else the global's original.
+  int targetOf(int inst, Site site, const GlobalVar* g) const {
+    const auto& targets = instances_[static_cast<size_t>(inst)].targets;
+    auto t = targets.find(site);
+    return t != targets.end() ? t->second : originals_[globalIndex_.at(g->name)];
+  }
   const GlobalFunction& globalOf(int inst) const { return m_.functions()[instances_[static_cast<size_t>(inst)].global]; }
   const Function* fnOf(int inst) const { return globalOf(inst).fn; }
 
@@ -255,7 +262,7 @@ class Placer {
     for (size_t i = 0; i < in.pin.size() && i < params.size(); ++i)
       if (in.pin[i] >= 0) entryFixes_.push_back({nodes_[static_cast<size_t>(inst)].at(params[i]), in.pin[i], -1});
     // `main`'s tensor parameters arrive on the default device.
-    if (!in.clone && in.key == "main" && !globalOf(inst).fromPrelude)
+    if (!in.clone && globalOf(inst).var->name == "main" && !globalOf(inst).fromPrelude)
       for (const Var* p : bodyOwner->params)
         if (!isScalarType(p->type) && !asFunc(p->type))
           entryFixes_.push_back({nodes_[static_cast<size_t>(inst)].at(p), default_, -1});
@@ -301,11 +308,8 @@ class Placer {
       }
       case ExprKind::GlobalVar: {
         auto* g = static_cast<const GlobalVar*>(e);
-        auto gi = globalIndex_.find(g->name);
-        if (gi == globalIndex_.end()) internal(e, "unknown global @" + std::string(g->name));
-        const Instance& in = instances_[static_cast<size_t>(inst)];
-        auto t = in.targets.find(site);
-        int target = t != in.targets.end() ? t->second : originals_[gi->second];
+        if (!globalIndex_.count(g->name)) internal(e, "unknown global @" + std::string(g->name));
+        int target = targetOf(inst, site, g);
         // Every reference shares the instance's domain: a consistent solution
         // always exists; specialization (below) then removes the copies that
         // call sites on other devices needed.
@@ -537,9 +541,16 @@ class Placer {
     return clone;
   }
 
+  Device deviceAt(int index) const { return devices_[static_cast<size_t>(index)]; }
   Device deviceOfNode(int n) {
-    if (d_.isFunc(n)) return devices_[static_cast<size_t>(host_)];  // closures are host objects
-    return devices_[static_cast<size_t>(d_.device(n))];
+    if (d_.isFunc(n)) return deviceAt(host_);  // closures are host objects
+    return deviceAt(d_.device(n));
+  }
+  // Where a binder or value expression of `inst` lives (the host if unconstrained).
+  Device deviceOfExpr(int inst, const Expr* e) {
+    const auto& nodes = nodes_[static_cast<size_t>(inst)];
+    auto it = nodes.find(e);
+    return it == nodes.end() ? deviceAt(host_) : deviceOfNode(it->second);
   }
 
   // ---- the rewrite ----
@@ -560,9 +571,7 @@ class Placer {
   Var* freshVar(int inst, const Var* old) {
     Var* v = typed(b_.var(old->name, old->annotation, old->loc), old->type);
     vars_[old] = v;
-    auto& nodes = nodes_[static_cast<size_t>(inst)];
-    auto it = nodes.find(old);
-    plan_->of[v] = it == nodes.end() ? devices_[static_cast<size_t>(host_)] : deviceOfNode(it->second);
+    plan_->of[v] = deviceOfExpr(inst, old);
     return v;
   }
 
@@ -577,6 +586,17 @@ class Placer {
     return c;
   }
 
+  // `let %<name>_<dst> = device_copy(x)` before the consumer; records the copy.
+  const Var* bindCopy(int inst, const Expr* x, const std::string& name, const std::string& what, int src, int dst,
+                      std::vector<Binding>& out) {
+    Device s = deviceAt(src), t = deviceAt(dst);
+    Var* cv = typed(b_.var(b_.arena().str(name + "_" + deviceSuffix(t)), nullptr, x->loc), x->type);
+    plan_->of[cv] = t;
+    out.push_back({cv, copyCall(x, s, t, x->type, x->loc), false, x->loc});
+    copies_->push_back({names_[static_cast<size_t>(inst)], what, s, t});
+    return cv;
+  }
+
   const Expr* rwAtom(int inst, Site site, const Expr* e, std::vector<Binding>& out, CopyScope& scope) {
     const auto& uses = uses_[static_cast<size_t>(inst)];
     auto u = uses.find(site);
@@ -589,30 +609,18 @@ class Placer {
         if (src == dst) return v;
         auto key = std::make_pair(old, dst);
         if (auto it = scope.find(key); it != scope.end()) return it->second;
-        Device s = devices_[static_cast<size_t>(src)], t = devices_[static_cast<size_t>(dst)];
-        std::string name = std::string(old->name) + "_" + deviceSuffix(t);
-        Var* cv = typed(b_.var(b_.arena().str(name), nullptr, e->loc), old->type);
-        plan_->of[cv] = t;
-        out.push_back({cv, copyCall(v, s, t, old->type, e->loc), false, e->loc});
+        const Var* cv = bindCopy(inst, v, std::string(old->name), "%" + std::string(old->name), src, dst, out);
         scope[key] = cv;
-        copies_->push_back({names_[static_cast<size_t>(inst)], "%" + std::string(old->name), s, t});
         return cv;
       }
       case ExprKind::Constant: {
         if (u == uses.end()) return e;
         int src = d_.device(u->second.def), dst = d_.device(u->second.use);
         if (src == dst) return e;
-        Device s = devices_[static_cast<size_t>(src)], t = devices_[static_cast<size_t>(dst)];
-        Var* cv = typed(b_.var(b_.arena().str("literal_" + deviceSuffix(t)), nullptr, e->loc), e->type);
-        plan_->of[cv] = t;
-        out.push_back({cv, copyCall(e, s, t, e->type, e->loc), false, e->loc});
-        copies_->push_back({names_[static_cast<size_t>(inst)], literalToString(static_cast<const Constant*>(e)), s, t});
-        return cv;
+        return bindCopy(inst, e, "literal", literalToString(static_cast<const Constant*>(e)), src, dst, out);
       }
       case ExprKind::GlobalVar: {
-        const Instance& in = instances_[static_cast<size_t>(inst)];
-        auto t = in.targets.find(site);
-        int target = t != in.targets.end() ? t->second : originals_[globalIndex_.at(static_cast<const GlobalVar*>(e)->name)];
+        int target = targetOf(inst, site, static_cast<const GlobalVar*>(e));
         return instances_[static_cast<size_t>(canonical_[static_cast<size_t>(target)])].var;
       }
       default: return e;
@@ -626,7 +634,6 @@ class Placer {
   }
 
   const Expr* rwValue(int inst, const Expr* e, Site site, std::vector<Binding>& out, CopyScope& scope) {
-    auto& nodes = nodes_[static_cast<size_t>(inst)];
     Expr* r = nullptr;
     switch (e->kind) {
       case ExprKind::Var:
@@ -643,7 +650,7 @@ class Placer {
             // The annotation is spent: its operand, copied when the context wants it elsewhere.
             const Expr* a = rwAtom(inst, Site{c, 0}, c->args[0], out, scope);
             auto [u, res] = onDevice_[static_cast<size_t>(inst)].at(c);
-            Device s = devices_[static_cast<size_t>(d_.device(u))], t = devices_[static_cast<size_t>(d_.device(res))];
+            Device s = deviceAt(d_.device(u)), t = deviceAt(d_.device(res));
             if (s == t) return a;
             std::string what = a->kind == ExprKind::Var ? "%" + std::string(static_cast<const Var*>(a)->name) : "on_device";
             copies_->push_back({names_[static_cast<size_t>(inst)], what, s, t});
@@ -690,8 +697,7 @@ class Placer {
       default: internal(e, "unexpected expression in the rewrite");
     }
     r->type = e->type;
-    auto it = nodes.find(e);
-    plan_->of[r] = it == nodes.end() ? devices_[static_cast<size_t>(host_)] : deviceOfNode(it->second);
+    plan_->of[r] = deviceOfExpr(inst, e);
     return r;
   }
 
@@ -748,8 +754,8 @@ class Placer {
     for (const auto& td : m_.typeDefs()) module->addTypeDef(td.def, td.fromPrelude);
     plan_ = &out.plan;
     copies_ = &out.copies;
-    out.plan.host = devices_[static_cast<size_t>(host_)];
-    out.plan.defaultDevice = devices_[static_cast<size_t>(default_)];
+    out.plan.host = deviceAt(host_);
+    out.plan.defaultDevice = deviceAt(default_);
     out.plan.devices = devices_;
     // Instances whose parameters and results ended up on the same devices are
     // one function: clones merge into the original or the first such clone.
@@ -763,7 +769,7 @@ class Placer {
       ls.clear();
       d_.leaves(dom_[i], ls);
       std::string sig;
-      for (int l : ls) sig += (sig.empty() ? "" : ".") + devices_[static_cast<size_t>(d_.device(l))].toString();
+      for (int l : ls) sig += (sig.empty() ? "" : ".") + deviceAt(d_.device(l)).toString();
       Instance& in = instances_[i];
       auto [it, fresh] = bySignature.emplace(std::make_pair(in.global, sig), static_cast<int>(i));
       canonical_[i] = it->second;
