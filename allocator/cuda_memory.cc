@@ -1,5 +1,6 @@
 // GPU memory from the CUDA driver: cuMemAlloc in the device's primary context.
 #include "jit/cuda_driver.h"
+#include "jit/cuda_stream.h"
 #include "kiln/error.h"
 #include "kiln/memory.h"
 
@@ -13,34 +14,34 @@ namespace {
 // on the host. cuMemAlloc aligns to at least 256 bytes.
 class CudaMemory final : public DeviceMemory {
  public:
-  explicit CudaMemory(Device device) : device_(device), driver_(jit::CudaDriver::get()) {
-    if (device.index >= driver_.deviceCount)
-      throw Error("device " + device.toString() + " was asked for, but the driver sees " + std::to_string(driver_.deviceCount) +
-                  " GPU(s)");
-    driver_.check(driver_.deviceGet(&dev_, device.index), "cuDeviceGet");
-    driver_.check(driver_.primaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain");
-  }
-  ~CudaMemory() override { driver_.primaryCtxRelease(dev_); }
+  explicit CudaMemory(Device device) : device_(device), driver_(jit::CudaDriver::get()) { driver_.use(device.index); }
 
   Device device() const override { return device_; }
 
   void* allocate(uint64_t bytes) override {
     CUdeviceptr p = 0;
     // A failure is "out of memory" to the pool, which releases its cache and retries.
-    if (driver_.ctxSetCurrent(ctx_) != CUDA_SUCCESS || driver_.memAlloc(&p, bytes) != CUDA_SUCCESS) return nullptr;
+    driver_.use(device_.index);
+    if (driver_.memAlloc(&p, bytes) != CUDA_SUCCESS) return nullptr;
     return reinterpret_cast<void*>(static_cast<uintptr_t>(p));
   }
 
   void free(void* p, uint64_t) override {
-    driver_.ctxSetCurrent(ctx_);
+    try {
+      driver_.use(device_.index);
+    } catch (const Error&) {
+      return;  // the context is gone (process exit): nothing left to free into
+    }
     driver_.memFree(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)));
   }
+
+  // Blocks freed while a stream may still use them carry that stream's tag.
+  uint64_t streamTag() const override { return jit::currentStreamTag(device_); }
+  void awaitStream(uint64_t tag) override { jit::awaitStreamTag(tag); }
 
  private:
   Device device_;
   const jit::CudaDriver& driver_;
-  CUdevice dev_ = 0;
-  CUcontext ctx_ = nullptr;
 };
 
 }  // namespace

@@ -73,7 +73,13 @@ struct PooledAllocator::State {
   bool host = true;  // host memory: poisoned while cached (device pointers are not host addresses)
   // Held across the device's own allocate() on a miss: misses are rare once warm.
   mutable SpinLock mu;
-  std::vector<std::vector<void*>> free;  // per size class
+  // Per size class. `tag` is the stream (of a GPU pool) the block was freed
+  // under; host blocks always have 0.
+  struct Cached {
+    void* ptr;
+    uint64_t tag;
+  };
+  std::vector<std::vector<Cached>> free;
   uint64_t limit = 0;
   uint64_t inUse = 0, cached = 0, peakInUse = 0, peakReserved = 0;
   uint64_t hits = 0, misses = 0, releases = 0;
@@ -93,9 +99,10 @@ struct PooledAllocator::State {
   void releaseCachedLocked() {
     for (uint32_t c = 0; c < free.size(); ++c) {
       uint64_t n = classBytes(c);
-      for (void* p : free[c]) {
-        if (host) KILN_UNPOISON(p, n);
-        memory->free(p, n);
+      for (const Cached& b : free[c]) {
+        if (host) KILN_UNPOISON(b.ptr, n);
+        if (b.tag) memory->awaitStream(b.tag);
+        memory->free(b.ptr, n);
       }
       cached -= n * free[c].size();
       free[c].clear();
@@ -107,8 +114,9 @@ struct PooledAllocator::State {
   void give(void* p, uint32_t c) {
     uint64_t n = classBytes(c);
     if (host) KILN_POISON(p, n);
+    uint64_t tag = host ? 0 : memory->streamTag();
     std::lock_guard<SpinLock> lock(mu);
-    free[c].push_back(p);
+    free[c].push_back({p, tag});
     inUse -= n;
     cached += n;
   }
@@ -134,10 +142,12 @@ PooledAllocator::Block PooledAllocator::allocate(uint64_t bytes) {
   // Only what the caller asked for (rounded to the line) becomes addressable.
   uint64_t usable = std::max<uint64_t>((bytes + 63) / 64 * 64, 64);
   void* p = nullptr;
+  uint64_t freedUnder = 0;
   {
     std::lock_guard<SpinLock> lock(s.mu);
     if (!s.free[c].empty()) {
-      p = s.free[c].back();
+      p = s.free[c].back().ptr;
+      freedUnder = s.free[c].back().tag;
       s.free[c].pop_back();
       s.cached -= n;
       ++s.hits;
@@ -161,6 +171,7 @@ PooledAllocator::Block PooledAllocator::allocate(uint64_t bytes) {
     }
   }
   if (s.host) KILN_UNPOISON(p, usable);
+  if (freedUnder && freedUnder != s.memory->streamTag()) s.memory->awaitStream(freedUnder);
   return Block{p, c};
 }
 

@@ -4,7 +4,9 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "kiln/error.h"
 
@@ -92,7 +94,61 @@ void CudaDriver::check(CUresult r, const char* what) const {
   throw Error(std::string(what) + ": " + (msg ? msg : "CUDA error " + std::to_string(static_cast<int>(r))));
 }
 
+CUcontext CudaDriver::use(int index) const {
+  if (index < 0 || index >= deviceCount)
+    throw Error("device cuda:" + std::to_string(index) + " was asked for, but the driver sees " + std::to_string(deviceCount) +
+                " GPU(s)");
+  // Primary contexts are retained once and kept for the life of the process:
+  // pooled blocks and loaded modules may outlive any one VM.
+  static std::mutex mu;
+  static std::vector<CUcontext> contexts;
+  thread_local CUcontext current = nullptr;
+  CUcontext ctx;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (contexts.empty()) contexts.resize(static_cast<size_t>(deviceCount), nullptr);
+    CUcontext& slot = contexts[static_cast<size_t>(index)];
+    if (!slot) {
+      CUdevice dev;
+      check(deviceGet(&dev, index), "cuDeviceGet");
+      check(primaryCtxRetain(&slot, dev), "cuDevicePrimaryCtxRetain");
+    }
+    ctx = slot;
+  }
+  if (current != ctx) {
+    check(ctxSetCurrent(ctx), "cuCtxSetCurrent");
+    current = ctx;
+  }
+  return ctx;
+}
+
 std::string cudaUnavailableReason() { return load().error; }
+
+CudaDeviceInfo cudaDeviceInfo(Device device) {
+  if (device.kind != Device::Kind::CUDA) throw Error(device.toString() + " is not a GPU");
+  const CudaDriver& d = CudaDriver::get();
+  d.use(device.index);
+  CUdevice dev;
+  d.check(d.deviceGet(&dev, device.index), "cuDeviceGet");
+  CudaDeviceInfo info;
+  char name[256] = {};
+  d.check(d.deviceGetName(name, sizeof name - 1, dev), "cuDeviceGetName");
+  info.name = name;
+  auto attr = [&](CUdevice_attribute a) {
+    int v = 0;
+    d.check(d.deviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute");
+    return v;
+  };
+  info.computeCapability =
+      attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 + attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  info.multiprocessors = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  info.clockKHz = attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+  size_t freeBytes = 0, total = 0;
+  d.check(d.memGetInfo(&freeBytes, &total), "cuMemGetInfo");
+  info.freeBytes = freeBytes;
+  info.totalBytes = total;
+  return info;
+}
 
 int cudaComputeCapability(Device device) {
   const CudaDriver& d = CudaDriver::get();
@@ -113,6 +169,8 @@ std::string cudaUnavailableReason() {
 }
 
 int cudaComputeCapability(Device) { throw Error(cudaUnavailableReason()); }
+
+CudaDeviceInfo cudaDeviceInfo(Device) { throw Error(cudaUnavailableReason()); }
 
 #endif
 

@@ -37,7 +37,24 @@ namespace kiln::jit {
   X(memAlloc, cuMemAlloc, "cuMemAlloc", "cuMemAlloc_v2")                                        \
   X(memFree, cuMemFree, "cuMemFree", "cuMemFree_v2")                                            \
   X(memcpyHtoD, cuMemcpyHtoD, "cuMemcpyHtoD", "cuMemcpyHtoD_v2")                                \
-  X(memcpyDtoH, cuMemcpyDtoH, "cuMemcpyDtoH", "cuMemcpyDtoH_v2")
+  X(memcpyDtoH, cuMemcpyDtoH, "cuMemcpyDtoH", "cuMemcpyDtoH_v2")                                \
+  X(memcpyHtoDAsync, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2")            \
+  X(memcpyDtoHAsync, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2")            \
+  X(memcpyDtoDAsync, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2")            \
+  X(memGetInfo, cuMemGetInfo, "cuMemGetInfo", "cuMemGetInfo_v2")                                \
+  X(deviceGetName, cuDeviceGetName, "cuDeviceGetName", "cuDeviceGetName")                       \
+  X(moduleLoadDataEx, cuModuleLoadDataEx, "cuModuleLoadDataEx", "cuModuleLoadDataEx")           \
+  X(moduleGetFunction, cuModuleGetFunction, "cuModuleGetFunction", "cuModuleGetFunction")       \
+  X(moduleUnload, cuModuleUnload, "cuModuleUnload", "cuModuleUnload")                           \
+  X(launchKernel, cuLaunchKernel, "cuLaunchKernel", "cuLaunchKernel")                           \
+  X(streamCreate, cuStreamCreate, "cuStreamCreate", "cuStreamCreate")                           \
+  X(streamDestroy, cuStreamDestroy, "cuStreamDestroy", "cuStreamDestroy_v2")                    \
+  X(streamSynchronize, cuStreamSynchronize, "cuStreamSynchronize", "cuStreamSynchronize")       \
+  X(eventCreate, cuEventCreate, "cuEventCreate", "cuEventCreate")                               \
+  X(eventDestroy, cuEventDestroy, "cuEventDestroy", "cuEventDestroy_v2")                        \
+  X(eventRecord, cuEventRecord, "cuEventRecord", "cuEventRecord")                               \
+  X(eventSynchronize, cuEventSynchronize, "cuEventSynchronize", "cuEventSynchronize")           \
+  X(eventElapsedTime, cuEventElapsedTime, "cuEventElapsedTime", "cuEventElapsedTime_v2")
 
 struct CudaDriver {
 #define KILN_CUDA_MEMBER(member, fn, base, versioned) decltype(&::fn) member = nullptr;
@@ -50,8 +67,22 @@ struct CudaDriver {
   static const CudaDriver& get();
   // Throws kiln::Error("<what>: <driver's message>") unless r is CUDA_SUCCESS.
   void check(CUresult r, const char* what) const;
+  // The primary context of GPU `index`, retained once for the process, made
+  // current on the calling thread (cheap when it already is).
+  CUcontext use(int index) const;
 };
 #endif
+
+// A GPU's figures, for tools and benchmarks.
+struct CudaDeviceInfo {
+  std::string name;
+  int computeCapability = 0;  // major * 10 + minor
+  int multiprocessors = 0;
+  int clockKHz = 0;
+  uint64_t totalBytes = 0, freeBytes = 0;
+};
+// Throws kiln::Error when CUDA is unavailable or `device` is not a GPU here.
+CudaDeviceInfo cudaDeviceInfo(Device device);
 
 // Empty when the driver is loaded and sees a GPU; otherwise why not, in one line.
 std::string cudaUnavailableReason();

@@ -30,6 +30,26 @@ std::string DiskCache::path(uint64_t hash, const char* ext) const {
   return (std::filesystem::path(dir_) / name).string();
 }
 
+namespace {
+bool readFile(const std::string& path, std::string& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return true;
+}
+}  // namespace
+
+std::optional<std::string> DiskCache::loadPtx(uint64_t hash, const std::string& key,
+                                              const std::vector<std::string>& entries) const {
+  std::string storedKey, ptx;
+  if (!readFile(path(hash, ".key"), storedKey) || storedKey != key || !readFile(path(hash, ".ptx"), ptx)) return std::nullopt;
+  for (const std::string& e : entries)
+    if (ptx.find(".entry " + e + "(") == std::string::npos) return std::nullopt;
+  return ptx;
+}
+
 std::unique_ptr<llvm::MemoryBuffer> DiskCache::load(uint64_t hash, const std::string& key, const std::string& symbol) const {
   std::ifstream k(path(hash, ".key"), std::ios::binary);
   if (!k) return nullptr;
@@ -80,6 +100,16 @@ void DiskCache::store(uint64_t hash, const std::string& key, llvm::MemoryBufferR
   // The object first: a key without its object is never taken for a hit.
   if (writeAtomically(path(hash, ".o"), object.getBufferStart(), object.getBufferSize()))
     writeAtomically(path(hash, ".key"), key.data(), key.size());
+}
+
+}  // namespace kiln::jit
+
+namespace kiln::jit {
+
+void DiskCache::storePtx(uint64_t hash, const std::string& key, const std::string& ptx) const {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (writeAtomically(path(hash, ".ptx"), ptx.data(), ptx.size())) writeAtomically(path(hash, ".key"), key.data(), key.size());
 }
 
 }  // namespace kiln::jit

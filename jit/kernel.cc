@@ -6,11 +6,14 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Support/MemoryBuffer.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
+#include "jit/cuda_driver.h"
 #include "jit/lower.h"
+#include "jit/nvptx_codegen.h"
 #include "kiln/error.h"
 #include "ops/shape_util.h"
 
@@ -31,19 +34,30 @@ constexpr int kCodegenVersion = 1;
 
 // Everything a compiled kernel depends on: its content, the device, the target,
 // LLVM and Kiln's own code generator.
+// The PTX architecture a GPU gets (its own, capped at what LLVM generates).
+int ptxArchitecture(Device device) { return std::min(cudaComputeCapability(device), kMaxPtxSm); }
+
 std::string kernelKey(const FusedFunction& f, Device device) {
-  const CpuTarget& t = hostTarget();
   FusedFunction unnamed = f;
   unnamed.name.clear();
-  return unnamed.toString() + "|" + device.toString() + "|" + t.triple + "|" + t.cpu + "|" + t.features + "|llvm" +
-         LLVM_VERSION_STRING + "|codegen" + std::to_string(kCodegenVersion);
+  std::string target;
+  if (device.kind == Device::Kind::CUDA) {
+    target = "nvptx64|sm_" + std::to_string(ptxArchitecture(device));
+  } else {
+    const CpuTarget& t = hostTarget();
+    target = t.triple + "|" + t.cpu + "|" + t.features;
+  }
+  return unnamed.toString() + "|" + device.toString() + "|" + target + "|llvm" + LLVM_VERSION_STRING + "|codegen" +
+         std::to_string(kCodegenVersion);
 }
 }  // namespace
 
 CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, const DiskCache* disk)
     : f_(std::move(f)), device_(device) {
-  if (device.kind != Device::Kind::CPU)
-    throw Error("kernel " + f_.name + ": no code generator for device " + device.toString() + " in this build");
+  if (device.kind == Device::Kind::CUDA) {
+    std::string why = cudaUnavailableReason();
+    if (!why.empty()) throw Error("kernel " + f_.name + ": " + why);
+  }
   f_.verify();
   bool allStatic = true;
   std::vector<Shape> paramShapes;
@@ -59,6 +73,11 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   // kernel kept with its IR is a separate compile under its own name.
   std::string symbol = "kiln_" + hex(hash) + (keepIR ? "_ir" : "");
   loops_ = lowerToLoops(f_);
+  if (device.kind == Device::Kind::CUDA) {
+    compileForGpu(symbol, key, hash, keepIR, disk);
+    compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return;
+  }
   if (disk && !keepIR) {
     if (auto object = disk->load(hash, key, symbol)) {
       entry_ = loadCompiledObject(std::move(object), symbol);
@@ -75,6 +94,27 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   entry_ = r.entry;
   ir_ = std::move(r.optimizedIR);
   compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CompiledKernel::compileForGpu(const std::string& symbol, const std::string& key, uint64_t hash, bool keepIR,
+                                   const DiskCache* disk) {
+  PtxModule ptx;
+  if (disk && !keepIR) {
+    ptx = planPtx(loops_, symbol);
+    std::vector<std::string> entries;
+    for (const PtxLaunch& l : ptx.launches) entries.push_back(l.entry);
+    if (auto text = disk->loadPtx(hash, key, entries)) {
+      ptx.ptx = std::move(*text);
+      ptx.sm = ptxArchitecture(device_);
+      fromDisk_ = true;
+    }
+  }
+  if (!fromDisk_) {
+    ptx = emitPtx(loops_, symbol, ptxArchitecture(device_));
+    if (disk && !keepIR) disk->storePtx(hash, key, ptx.ptx);
+  }
+  if (keepIR) ir_ = ptx.ptx;
+  gpu_ = std::make_shared<const GpuKernel>(loops_, std::move(ptx), device_);
 }
 
 const std::vector<Shape>& CompiledKernel::checkedShapes(std::span<const Tensor> inputs, std::vector<Shape>& storage) const {
@@ -132,6 +172,15 @@ void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tens
       scratch.push_back(Tensor::empty(decl.dtype, {n}, device_));
     }
     buffers.push_back(scratch.back().data());
+  }
+  if (gpu_) {
+    bool synchronous = false;
+    CudaStream& stream = streamFor(device_, synchronous);
+    gpu_->run(buffers.data(), flat.data(), flat.size(), stream);
+    // Scratch blocks go back to the pool tagged with this stream, so no other
+    // stream reuses them before these launches have run.
+    if (synchronous) stream.synchronize();
+    return;
   }
   entry_(buffers.data(), flat.data());
 }

@@ -6,6 +6,11 @@
 // with the device and the target (CPU name, features, LLVM version); concurrent
 // requests for one kernel compile it once, the others wait for that result.
 // CompiledKernel is immutable and safe to run from many threads at once.
+//
+// On a GPU (cuda:N) the kernel is PTX for the GPU's architecture, loaded into
+// the driver; run() queues its launches on the calling thread's current stream
+// (cuda_stream.h) and returns without waiting, or waits when no stream is
+// current (the synchronous C++ interface). Its tensors must be on that GPU.
 #pragma once
 
 #include <atomic>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "jit/cpu_jit.h"
+#include "jit/cuda_kernel.h"
 #include "jit/disk_cache.h"
 #include "jit/fused_function.h"
 #include "jit/loop_ir.h"
@@ -36,7 +42,7 @@ class CompiledKernel {
   const FusedFunction& function() const { return f_; }
   Device device() const { return device_; }
   const loop::LoopKernel& loops() const { return loops_; }
-  const std::string& optimizedIR() const { return ir_; }
+  const std::string& optimizedIR() const { return ir_; }  // CPU: LLVM IR; GPU: PTX (when kept)
   double compileMillis() const { return compileMillis_; }
 
   // Runs the kernel; allocates and returns its outputs. Inputs are checked against
@@ -55,13 +61,15 @@ class CompiledKernel {
   FusedFunction f_;
   Device device_;
   loop::LoopKernel loops_;
+  void compileForGpu(const std::string& symbol, const std::string& key, uint64_t hash, bool keepIR, const DiskCache* disk);
   void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs, const std::vector<Shape>& shapes) const;
   // shapesFor, or the shapes computed once when every dimension is static.
   const std::vector<Shape>& checkedShapes(std::span<const Tensor> inputs, std::vector<Shape>& storage) const;
   std::optional<std::vector<Shape>> staticShapes_;
 
   std::string ir_;
-  KernelEntry entry_ = nullptr;
+  KernelEntry entry_ = nullptr;                // on a CPU device
+  std::shared_ptr<const GpuKernel> gpu_;       // on a GPU
   double compileMillis_ = 0;
   bool fromDisk_ = false;
 };

@@ -17,6 +17,7 @@
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <unordered_map>
@@ -84,22 +85,19 @@ class LoopEmitter {
   static bool isUnsigned(DType t) { return t == DType::UInt8 || t == DType::Bool; }
 
   // ---- statements ----
+  // Vectorize: ask for vectorization, one vector per iteration; VectorizeReduction:
+  // also let LLVM interleave (several accumulators hide the add latency that a
+  // single one would serialize on); NoVectorize: forbid it (loops whose
+  // vectorization would only cost compile time); Auto: leave it to LLVM.
+  enum class LoopHint { Vectorize, VectorizeReduction, NoVectorize, Auto };
+
   void emitStmt(loop::StmtId id) {
     const loop::StmtNode& s = k_.stmt(id);
     switch (s.kind) {
       case StmtKind::Block:
         for (loop::StmtId c : s.body) emitStmt(c);
         return;
-      case StmtKind::Store: {
-        const loop::BufferDecl& buf = k_.buffers[static_cast<size_t>(s.buffer)];
-        llvm::Value* v = emitExpr(s.value);
-        if (buf.dtype == DType::Float16) v = b_.CreateFPTrunc(v, b_.getHalfTy());
-        if (buf.dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
-        llvm::Value* p = b_.CreateInBoundsGEP(memoryType(buf.dtype), fn_->getArg(static_cast<unsigned>(s.buffer)),
-                                              emitExpr(s.index));
-        b_.CreateStore(v, p);
-        return;
-      }
+      case StmtKind::Store: emitStore(s); return;
       case StmtKind::Gemm: emitGemm(s); return;
       case StmtKind::If: {
         llvm::Value* cond = emitExpr(s.value);
@@ -123,22 +121,39 @@ class LoopEmitter {
           emitParallel(s);
           return;
         }
-        llvm::Value* extent = emitExpr(s.extent);
-        emitLoop(s.var, extent, loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::NoVectorize, [&] {
-          for (loop::StmtId c : s.body) emitStmt(c);
-        });
+        emitInnerFor(s, loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::NoVectorize);
         return;
       }
     }
   }
 
+  // Hooks for how a backend maps statements onto its threads (the GPU shares a
+  // block's work out); the defaults run them in the calling thread.
+  virtual void emitStore(const loop::StmtNode& s) { storeValue(s); }
+  virtual void emitInnerFor(const loop::StmtNode& s, LoopHint hint) {
+    emitLoop(s.var, emitExpr(s.extent), hint, [&] {
+      for (loop::StmtId c : s.body) emitStmt(c);
+    });
+  }
+  void storeValue(const loop::StmtNode& s) {
+    const loop::BufferDecl& buf = k_.buffers[static_cast<size_t>(s.buffer)];
+    llvm::Value* v = emitExpr(s.value);
+    if (buf.dtype == DType::Float16) v = b_.CreateFPTrunc(v, b_.getHalfTy());
+    if (buf.dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+    llvm::Value* p = b_.CreateInBoundsGEP(memoryType(buf.dtype), fn_->getArg(static_cast<unsigned>(s.buffer)), emitExpr(s.index));
+    b_.CreateStore(v, p);
+  }
+
+  // A reduction whose outermost loop is shared among threads: each takes the
+  // iterations from splitBegin() by splitStep(), and combineSplit() merges the
+  // partial results (every thread gets the total). Arg reductions never split.
+  virtual bool splitReduction(const ExprNode&) { return false; }
+  virtual llvm::Value* splitBegin() { return nullptr; }
+  virtual llvm::Value* splitStep() { return nullptr; }
+  virtual llvm::Value* combineSplit(loop::ReduceOp, DType, llvm::Value* partial) { return partial; }
+
   // for (var = begin; var < extent; var += step) body() (begin 0 and step 1 unless
   // given); caches of values computed inside are dropped after.
-  // Vectorize: ask for vectorization, one vector per iteration; VectorizeReduction:
-  // also let LLVM interleave (several accumulators hide the add latency that a
-  // single one would serialize on); NoVectorize: forbid it (loops whose
-  // vectorization would only cost compile time); Auto: leave it to LLVM.
-  enum class LoopHint { Vectorize, VectorizeReduction, NoVectorize, Auto };
 
   template <class Body>
   void emitLoop(int32_t var, llvm::Value* extent, LoopHint hint, Body&& body, llvm::Value* begin = nullptr,
@@ -506,15 +521,21 @@ class LoopEmitter {
       b_.CreateStore(b_.getInt64(0), acc.index);
       b_.CreateStore(b_.getInt64(0), acc.count);
     }
-    emitReduceLevel(n, 0, acc, op, valueType_);
+    bool split = !arg && splitReduction(n);
+    emitReduceLevel(n, 0, acc, op, valueType_, split);
     if (arg) return b_.CreateLoad(b_.getInt64Ty(), acc.index);
     llvm::Value* result = b_.CreateLoad(ty, acc.value);
-    if (acc.sawNaN)
-      result = b_.CreateSelect(b_.CreateLoad(b_.getInt1Ty(), acc.sawNaN), llvm::ConstantFP::getNaN(ty), result);
+    if (split) result = combineSplit(valueOp, valueType_, result);
+    if (acc.sawNaN) {
+      llvm::Value* nan = b_.CreateLoad(b_.getInt1Ty(), acc.sawNaN);
+      if (split) nan = combineSplit(loop::ReduceOp::Any, DType::Bool, nan);
+      result = b_.CreateSelect(nan, llvm::ConstantFP::getNaN(ty), result);
+    }
     return result;
   }
 
-  void emitReduceLevel(const ExprNode& n, int64_t level, const Accumulator& acc, loop::ReduceOp op, DType vt) {
+  void emitReduceLevel(const ExprNode& n, int64_t level, const Accumulator& acc, loop::ReduceOp op, DType vt,
+                       bool split = false) {
     if (level == n.ival) {
       llvm::Value* v = emitExpr(n.a);
       llvm::Value* cur = b_.CreateLoad(acc.value->getAllocatedType(), acc.value);
@@ -555,11 +576,59 @@ class LoopEmitter {
       b_.CreateStore(b_.CreateAdd(pos, b_.getInt64(1)), acc.count);
       return;
     }
+    if (split && level == 0 && n.ival > 1 && rectangular(n)) {
+      splitFlattened(n, acc, op, vt);
+      return;
+    }
     size_t at = static_cast<size_t>(n.c + level);
     llvm::Value* extent = emitExpr(k_.reduceExtents[at]);
     // Arg reductions carry a position through the loop: left scalar.
     LoopHint hint = level + 1 == n.ival && !acc.index ? LoopHint::VectorizeReduction : LoopHint::Auto;
-    emitLoop(k_.reduceVars[at], extent, hint, [&] { emitReduceLevel(n, level + 1, acc, op, vt); });
+    bool share = split && level == 0;
+    emitLoop(k_.reduceVars[at], extent, hint, [&] { emitReduceLevel(n, level + 1, acc, op, vt); },
+             share ? splitBegin() : nullptr, share ? splitStep() : nullptr);
+  }
+
+  // Whether no extent of the reduction depends on the reduction's own variables.
+  bool rectangular(const ExprNode& n) const {
+    std::vector<int32_t> own(k_.reduceVars.begin() + n.c, k_.reduceVars.begin() + n.c + n.ival);
+    std::vector<ExprId> stack(k_.reduceExtents.begin() + n.c, k_.reduceExtents.begin() + n.c + n.ival);
+    while (!stack.empty()) {
+      const ExprNode& e = k_.expr(stack.back());
+      stack.pop_back();
+      if (e.kind == ExprKind::Var && std::find(own.begin(), own.end(), e.a) != own.end()) return false;
+      if (e.kind == ExprKind::IntConst || e.kind == ExprKind::FloatConst || e.kind == ExprKind::Dim || e.kind == ExprKind::Var) continue;
+      for (ExprId c : {e.kind == ExprKind::Load ? e.b : e.a, e.kind == ExprKind::Load ? -1 : e.b, e.c})
+        if (c >= 0 && !(e.kind == ExprKind::Reduce && c != e.a)) stack.push_back(c);
+    }
+    return true;
+  }
+
+  // A split reduction over several loops: one flat index over all of them,
+  // shared among the threads, each variable recovered by division.
+  void splitFlattened(const ExprNode& n, const Accumulator& acc, loop::ReduceOp op, DType vt) {
+    std::vector<llvm::Value*> extents;
+    llvm::Value* total = b_.getInt64(1);
+    for (int64_t l = 0; l < n.ival; ++l) {
+      extents.push_back(emitExpr(k_.reduceExtents[static_cast<size_t>(n.c + l)]));
+      total = b_.CreateMul(total, extents.back());
+    }
+    auto varAt = [&](int64_t l) { return static_cast<size_t>(k_.reduceVars[static_cast<size_t>(n.c + l)]); };
+    size_t last = varAt(n.ival - 1);
+    emitLoop(static_cast<int32_t>(last), total, LoopHint::Auto, [&] {
+      llvm::Value* rest = vars_[last];
+      int depth = static_cast<int>(scopes_.size()) - 1;
+      for (int64_t l = n.ival; l-- > 0;) {
+        vars_[varAt(l)] = l == 0 ? rest : b_.CreateURem(rest, extents[static_cast<size_t>(l)]);
+        varDepth_[varAt(l)] = depth;
+        if (l) rest = b_.CreateUDiv(rest, extents[static_cast<size_t>(l)]);
+      }
+      emitReduceLevel(n, n.ival, acc, op, vt);
+      for (int64_t l = 0; l + 1 < n.ival; ++l) {
+        vars_[varAt(l)] = nullptr;
+        varDepth_[varAt(l)] = -1;
+      }
+    }, splitBegin(), splitStep());
   }
 
   const loop::LoopKernel& k_;

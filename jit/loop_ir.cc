@@ -1,6 +1,7 @@
 // LoopKernel construction, folding and printing.
 #include "jit/loop_ir.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -290,6 +291,114 @@ std::string LoopKernel::toString() const {
   out += "):\n";
   if (body >= 0) stmtString(*this, body, 1, out);
   return out;
+}
+
+namespace {
+bool hostScalar(DType t) { return !isFloat(t); }
+}  // namespace
+
+bool hostEvaluable(const LoopKernel& k, ExprId e, const std::vector<int32_t>& vars) {
+  const ExprNode& n = k.expr(e);
+  if (!hostScalar(n.type)) return false;
+  switch (n.kind) {
+    case ExprKind::IntConst:
+    case ExprKind::Dim: return true;
+    case ExprKind::Var: return std::find(vars.begin(), vars.end(), n.a) != vars.end();
+    case ExprKind::Unary: return n.op == static_cast<uint8_t>(UnaryOp::Not) && hostEvaluable(k, n.a, vars);
+    case ExprKind::Binary:
+      return static_cast<BinaryOp>(n.op) != BinaryOp::Pow && hostScalar(k.expr(n.a).type) && hostEvaluable(k, n.a, vars) &&
+             hostEvaluable(k, n.b, vars);
+    case ExprKind::Select: return hostEvaluable(k, n.a, vars) && hostEvaluable(k, n.b, vars) && hostEvaluable(k, n.c, vars);
+    case ExprKind::Cast: return hostScalar(k.expr(n.a).type) && hostEvaluable(k, n.a, vars);
+    default: return false;
+  }
+}
+
+std::optional<int64_t> evalOnHost(const LoopKernel& k, ExprId e, const int64_t* shapes,
+                                  const std::unordered_map<int32_t, int64_t>& vars) {
+  const ExprNode& n = k.expr(e);
+  if (!hostScalar(n.type)) return std::nullopt;
+  // Wrap to the expression's width, as the kernel computes it.
+  auto wrap = [&](int64_t v) -> int64_t {
+    switch (n.type) {
+      case DType::Bool: return v != 0;
+      case DType::Int8: return static_cast<int8_t>(v);
+      case DType::UInt8: return static_cast<uint8_t>(v);
+      case DType::Int16: return static_cast<int16_t>(v);
+      case DType::Int32: return static_cast<int32_t>(v);
+      default: return v;
+    }
+  };
+  switch (n.kind) {
+    case ExprKind::IntConst: return n.ival;
+    case ExprKind::Dim: return shapes[n.ival];
+    case ExprKind::Var: {
+      auto it = vars.find(n.a);
+      if (it == vars.end()) return std::nullopt;
+      return it->second;
+    }
+    case ExprKind::Unary: {
+      if (static_cast<UnaryOp>(n.op) != UnaryOp::Not) return std::nullopt;
+      auto a = evalOnHost(k, n.a, shapes, vars);
+      if (!a) return std::nullopt;
+      return wrap(n.type == DType::Bool ? !*a : ~*a);
+    }
+    case ExprKind::Select: {
+      auto c = evalOnHost(k, n.a, shapes, vars);
+      if (!c) return std::nullopt;
+      return evalOnHost(k, *c ? n.b : n.c, shapes, vars);
+    }
+    case ExprKind::Cast: {
+      auto a = evalOnHost(k, n.a, shapes, vars);
+      if (!a) return std::nullopt;
+      return wrap(*a);
+    }
+    case ExprKind::Binary: {
+      if (!hostScalar(k.expr(n.a).type)) return std::nullopt;
+      auto a = evalOnHost(k, n.a, shapes, vars);
+      auto b = evalOnHost(k, n.b, shapes, vars);
+      if (!a || !b) return std::nullopt;
+      int64_t x = *a, y = *b;
+      bool uns = k.expr(n.a).type == DType::UInt8 || k.expr(n.a).type == DType::Bool;
+      // The kernels' integer division never traps: by 0 gives 0, by -1 negates.
+      auto divide = [&](bool floor) -> int64_t {
+        if (y == 0) return 0;
+        if (y == -1 && !uns) return static_cast<int64_t>(0ull - static_cast<uint64_t>(x));
+        int64_t q = x / y;
+        if (floor && (x % y != 0) && ((x < 0) != (y < 0))) --q;
+        return q;
+      };
+      auto remainder = [&](bool floor) -> int64_t {
+        if (y == 0 || y == -1) return 0;
+        int64_t r = x % y;
+        if (floor && r != 0 && ((r < 0) != (y < 0))) r += y;
+        return r;
+      };
+      uint64_t ux = static_cast<uint64_t>(x), uy = static_cast<uint64_t>(y);
+      switch (static_cast<BinaryOp>(n.op)) {
+        case BinaryOp::Add: return wrap(static_cast<int64_t>(ux + uy));
+        case BinaryOp::Sub: return wrap(static_cast<int64_t>(ux - uy));
+        case BinaryOp::Mul: return wrap(static_cast<int64_t>(ux * uy));
+        case BinaryOp::Div: return wrap(divide(false));
+        case BinaryOp::FloorDiv: return wrap(divide(true));
+        case BinaryOp::Mod: return wrap(remainder(false));
+        case BinaryOp::FloorMod: return wrap(remainder(true));
+        case BinaryOp::Max: return uns ? static_cast<int64_t>(std::max(ux, uy)) : std::max(x, y);
+        case BinaryOp::Min: return uns ? static_cast<int64_t>(std::min(ux, uy)) : std::min(x, y);
+        case BinaryOp::Eq: return x == y;
+        case BinaryOp::Ne: return x != y;
+        case BinaryOp::Lt: return uns ? ux < uy : x < y;
+        case BinaryOp::Le: return uns ? ux <= uy : x <= y;
+        case BinaryOp::Gt: return uns ? ux > uy : x > y;
+        case BinaryOp::Ge: return uns ? ux >= uy : x >= y;
+        case BinaryOp::And: return wrap(x & y);
+        case BinaryOp::Or: return wrap(x | y);
+        case BinaryOp::Pow: return std::nullopt;
+      }
+      return std::nullopt;
+    }
+    default: return std::nullopt;
+  }
 }
 
 }  // namespace kiln::loop

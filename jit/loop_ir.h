@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -114,6 +115,15 @@ struct LoopKernel {
   const StmtNode& stmt(StmtId id) const { return stmts[static_cast<size_t>(id)]; }
   std::string toString() const;
 };
+
+// Integer index arithmetic evaluated on the host (a GPU launch's extent, a
+// branch on shapes): constants, run-time dimensions from `shapes`, the loop
+// variables given in `vars` (by id; others unknown), and integer operators.
+// Anything else (loads, floats, reductions) is unknown: nullopt.
+std::optional<int64_t> evalOnHost(const LoopKernel& k, ExprId e, const int64_t* shapes,
+                                  const std::unordered_map<int32_t, int64_t>& vars);
+// Whether `e` can be evaluated on the host once the variables in `vars` are known.
+bool hostEvaluable(const LoopKernel& k, ExprId e, const std::vector<int32_t>& vars);
 
 const char* unaryName(UnaryOp op);
 const char* binaryName(BinaryOp op);

@@ -5,6 +5,7 @@
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Verifier.h>
 #include <llvm/Linker/Linker.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -29,56 +30,62 @@ namespace {
 
 constexpr const char* kTriple = "nvptx64-nvidia-cuda";
 
+// Tiles of the GPU Gemm: a block computes kTileM x kTileN of C with
+// kGemmThreads threads, kThreadM x kThreadN each, over K-slices of kTileK.
+constexpr int kTileM = 128, kTileN = 128, kTileK = 8, kThreadM = 8, kThreadN = 8;
+constexpr int kGemmThreads = (kTileM / kThreadM) * (kTileN / kThreadN);
+// Threads per block of the Rows mapping (a multiple of the warp size).
+constexpr int kRowThreads = 256;
+static_assert(kGemmThreads == kGpuBlockThreads && kRowThreads == kGpuBlockThreads, "the plan launches blocks of this size");
+
 class NvptxCodegen final : public LoopEmitter {
  public:
   using LoopEmitter::LoopEmitter;
 
-  std::unique_ptr<llvm::Module> run(const std::string& symbol, std::vector<PtxLaunch>& launches) {
+  std::unique_ptr<llvm::Module> run(const std::string& symbol, const PtxModule& plan) {
     auto m = std::make_unique<llvm::Module>(symbol, ctx_);
     m_ = m.get();
     m->setTargetTriple(kTriple);
-    std::vector<loop::StmtId> top;
-    if (k_.body >= 0) flatten(k_.body, top);
-    for (size_t i = 0; i < top.size(); ++i) {
-      const loop::StmtNode& s = k_.stmt(top[i]);
-      std::string name = symbol + "_" + std::to_string(i);
-      beginFunction(makeKernel(name));
-      PtxLaunch::Shape shape = PtxLaunch::Shape::Grid;
-      if (s.kind == StmtKind::For && loop::isParallel(s.loop)) {
-        gridStride(s);
-      } else if (s.kind == StmtKind::Gemm) {
-        emitGemm(s);
-      } else {
-        // Serial work: thread 0 of a one-thread launch.
-        shape = PtxLaunch::Shape::Single;
-        auto* work = llvm::BasicBlock::Create(ctx_, "work", fn_);
-        auto* done = llvm::BasicBlock::Create(ctx_, "done", fn_);
-        b_.CreateCondBr(b_.CreateICmpEQ(threadIndex(), b_.getInt64(0)), work, done);
-        b_.SetInsertPoint(work);
-        emitStmt(top[i]);
-        b_.CreateBr(done);
-        b_.SetInsertPoint(done);
+    hostVars_ = plan.hostVars;
+    for (const PtxLaunch& l : plan.launches) {
+      beginFunction(makeKernel(l.entry));
+      for (size_t i = 0; i < hostVars_.size(); ++i) {
+        auto v = static_cast<size_t>(hostVars_[i]);
+        vars_[v] = fn_->getArg(static_cast<unsigned>(k_.buffers.size() + 1 + i));
+        varDepth_[v] = 0;
+      }
+      const loop::StmtNode& s = k_.stmt(l.stmt);
+      switch (l.mapping) {
+        case GpuMapping::Flat: flat(l, threadIndex(), threadCount()); break;
+        case GpuMapping::Rows: rows(l); break;
+        case GpuMapping::Gemm:
+          if (l.batchVar >= 0) {
+            vars_[static_cast<size_t>(l.batchVar)] = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z);
+            varDepth_[static_cast<size_t>(l.batchVar)] = 0;
+          }
+          tiledGemm(s.gemm);
+          break;
+        case GpuMapping::Single: {
+          auto* work = llvm::BasicBlock::Create(ctx_, "work", fn_);
+          auto* done = llvm::BasicBlock::Create(ctx_, "done", fn_);
+          b_.CreateCondBr(b_.CreateICmpEQ(threadIndex(), b_.getInt64(0)), work, done);
+          b_.SetInsertPoint(work);
+          emitStmt(l.stmt);
+          b_.CreateBr(done);
+          b_.SetInsertPoint(done);
+          break;
+        }
       }
       b_.CreateRetVoid();
-      launches.push_back({name, shape});
     }
     return m;
   }
 
  private:
-  // Top-level statements, with blocks opened: each becomes its own launch.
-  void flatten(loop::StmtId id, std::vector<loop::StmtId>& out) const {
-    const loop::StmtNode& s = k_.stmt(id);
-    if (s.kind != StmtKind::Block) {
-      out.push_back(id);
-      return;
-    }
-    for (loop::StmtId c : s.body) flatten(c, out);
-  }
-
   llvm::Function* makeKernel(const std::string& name) {
     llvm::Type* ptr = b_.getPtrTy();
     std::vector<llvm::Type*> params(k_.buffers.size() + 1, ptr);
+    params.insert(params.end(), hostVars_.size(), b_.getInt64Ty());
     auto* f = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
                                      llvm::Function::ExternalLinkage, name, m_);
     f->setCallingConv(llvm::CallingConv::PTX_Kernel);
@@ -87,26 +94,191 @@ class NvptxCodegen final : public LoopEmitter {
       f->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
       if (!k_.buffers[i].output) f->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::ReadOnly);
     }
-    f->addParamAttr(static_cast<unsigned>(k_.buffers.size()), llvm::Attribute::ReadOnly);
+    // The shapes travel by value in the parameter space: no copy before a launch.
+    auto shapes = static_cast<unsigned>(k_.buffers.size());
+    llvm::Type* array = llvm::ArrayType::get(b_.getInt64Ty(), static_cast<uint64_t>(std::max(k_.numShapeSlots, 1)));
+    f->addParamAttr(shapes, llvm::Attribute::getWithByValType(ctx_, array));
+    f->addParamAttr(shapes, llvm::Attribute::getWithAlignment(ctx_, llvm::Align(8)));
     return f;
   }
 
   llvm::Value* sreg(llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), b_.getInt64Ty()); }
+  llvm::Value* tid() { return sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x); }
+  llvm::Value* ntid() { return sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x); }
   // This thread's index in the whole launch, and the launch's thread count.
   llvm::Value* threadIndex() {
-    return b_.CreateAdd(b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x)),
-                        sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
+    return b_.CreateAdd(b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid()), tid());
   }
-  llvm::Value* threadCount() {
-    return b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x));
+  llvm::Value* threadCount() { return b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x), ntid()); }
+  void barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+
+  // The launch's loops as one index from `begin` by `step`, each variable
+  // recovered by division; then the innermost loop's body.
+  void flat(const PtxLaunch& l, llvm::Value* begin, llvm::Value* step) {
+    std::vector<llvm::Value*> extents;
+    llvm::Value* total = b_.getInt64(1);
+    for (ExprId e : l.extents) {
+      extents.push_back(emitExpr(e));
+      total = b_.CreateMul(total, extents.back());
+    }
+    const std::vector<loop::StmtId>& body = innermost(l);
+    if (l.loopVars.empty()) {
+      // One row (a statement outside any loop): block 0 does it.
+      auto* work = llvm::BasicBlock::Create(ctx_, "row", fn_);
+      auto* done = llvm::BasicBlock::Create(ctx_, "done", fn_);
+      b_.CreateCondBr(b_.CreateICmpEQ(begin, b_.getInt64(0)), work, done);
+      b_.SetInsertPoint(work);
+      rowScope_ = 0;
+      rowLoops_ = 0;
+      for (loop::StmtId c : body) emitStmt(c);
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+      return;
+    }
+    int32_t last = l.loopVars.back();
+    emitLoop(last, total, LoopHint::Auto, [&] {
+      llvm::Value* rest = vars_[static_cast<size_t>(last)];
+      int depth = static_cast<int>(scopes_.size()) - 1;
+      for (size_t i = l.loopVars.size(); i-- > 0;) {
+        auto v = static_cast<size_t>(l.loopVars[i]);
+        vars_[v] = i == 0 ? rest : b_.CreateURem(rest, extents[i]);
+        varDepth_[v] = depth;
+        if (i) rest = b_.CreateUDiv(rest, extents[i]);
+      }
+      rowScope_ = depth;
+      rowLoops_ = 1;
+      for (loop::StmtId c : body) emitStmt(c);
+      for (size_t i = 0; i + 1 < l.loopVars.size(); ++i) {
+        vars_[static_cast<size_t>(l.loopVars[i])] = nullptr;
+        varDepth_[static_cast<size_t>(l.loopVars[i])] = -1;
+      }
+    }, begin, step);
   }
 
-  void gridStride(const loop::StmtNode& s) {
-    llvm::Value* begin = threadIndex();
-    llvm::Value* step = threadCount();
+  const std::vector<loop::StmtId>& innermost(const PtxLaunch& l) {
+    if (l.loopVars.empty()) {
+      single_stmt_.assign(1, l.stmt);
+      return single_stmt_;
+    }
+    loop::StmtId id = l.stmt;
+    for (size_t i = 1; i < l.loopVars.size(); ++i) id = k_.stmt(id).body[0];
+    return k_.stmt(id).body;
+  }
+
+  // A block per row, grid-stride over rows; the hooks below share the row's
+  // work among the block's threads.
+  void rows(const PtxLaunch& l) {
+    rows_ = true;
+    flat(l, sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x));
+    rows_ = false;
+  }
+
+  // In a row's own scope, with no shared-out loop open: every thread of the
+  // block runs this code, so it may split work and wait at barriers.
+  bool rowUniform() const {
+    int here = static_cast<int>(scopes_.size()) - 1;
+    return rows_ && here == rowScope_ && (sharedScope_ < 0 || here < sharedScope_);
+  }
+
+  void emitInnerFor(const loop::StmtNode& s, LoopHint hint) override {
+    if (!rows_ || static_cast<int>(preheaders_.size()) != rowLoops_ || sharedScope_ >= 0) {
+      LoopEmitter::emitInnerFor(s, hint);
+      return;
+    }
+    // A loop of the row: threads take its iterations in turn (they are
+    // independent: every lowered loop writes distinct elements), then wait, so
+    // the next statement sees all of them.
+    sharedScope_ = static_cast<int>(scopes_.size());
     emitLoop(s.var, emitExpr(s.extent), LoopHint::Auto, [&] {
       for (loop::StmtId c : s.body) emitStmt(c);
-    }, begin, step);
+    }, tid(), ntid());
+    sharedScope_ = -1;
+    barrier();
+  }
+
+  void emitStore(const loop::StmtNode& s) override {
+    if (!rows_ || static_cast<int>(preheaders_.size()) != rowLoops_ || sharedScope_ >= 0) {
+      storeValue(s);
+      return;
+    }
+    // A store of the row itself: every thread computes the value (its
+    // reductions need the whole block), thread 0 writes it.
+    emitExpr(s.value);
+    auto* work = llvm::BasicBlock::Create(ctx_, "store", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "stored", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(tid(), b_.getInt64(0)), work, done);
+    b_.SetInsertPoint(work);
+    storeValue(s);
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    barrier();
+  }
+
+  bool splitReduction(const ExprNode&) override { return rowUniform(); }
+  llvm::Value* splitBegin() override { return tid(); }
+  llvm::Value* splitStep() override { return ntid(); }
+
+  // A shared-memory array of 32 slots of 8 bytes, one per warp, reused by every
+  // reduction of the kernel (a barrier ends each use).
+  llvm::GlobalVariable* sharedSlots(const char* name) {
+    if (auto* g = m_->getNamedGlobal(name)) return g;
+    llvm::Type* t = llvm::ArrayType::get(b_.getInt64Ty(), 32);
+    auto* g = new llvm::GlobalVariable(*m_, t, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(t), name,
+                                       nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+    g->setAlignment(llvm::Align(8));
+    return g;
+  }
+
+  // v from the lane whose index differs from ours in bit `offset`.
+  llvm::Value* shuffleXor(llvm::Value* v, int offset) {
+    llvm::Type* t = v->getType();
+    llvm::Value* mask = b_.getInt32(0xffffffffu);
+    auto shfl32 = [&](llvm::Value* x) {
+      return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {}, {mask, x, b_.getInt32(offset), b_.getInt32(0x1f)});
+    };
+    if (t->isFloatTy())
+      return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {}, {mask, v, b_.getInt32(offset), b_.getInt32(0x1f)});
+    unsigned bits = t->getPrimitiveSizeInBits();
+    if (bits == 64) {
+      llvm::Value* x = b_.CreateBitCast(v, b_.getInt64Ty());
+      llvm::Value* lo = shfl32(b_.CreateTrunc(x, b_.getInt32Ty()));
+      llvm::Value* hi = shfl32(b_.CreateTrunc(b_.CreateLShr(x, 32), b_.getInt32Ty()));
+      llvm::Value* r = b_.CreateOr(b_.CreateZExt(lo, b_.getInt64Ty()), b_.CreateShl(b_.CreateZExt(hi, b_.getInt64Ty()), 32));
+      return b_.CreateBitCast(r, t);
+    }
+    if (bits == 32) return shfl32(v);
+    return b_.CreateTrunc(shfl32(b_.CreateZExt(v, b_.getInt32Ty())), t);
+  }
+
+  // Partial results of the block's threads: combined within each warp by
+  // shuffles, then across warps through shared memory; every thread gets it.
+  llvm::Value* combineSplit(loop::ReduceOp op, DType vt, llvm::Value* partial) override {
+    llvm::Type* t = partial->getType();
+    llvm::Value* v = partial;
+    for (int offset = 16; offset >= 1; offset /= 2) v = reduceCombine(op, vt, v, shuffleXor(v, offset));
+    llvm::GlobalVariable* slots = sharedSlots(t->isIntegerTy(1) ? "kiln_flag_slots" : "kiln_reduce_slots");
+    llvm::Type* slotsType = slots->getValueType();
+    llvm::Value* t64 = tid();
+    llvm::Value* lane = b_.CreateAnd(t64, b_.getInt64(31));
+    llvm::Value* warp = b_.CreateLShr(t64, 5);
+    llvm::Type* stored = t->isIntegerTy(1) ? b_.getInt8Ty() : t;
+    auto* write = llvm::BasicBlock::Create(ctx_, "slot", fn_);
+    auto* written = llvm::BasicBlock::Create(ctx_, "slotted", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(lane, b_.getInt64(0)), write, written);
+    b_.SetInsertPoint(write);
+    llvm::Value* toStore = t->isIntegerTy(1) ? b_.CreateZExt(v, b_.getInt8Ty()) : v;
+    b_.CreateStore(toStore, b_.CreateInBoundsGEP(slotsType, slots, {b_.getInt64(0), warp}));
+    b_.CreateBr(written);
+    b_.SetInsertPoint(written);
+    barrier();
+    llvm::Value* total = nullptr;
+    for (int w = 0; w < kRowThreads / 32; ++w) {
+      llvm::Value* x = b_.CreateLoad(stored, b_.CreateInBoundsGEP(slotsType, slots, {b_.getInt64(0), b_.getInt64(w)}));
+      if (t->isIntegerTy(1)) x = b_.CreateICmpNE(x, b_.getInt8(0));
+      total = total ? reduceCombine(op, vt, total, x) : x;
+    }
+    barrier();  // the slots are free for the next reduction
+    return total;
   }
 
   bool loopHints() const override { return false; }
@@ -118,58 +290,172 @@ class NvptxCodegen final : public LoopEmitter {
     });
   }
 
-  // C[i, j] (+)= sum_p A[i, p] B[p, j], one element per thread, grid-stride
-  // (correct for any launch: a serial launch has one thread doing all).
+  struct GemmValues {
+    llvm::Value *m, *n, *k, *lda, *ldb, *ldc, *aOff, *bOff, *cOff;
+  };
+  GemmValues gemmValues(const loop::GemmArgs& g) {
+    return {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), emitExpr(g.lda), emitExpr(g.ldb), emitExpr(g.ldc),
+            emitExpr(g.aOffset), emitExpr(g.bOffset), emitExpr(g.cOffset)};
+  }
+  llvm::Value* aIndex(const loop::GemmArgs& g, const GemmValues& v, llvm::Value* i, llvm::Value* p) {
+    return b_.CreateAdd(v.aOff, g.transA ? b_.CreateAdd(b_.CreateMul(p, v.lda), i) : b_.CreateAdd(b_.CreateMul(i, v.lda), p));
+  }
+  llvm::Value* bIndex(const loop::GemmArgs& g, const GemmValues& v, llvm::Value* p, llvm::Value* j) {
+    return b_.CreateAdd(v.bOff, g.transB ? b_.CreateAdd(b_.CreateMul(j, v.ldb), p) : b_.CreateAdd(b_.CreateMul(p, v.ldb), j));
+  }
+  llvm::Value* bufferArg(int32_t buffer) { return fn_->getArg(static_cast<unsigned>(buffer)); }
+
+  // Inside serial work (Single): one thread computes all of C.
   void emitGemm(const loop::StmtNode& s) override {
     const loop::GemmArgs& g = s.gemm;
-    llvm::Value *m = emitExpr(g.m), *n = emitExpr(g.n), *kk = emitExpr(g.k);
-    llvm::Value *lda = emitExpr(g.lda), *ldb = emitExpr(g.ldb), *ldc = emitExpr(g.ldc);
-    llvm::Value *aOff = emitExpr(g.aOffset), *bOff = emitExpr(g.bOffset), *cOff = emitExpr(g.cOffset);
+    GemmValues v = gemmValues(g);
     llvm::Type* f32 = b_.getFloatTy();
-    auto ptrOf = [&](int32_t buffer) { return fn_->getArg(static_cast<unsigned>(buffer)); };
-    llvm::Value* total = b_.CreateMul(m, n);
-    llvm::Value* first = threadIndex();
-    llvm::Value* step = threadCount();
+    int32_t vi = k_.numVars, vj = k_.numVars + 1, vp = k_.numVars + 2;  // private variable slots
+    ensureVars(3);
+    emitLoop(vi, v.m, LoopHint::Auto, [&] {
+      emitLoop(vj, v.n, LoopHint::Auto, [&] {
+        llvm::IRBuilder<> entryB(entry_, entry_->begin());
+        llvm::AllocaInst* acc = entryB.CreateAlloca(f32);
+        b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), acc);
+        llvm::Value* i = vars_[static_cast<size_t>(vi)];
+        llvm::Value* j = vars_[static_cast<size_t>(vj)];
+        emitLoop(vp, v.k, LoopHint::Auto, [&] {
+          llvm::Value* p = vars_[static_cast<size_t>(vp)];
+          llvm::Value* a = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufferArg(g.a), aIndex(g, v, i, p)));
+          llvm::Value* bv = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufferArg(g.b), bIndex(g, v, p, j)));
+          b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {a, bv, b_.CreateLoad(f32, acc)}), acc);
+        });
+        storeC(g, v, i, j, b_.CreateLoad(f32, acc));
+      });
+    });
+  }
+
+  void ensureVars(size_t extra) {
+    size_t need = static_cast<size_t>(k_.numVars) + extra;
+    if (vars_.size() < need) {
+      vars_.resize(need, nullptr);
+      varDepth_.resize(need, -1);
+    }
+  }
+
+  void storeC(const loop::GemmArgs& g, const GemmValues& v, llvm::Value* i, llvm::Value* j, llvm::Value* acc) {
+    llvm::Type* f32 = b_.getFloatTy();
+    llvm::Value* cp = b_.CreateInBoundsGEP(f32, bufferArg(g.c), b_.CreateAdd(v.cOff, b_.CreateAdd(b_.CreateMul(i, v.ldc), j)));
+    b_.CreateStore(g.accumulate ? b_.CreateFAdd(b_.CreateLoad(f32, cp), acc) : acc, cp);
+  }
+
+  llvm::GlobalVariable* sharedTile(const char* name, int elements) {
+    if (auto* g = m_->getNamedGlobal(name)) return g;
+    llvm::Type* t = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(elements));
+    auto* g = new llvm::GlobalVariable(*m_, t, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(t), name,
+                                       nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+    g->setAlignment(llvm::Align(16));
+    return g;
+  }
+
+  // C's tile (blockIdx.y, blockIdx.x): each K-slice of A and B is loaded by all
+  // threads into shared memory (A's slice stored k-major, so a thread's 8 rows
+  // are contiguous), then every thread accumulates its 8x8 results in
+  // registers. Elements outside A, B or C are read as 0 and not written.
+  void tiledGemm(const loop::GemmArgs& g) {
+    GemmValues v = gemmValues(g);
+    llvm::Type* f32 = b_.getFloatTy();
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::GlobalVariable* as = sharedTile("kiln_tile_a", kTileK * kTileM);
+    llvm::GlobalVariable* bs = sharedTile("kiln_tile_b", kTileK * kTileN);
+    llvm::Value* t = tid();
+    llvm::Value* tx = b_.CreateURem(t, b_.getInt64(kTileN / kThreadN));
+    llvm::Value* ty = b_.CreateUDiv(t, b_.getInt64(kTileN / kThreadN));
+    llvm::Value* row0 = b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y), b_.getInt64(kTileM));
+    llvm::Value* col0 = b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), b_.getInt64(kTileN));
+    llvm::IRBuilder<> entryB(entry_, entry_->begin());
+    llvm::AllocaInst* acc = entryB.CreateAlloca(llvm::ArrayType::get(f32, kThreadM * kThreadN));
+    for (int e = 0; e < kThreadM * kThreadN; ++e)
+      b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), b_.CreateConstInBoundsGEP2_64(acc->getAllocatedType(), acc, 0, e));
+
+    llvm::Value* aBase = b_.CreateMul(ty, b_.getInt64(kThreadM));  // this thread's rows and columns in the tile
+    llvm::Value* bBase = b_.CreateMul(tx, b_.getInt64(kThreadN));
     llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* head = llvm::BasicBlock::Create(ctx_, "gemm.elem", fn_);
-    auto* body = llvm::BasicBlock::Create(ctx_, "gemm.body", fn_);
-    auto* kHead = llvm::BasicBlock::Create(ctx_, "gemm.k", fn_);
-    auto* kBody = llvm::BasicBlock::Create(ctx_, "gemm.kbody", fn_);
-    auto* store = llvm::BasicBlock::Create(ctx_, "gemm.store", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "gemm.exit", fn_);
+    auto* head = llvm::BasicBlock::Create(ctx_, "kslice", fn_);
+    auto* body = llvm::BasicBlock::Create(ctx_, "kslice.body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "kslice.exit", fn_);
     b_.CreateBr(head);
     b_.SetInsertPoint(head);
-    llvm::PHINode* idx = b_.CreatePHI(b_.getInt64Ty(), 2);
-    idx->addIncoming(first, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(idx, total), body, exit);
+    llvm::PHINode* k0 = b_.CreatePHI(i64, 2);
+    k0->addIncoming(b_.getInt64(0), pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(k0, v.k), body, exit);
     b_.SetInsertPoint(body);
-    llvm::Value* i = b_.CreateUDiv(idx, n);
-    llvm::Value* j = b_.CreateURem(idx, n);
-    b_.CreateBr(kHead);
-    b_.SetInsertPoint(kHead);
-    llvm::PHINode* p = b_.CreatePHI(b_.getInt64Ty(), 2);
-    llvm::PHINode* acc = b_.CreatePHI(f32, 2);
-    p->addIncoming(b_.getInt64(0), body);
-    acc->addIncoming(llvm::ConstantFP::get(f32, 0.0), body);
-    b_.CreateCondBr(b_.CreateICmpSLT(p, kk), kBody, store);
-    b_.SetInsertPoint(kBody);
-    llvm::Value* ai = g.transA ? b_.CreateAdd(aOff, b_.CreateAdd(b_.CreateMul(p, lda), i))
-                               : b_.CreateAdd(aOff, b_.CreateAdd(b_.CreateMul(i, lda), p));
-    llvm::Value* bi = g.transB ? b_.CreateAdd(bOff, b_.CreateAdd(b_.CreateMul(j, ldb), p))
-                               : b_.CreateAdd(bOff, b_.CreateAdd(b_.CreateMul(p, ldb), j));
-    llvm::Value* av = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, ptrOf(g.a), ai));
-    llvm::Value* bv = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, ptrOf(g.b), bi));
-    llvm::Value* sum = b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {av, bv, acc});
-    p->addIncoming(b_.CreateAdd(p, b_.getInt64(1)), kBody);
-    acc->addIncoming(sum, kBody);
-    b_.CreateBr(kHead);
-    b_.SetInsertPoint(store);
-    llvm::Value* cp = b_.CreateInBoundsGEP(f32, ptrOf(g.c), b_.CreateAdd(cOff, b_.CreateAdd(b_.CreateMul(i, ldc), j)));
-    llvm::Value* out = g.accumulate ? b_.CreateFAdd(b_.CreateLoad(f32, cp), acc) : static_cast<llvm::Value*>(acc);
-    b_.CreateStore(out, cp);
-    idx->addIncoming(b_.CreateAdd(idx, step), store);
+    llvm::Value* zero = llvm::ConstantFP::get(f32, 0.0);
+    // Loads: 256 threads, kTileK x kTileM elements of each operand, consecutive
+    // threads along the operand's contiguous dimension.
+    for (int r = 0; r < kTileK * kTileM / kGemmThreads; ++r) {
+      llvm::Value* e = b_.CreateAdd(t, b_.getInt64(r * kGemmThreads));
+      llvm::Value *i, *p;
+      if (g.transA) {
+        i = b_.CreateURem(e, b_.getInt64(kTileM));
+        p = b_.CreateUDiv(e, b_.getInt64(kTileM));
+      } else {
+        p = b_.CreateURem(e, b_.getInt64(kTileK));
+        i = b_.CreateUDiv(e, b_.getInt64(kTileK));
+      }
+      llvm::Value* gi = b_.CreateAdd(row0, i);
+      llvm::Value* gp = b_.CreateAdd(k0, p);
+      llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(gi, v.m), b_.CreateICmpSLT(gp, v.k));
+      // Outside: read A's first element (it exists: the launch has work) and use 0.
+      llvm::Value* idx = b_.CreateSelect(inside, aIndex(g, v, gi, gp), v.aOff);
+      llvm::Value* x = b_.CreateSelect(inside, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufferArg(g.a), idx)), zero);
+      b_.CreateStore(x, b_.CreateInBoundsGEP(as->getValueType(), as, {b_.getInt64(0), b_.CreateAdd(b_.CreateMul(p, b_.getInt64(kTileM)), i)}));
+    }
+    for (int r = 0; r < kTileK * kTileN / kGemmThreads; ++r) {
+      llvm::Value* e = b_.CreateAdd(t, b_.getInt64(r * kGemmThreads));
+      llvm::Value *j, *p;
+      if (g.transB) {
+        p = b_.CreateURem(e, b_.getInt64(kTileK));
+        j = b_.CreateUDiv(e, b_.getInt64(kTileK));
+      } else {
+        j = b_.CreateURem(e, b_.getInt64(kTileN));
+        p = b_.CreateUDiv(e, b_.getInt64(kTileN));
+      }
+      llvm::Value* gj = b_.CreateAdd(col0, j);
+      llvm::Value* gp = b_.CreateAdd(k0, p);
+      llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(gj, v.n), b_.CreateICmpSLT(gp, v.k));
+      llvm::Value* idx = b_.CreateSelect(inside, bIndex(g, v, gp, gj), v.bOff);
+      llvm::Value* x = b_.CreateSelect(inside, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufferArg(g.b), idx)), zero);
+      b_.CreateStore(x, b_.CreateInBoundsGEP(bs->getValueType(), bs, {b_.getInt64(0), b_.CreateAdd(b_.CreateMul(p, b_.getInt64(kTileN)), j)}));
+    }
+    barrier();
+    for (int kk = 0; kk < kTileK; ++kk) {
+      llvm::Value* a[kThreadM];
+      llvm::Value* bv[kThreadN];
+      for (int i = 0; i < kThreadM; ++i)
+        a[i] = b_.CreateLoad(f32, b_.CreateInBoundsGEP(as->getValueType(), as,
+                                                       {b_.getInt64(0), b_.CreateAdd(aBase, b_.getInt64(kk * kTileM + i))}));
+      for (int j = 0; j < kThreadN; ++j)
+        bv[j] = b_.CreateLoad(f32, b_.CreateInBoundsGEP(bs->getValueType(), bs,
+                                                        {b_.getInt64(0), b_.CreateAdd(bBase, b_.getInt64(kk * kTileN + j))}));
+      for (int i = 0; i < kThreadM; ++i)
+        for (int j = 0; j < kThreadN; ++j) {
+          llvm::Value* slot = b_.CreateConstInBoundsGEP2_64(acc->getAllocatedType(), acc, 0, static_cast<uint64_t>(i * kThreadN + j));
+          b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {a[i], bv[j], b_.CreateLoad(f32, slot)}), slot);
+        }
+    }
+    barrier();  // the slice is consumed: the next one may overwrite it
+    k0->addIncoming(b_.CreateAdd(k0, b_.getInt64(kTileK)), b_.GetInsertBlock());
     b_.CreateBr(head);
     b_.SetInsertPoint(exit);
+    for (int i = 0; i < kThreadM; ++i)
+      for (int j = 0; j < kThreadN; ++j) {
+        llvm::Value* gi = b_.CreateAdd(row0, b_.CreateAdd(aBase, b_.getInt64(i)));
+        llvm::Value* gj = b_.CreateAdd(col0, b_.CreateAdd(bBase, b_.getInt64(j)));
+        auto* store = llvm::BasicBlock::Create(ctx_, "c.store", fn_);
+        auto* next = llvm::BasicBlock::Create(ctx_, "c.next", fn_);
+        b_.CreateCondBr(b_.CreateAnd(b_.CreateICmpSLT(gi, v.m), b_.CreateICmpSLT(gj, v.n)), store, next);
+        b_.SetInsertPoint(store);
+        llvm::Value* slot = b_.CreateConstInBoundsGEP2_64(acc->getAllocatedType(), acc, 0, static_cast<uint64_t>(i * kThreadN + j));
+        storeC(g, v, gi, gj, b_.CreateLoad(f32, slot));
+        b_.CreateBr(next);
+        b_.SetInsertPoint(next);
+      }
   }
 
   // libdevice's __nv_<name> (float: __nv_<name>f).
@@ -192,6 +478,13 @@ class NvptxCodegen final : public LoopEmitter {
   }
   llvm::Value* powOf(llvm::Value* x, llvm::Value* y) override { return libdevice("pow", {x, y}); }
   llvm::Value* libmCall(const char* name, llvm::Value* x) override { return libdevice(name, {x}); }
+
+  std::vector<int32_t> hostVars_;
+  std::vector<loop::StmtId> single_stmt_;
+  bool rows_ = false;    // inside a Rows launch
+  int rowScope_ = -1;    // the scope of a row's body
+  int rowLoops_ = 0;     // loops open around a row's body
+  int sharedScope_ = -1;  // the scope of a shared-out loop's body, while one is open
 };
 
 std::unique_ptr<llvm::TargetMachine> nvptxMachine(int sm) {
@@ -246,12 +539,15 @@ std::string libdevicePath() {
 }
 
 PtxModule emitPtx(const loop::LoopKernel& k, const std::string& symbol, int sm) {
-  PtxModule out;
+  PtxModule out = planPtx(k, symbol);
   out.sm = std::min(sm, kMaxPtxSm);
   auto tm = nvptxMachine(out.sm);
   llvm::LLVMContext ctx;
-  std::unique_ptr<llvm::Module> m = NvptxCodegen(k, ctx).run(symbol, out.launches);
+  std::unique_ptr<llvm::Module> m = NvptxCodegen(k, ctx).run(symbol, out);
   m->setDataLayout(tm->createDataLayout());
+  std::string problems;
+  llvm::raw_string_ostream report(problems);
+  if (llvm::verifyModule(*m, &report)) throw Error("internal: the GPU kernel " + symbol + " is invalid IR: " + problems);
   linkLibdevice(*m);
   optimizeModule(*m, *tm);
   llvm::SmallString<0> text;

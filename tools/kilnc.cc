@@ -85,10 +85,7 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
       out += "// a data-dependent operator: it runs natively on the host, no PTX\n\n";
     } else if (emit == "ptx") {
       kiln::jit::PtxModule ptx = kiln::jit::emitPtx(kiln::jit::lowerToLoops(f), f.name);
-      out += "// sm_" + std::to_string(ptx.sm) + "; launches in order:";
-      for (const auto& l : ptx.launches)
-        out += " " + l.entry + (l.shape == kiln::jit::PtxLaunch::Shape::Grid ? " (grid)" : " (one thread)");
-      out += "\n" + ptx.ptx + "\n";
+      out += "// sm_" + std::to_string(ptx.sm) + "; what the host runs:\n" + kiln::jit::describePlan(ptx) + ptx.ptx + "\n";
     } else {
       out += kiln::jit::KernelCache::global().get(f, {}, true)->optimizedIR() + "\n";
     }
@@ -139,7 +136,7 @@ int main(int argc, char** argv) {
 
   try {
     kiln::CompileOptions copts;
-    copts.devices = kiln::tools::checkDevices(devices);
+    copts.devices = kiln::tools::checkDevices(devices, false);
     copts.prelude = prelude;
     copts.planMemory = planMemory;
     if (!paramsFile.empty()) copts.params = kiln::readNpz(paramsFile);

@@ -219,7 +219,7 @@ int run(int argc, char** argv) {
     else throw Usage("more than one program given ('" + program + "' and '" + a + "')");
   }
   if (program.empty()) throw Usage("no program given (see vmrun --help)");
-  std::vector<kiln::Device> deviceList = kiln::tools::checkDevices(devices);
+  std::vector<kiln::Device> deviceList = kiln::tools::checkDevices(devices, true);
 
   std::map<std::string, Tensor> params;
   if (!paramsFile.empty()) params = kiln::readNpz(paramsFile);
@@ -325,6 +325,9 @@ int run(int argc, char** argv) {
     times.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
   }
 
+  // Results computed on a GPU come to the host to be printed and saved.
+  if (std::any_of(exe->devices.begin(), exe->devices.end(), [](kiln::Device d) { return d.kind == kiln::Device::Kind::CUDA; }))
+    result = vm.copyTo(result);
   std::string text = exe->format(result) + "\n";
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
@@ -353,7 +356,7 @@ int run(int argc, char** argv) {
       if (!prof[k].calls) continue;
       std::string jit = "-";
       if (exe->kernels[k].kind == kiln::KernelKind::Compiled) {
-        const auto& ck = exe->compiledKernel(static_cast<uint32_t>(k));
+        const auto& ck = exe->compiledKernel(static_cast<uint32_t>(k), exe->devices.front());
         jit = ck.fromDiskCache() ? "disk cache" : ms(ck.compileMillis() * 1e6);
       } else {
         jit = exe->kernels[k].kind == kiln::KernelKind::Scalar ? "host scalar" : "native";
@@ -373,7 +376,7 @@ int run(int argc, char** argv) {
     size_t compiled = 0;
     for (size_t k = 0; k < exe->kernels.size(); ++k)
       if (exe->kernels[k].kind == kiln::KernelKind::Compiled && vm.kernelCompiled(static_cast<uint32_t>(k))) {
-        compileMs += exe->compiledKernel(static_cast<uint32_t>(k)).compileMillis();
+        compileMs += exe->compiledKernel(static_cast<uint32_t>(k), exe->devices.front()).compileMillis();
         ++compiled;
       }
     std::fprintf(stderr, "memory: %llu allocations, %llu bytes requested\n", static_cast<unsigned long long>(m.allocations),

@@ -15,6 +15,7 @@
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpedantic"
 #endif
+#include "jit/cuda_stream.h"
 #include "jit/kernel.h"
 #include "kiln/error.h"
 #include "kiln/vm.h"
@@ -257,8 +258,17 @@ dispatch:
     for (uint32_t i = 0; i < op.nout; ++i) outs.push_back(tensorOf(R[op.out[i]], "kernel output"));
     const jit::CompiledKernel& kernel = kernelFor(op.kernel, outs.empty() ? Device{} : outs[0].device());
     uint64_t t0 = profiling_ ? nowNanos() : 0;
+    // On a GPU the launch returns at once: events around it measure the kernel.
+    jit::CudaStream* timed = profiling_ && kernel.device().kind == Device::Kind::CUDA ? &streamOn(kernel.device()) : nullptr;
+    if (timed) timed->timeBegin();
     kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
-    if (profiling_) recordKernel(op.kernel, t0);
+    if (timed) {
+      timed->timeEnd(op.kernel);
+      profile_[op.kernel].calls++;
+      if (tracing_) trace_.push_back({"launch " + exe.kernels[op.kernel].function->name, t0, nowNanos() - t0});
+    } else if (profiling_) {
+      recordKernel(op.kernel, t0);
+    }
     if (trace) traceReads(ins);
     // The handles must not outlive the instruction: a released input dies now.
     ins.clear();

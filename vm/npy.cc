@@ -163,6 +163,8 @@ std::map<std::string, Tensor> readNpz(const std::string& path) {
 }
 
 std::vector<uint8_t> encodeNpy(const Tensor& t) {
+  if (t.defined() && t.device().kind != Device::Kind::CPU)
+    throw Error("a tensor on " + t.device().toString() + " cannot be written as .npy; copy it to the host first");
   std::string shape = "(";
   for (size_t i = 0; i < t.rank(); ++i) shape += std::to_string(t.shape()[i]) + (t.rank() == 1 ? "," : i + 1 < t.rank() ? ", " : "");
   shape += ")";

@@ -144,6 +144,8 @@ std::string Tensor::toString(size_t maxElements) const {
   std::string out = shapeString(shape_);
   out += (shape_.empty() ? "" : "x") + std::string(dtypeShortName(dtype_)) + "=";
   if (!defined()) return out + "<undefined>";
+  // GPU memory is not readable here; the VM copies results to the host to print them.
+  if (device_.kind != Device::Kind::CPU) return out + "<on " + device_.toString() + ">";
   if (shape_.empty()) return out + element(*this, 0);
   int64_t flat = 0;
   size_t budget = maxElements;

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "bytecode/opcodes.h"
+#include "jit/cuda_stream.h"
 #include "jit/kernel.h"
 #include "kiln/error.h"
 #include "kiln/vm.h"
@@ -35,6 +36,37 @@ void VirtualMachine::enableProfiling(bool trace) {
 }
 
 VMMemoryStats VirtualMachine::memoryStats() const { return memory_->stats(); }
+
+jit::CudaStream& VirtualMachine::streamOn(Device device) {
+  for (auto& s : streams_)
+    if (s->device() == device) return *s;
+  streams_.push_back(std::make_unique<jit::CudaStream>(device));
+  return *streams_.back();
+}
+
+void VirtualMachine::finishGpuWork(bool failed) {
+  for (auto& s : streams_) {
+    if (failed) {
+      // The error being reported matters more than one the stream may add.
+      try {
+        s->synchronize();
+      } catch (const Error&) {
+      }
+    } else {
+      s->synchronize();
+    }
+    for (auto [kernel, nanos] : s->drainTimings())
+      if (kernel < profile_.size()) profile_[kernel].totalNanos += nanos;
+  }
+}
+
+Value VirtualMachine::copyTo(const Value& v, Device device) {
+  std::vector<std::unique_ptr<jit::CudaStreamScope>> scopes;
+  for (auto& s : streams_) scopes.push_back(std::make_unique<jit::CudaStreamScope>(s.get()));
+  if (device == Device{} && v.isObject(ObjectKind::Tensor) && v.asTensorObject()->tensor.rank() == 0)
+    return Value(memory_->copyTo(v.asTensorObject()->tensor, device));
+  return memory_->copyValue(v, device);
+}
 
 void VirtualMachine::enableMemoryTrace() {
   if (!memoryTrace_) memoryTrace_ = std::make_unique<vm::MemoryTrace>();
@@ -140,6 +172,10 @@ Value VirtualMachine::invoke(std::string_view function, std::span<const Value> a
   const BytecodeFunction& f = exe_->functions[static_cast<size_t>(fi)];
   checkArgs(f, args);
   uint64_t t0 = tracing_ ? nowNanos() : 0;
+  // GPU work of this invocation goes to this VM's streams.
+  std::vector<std::unique_ptr<jit::CudaStreamScope>> scopes;
+  for (Device d : exe_->devices)
+    if (d.kind == Device::Kind::CUDA) scopes.push_back(std::make_unique<jit::CudaStreamScope>(&streamOn(d)));
   try {
     if (memoryTrace_) memoryTrace_->clear();
     // Arguments go to the devices placement chose for the parameters: a tensor
@@ -157,15 +193,18 @@ Value VirtualMachine::invoke(std::string_view function, std::span<const Value> a
     }
     if (!placed.empty()) args = placed;
     Value r = run(static_cast<uint32_t>(fi), args);
+    if (!streams_.empty()) finishGpuWork(false);
     if (tracing_) trace_.push_back({"@" + f.name, t0, nowNanos() - t0});
     return r;
   } catch (const Error& e) {
     // Name the function that failed (the innermost frame), then leave the VM clean.
     std::string where = frames_.empty() ? f.name : exe_->functions[frames_.back().function].name;
     resetStacks();
+    finishGpuWork(true);
     throw Error("in @" + where + ": " + e.message());
   } catch (const std::bad_alloc&) {
     resetStacks();
+    finishGpuWork(true);
     throw Error("out of memory");
   }
 }

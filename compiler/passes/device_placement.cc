@@ -3,12 +3,15 @@
 // copies and clones explicit.
 #include "compiler/passes/device_placement.h"
 
+#include "compiler/ir/visit.h"
+
 #include <algorithm>
 #include <map>
 #include <unordered_set>
 
 #include "compiler/ir/arena.h"
 #include "compiler/ir/printer.h"
+#include "compiler/ir/visit.h"
 #include "compiler/passes/device_domains.h"
 #include "compiler/passes/lambda_lift.h"
 #include "kiln/error.h"
@@ -111,6 +114,7 @@ class Placer {
     devices_ = devices;
     if (std::find(devices_.begin(), devices_.end(), host) == devices_.end()) devices_.push_back(host);
     host_ = deviceIndex(host);
+    for (Device d : devices_) hasGpu_ |= d.kind == Device::Kind::CUDA;
     default_ = deviceIndex(devices.front());
     for (size_t i = 0; i < m.functions().size(); ++i) {
       const GlobalFunction& g = m.functions()[i];
@@ -162,6 +166,25 @@ class Placer {
   };
 
   // ---- tables ----
+  // Whether a fused kernel holds an operator that only runs natively on the host.
+  bool runsOnHost(const Function* fn) {
+    auto it = hostOnly_.find(fn);
+    if (it != hostOnly_.end()) return it->second;
+    bool found = false;
+    std::vector<const Expr*> stack{fn->body};
+    while (!stack.empty() && !found) {
+      const Expr* e = stack.back();
+      stack.pop_back();
+      if (e->kind == ExprKind::Call) {
+        const Expr* callee = static_cast<const Call*>(e)->callee;
+        if (callee->kind == ExprKind::Op) found = static_cast<const OpRef*>(callee)->op->dataDependent;
+      }
+      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
+    }
+    hostOnly_.emplace(fn, found);
+    return found;
+  }
+
   int deviceIndex(Device d) {
     for (size_t i = 0; i < devices_.size(); ++i)
       if (devices_[i] == d) return static_cast<int>(i);
@@ -414,6 +437,9 @@ class Placer {
         // A kernel: operands and results on one device.
         int k = d_.leaf(isScalarType(c->type));
         for (int a : args(inst, c)) d_.unify(a, k);
+        // Data-dependent operators run natively, in host memory: with a GPU in
+        // play they stay on the host (quietly: their neighbours are not pulled).
+        if (hasGpu_ && runsOnHost(static_cast<const Function*>(callee))) hostFixes_.push_back(k);
         return k;
       }
       case ExprKind::Op: {
@@ -801,6 +827,8 @@ class Placer {
   const Module& m_;
   Builder b_;
   std::vector<Device> devices_;
+  bool hasGpu_ = false;
+  std::unordered_map<const Function*, bool> hostOnly_;  // runsOnHost, per fused kernel
   int host_ = 0, default_ = 0;
   std::unordered_map<std::string_view, size_t> globalIndex_;
   std::vector<int> originals_;  // per global: its original instance

@@ -45,6 +45,13 @@ class DeviceMemory {
   // `bytes` (a multiple of 64) aligned to 64, or nullptr when the device is out of memory.
   virtual void* allocate(uint64_t bytes) = 0;
   virtual void free(void* p, uint64_t bytes) = 0;
+  // Devices whose work runs asynchronously on streams (GPUs): the calling
+  // thread's current stream, as a tag (0: none), and a wait until the work that
+  // stream `tag` had queued is done. A block freed under one tag and handed out
+  // under another is waited for first, so one stream's pending kernels never see
+  // their memory reused by another's. Host memory has no streams.
+  virtual uint64_t streamTag() const { return 0; }
+  virtual void awaitStream(uint64_t) {}
 };
 
 // Host memory from mimalloc, for `cpu` and `cpu:N`.

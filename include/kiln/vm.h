@@ -8,6 +8,12 @@
 //
 // Threads: a VM is used by one thread at a time; give each thread its own VM over
 // one shared Executable. invoke() leaves the VM reusable after an error.
+//
+// GPUs: kernels and copies on a GPU are queued on the VM's stream for that GPU
+// and run asynchronously; the host waits only where a value crosses to the host
+// (a copy there: a shape, a control-flow scalar) and at the end of invoke(), so
+// the values it returns are complete. Returned tensors may live on a GPU:
+// copyTo() brings them to the host.
 #pragma once
 
 #include <chrono>
@@ -24,6 +30,10 @@
 #include "kiln/value.h"
 
 namespace kiln {
+
+namespace jit {
+class CudaStream;
+}  // namespace jit
 
 namespace vm {
 class ScalarKernel;
@@ -42,7 +52,8 @@ struct VMOptions {
   uint64_t memoryLimit = 0;
 };
 
-// Per-kernel run-time figures, collected when profiling is on.
+// Per-kernel run-time figures, collected when profiling is on. Kernels on a GPU
+// count GPU time, measured with CUDA events around their launches.
 struct KernelProfile {
   uint64_t calls = 0;
   uint64_t totalNanos = 0;
@@ -76,6 +87,11 @@ class VirtualMachine {
   Value invoke(std::string_view function, std::initializer_list<Value> args) {
     return invoke(function, std::span<const Value>(args.begin(), args.size()));
   }
+
+  // `v` with every tensor copied to `device` (the host by default): results
+  // computed on a GPU are copied back this way to be printed or saved. A 0-d
+  // tensor stays a tensor.
+  Value copyTo(const Value& v, Device device = {});
 
   // The argument check invoke() does, on its own (throws kiln::Error).
   void checkArguments(std::string_view function, std::span<const Value> args) const;
@@ -127,6 +143,12 @@ class VirtualMachine {
   std::chrono::steady_clock::time_point epoch_;
   std::unique_ptr<vm::TensorMemory> memory_;
   std::unique_ptr<vm::MemoryTrace> memoryTrace_;
+  // One stream per GPU this VM runs on: its launches and copies queue there
+  // (current on this thread during invoke()); invoke() waits for them before it
+  // returns, and adds the GPU kernel times to the profile.
+  std::vector<std::unique_ptr<jit::CudaStream>> streams_;
+  jit::CudaStream& streamOn(Device device);
+  void finishGpuWork(bool failed);
 };
 
 }  // namespace kiln

@@ -80,7 +80,13 @@ check "kilnc --device cpu:1,cpu compiles" test $? -eq 0
 "$kilnc" "$src/samples/mlp.relay" --emit ptx > "$tmp/ptx" 2> "$tmp/err"
 check "emit ptx exits 0" test $? -eq 0
 check "emit ptx targets sm_90" grep -q "^.target sm_90$" "$tmp/ptx"
-check "emit ptx lists the launches" grep -q "^// sm_90; launches in order: kernel0_0 (grid)" "$tmp/ptx"
+check "emit ptx says what the host runs" grep -q "^// sm_90; what the host runs:" "$tmp/ptx"
+check "emit ptx maps the dense to a tiled product" grep -q "^//   launch kernel0_0 (gemm)" "$tmp/ptx"
+check "emit ptx maps its epilogue flat" grep -q "^//   launch kernel0_1 (flat, 2 loops collapsed)" "$tmp/ptx"
+check "emit ptx tiles through shared memory" grep -qF ".shared .align 16 .b8 kiln_tile_a[4096];" "$tmp/ptx"
+"$kilnc" "$src/samples/cnn.relay" --emit ptx > "$tmp/ptx_cnn" 2>&1
+check "emit ptx runs a convolution's images in a host loop" grep -q "^//   for v0 (a host loop; v0 is an argument)" "$tmp/ptx_cnn"
+check "emit ptx: kilnc compiles for cuda without a GPU" "$kilnc" "$src/samples/mlp.relay" --device cuda -o "$tmp/mlp_cuda.kexe"
 check "emit ptx prints no warnings" test ! -s "$tmp/err"
 
 # Unusable invocations.

@@ -1,0 +1,36 @@
+// A kernel loaded into the CUDA driver: its PTX module, one function per
+// launch, and the host plan (nvptx_codegen.h) that run() walks to launch them.
+//
+// Ownership: the module stays loaded for the life of the process (compiled
+// kernels are cached process-wide, like the CPU's machine code). Immutable after
+// construction; run() may be called from many threads, each on its own stream.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "jit/cuda_stream.h"
+#include "jit/nvptx_codegen.h"
+
+namespace kiln::jit {
+
+class GpuKernel {
+ public:
+  // Loads `ptx.ptx` on `device` (cuModuleLoadDataEx); throws kiln::Error with
+  // the driver's log when it refuses.
+  GpuKernel(loop::LoopKernel loops, PtxModule ptx, Device device);
+  const PtxModule& module() const { return ptx_; }
+
+  // Queues the launches on `stream`. `buffers` are device pointers in the
+  // kernel's buffer order; `shapes` the run-time shape array (host memory).
+  void run(void* const* buffers, const int64_t* shapes, size_t numShapes, CudaStream& stream) const;
+
+ private:
+  loop::LoopKernel loops_;  // for the extents the host computes
+  PtxModule ptx_;
+  Device device_;
+  std::vector<void*> functions_;  // CUfunction per launch
+  int multiprocessors_ = 1;
+};
+
+}  // namespace kiln::jit
