@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <list>
+#include <mutex>
 #include <string>
 
 namespace {
@@ -21,6 +23,11 @@ struct FakeModule {
 struct FakeFunction {
   std::string name;
 };
+// Owned here for the process (Kiln keeps modules loaded, as a driver would
+// until exit); a list never moves what it holds.
+std::list<FakeModule> modules;
+std::list<FakeFunction> functions;
+std::mutex mu;
 
 CUresult fakeInit(unsigned) { return CUDA_SUCCESS; }
 CUresult fakeGetErrorString(CUresult, const char** s) {
@@ -89,19 +96,20 @@ CUresult fakeMemGetInfo(size_t* freeBytes, size_t* total) {
 CUresult fakeModuleLoadDataEx(CUmodule* m, const void* image, unsigned, CUjit_option*, void**) {
   std::string ptx(static_cast<const char*>(image));
   if (ptx.find(".target sm_") == std::string::npos) return CUDA_ERROR_INVALID_PTX;
-  *m = reinterpret_cast<CUmodule>(new FakeModule{ptx});
+  std::lock_guard<std::mutex> lock(mu);
+  modules.push_back(FakeModule{ptx});
+  *m = reinterpret_cast<CUmodule>(&modules.back());
   return CUDA_SUCCESS;
 }
 CUresult fakeModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   const FakeModule* mod = reinterpret_cast<const FakeModule*>(m);
   if (mod->ptx.find(std::string(".entry ") + name + "(") == std::string::npos) return CUDA_ERROR_NOT_FOUND;
-  *f = reinterpret_cast<CUfunction>(new FakeFunction{name});
+  std::lock_guard<std::mutex> lock(mu);
+  functions.push_back(FakeFunction{name});
+  *f = reinterpret_cast<CUfunction>(&functions.back());
   return CUDA_SUCCESS;
 }
-CUresult fakeModuleUnload(CUmodule m) {
-  delete reinterpret_cast<FakeModule*>(m);
-  return CUDA_SUCCESS;
-}
+CUresult fakeModuleUnload(CUmodule) { return CUDA_SUCCESS; }
 CUresult fakeLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned, unsigned, unsigned,
                           CUstream, void** params, void**) {
   if (!params || gx == 0 || gy == 0 || gz == 0 || bx == 0) return CUDA_ERROR_INVALID_VALUE;
