@@ -3,6 +3,8 @@
 // (the rest is LoopEmitter's).
 #include "jit/cpu_codegen.h"
 
+#include <unordered_map>
+
 #include <llvm/ADT/StringMap.h>
 #include <llvm/TargetParser/Host.h>
 
@@ -142,6 +144,41 @@ class CpuCodegen final : public LoopEmitter {
     b_.CreateCall(pfor, {extent, work, task, bufs, shapes});
   }
 
+  // A loop with a prefetch hint is strip-mined: each chunk first asks for the
+  // cache lines of the same chunk of the prefetch stream, then runs the loop over
+  // the chunk (still vectorized). A prefetch is one instruction per line that
+  // never faults, so the stream may run past its buffer's end (the last row's
+  // "next row"). Chunks keep the requests spread over the loop instead of in one
+  // burst that would fill the miss queue ahead of the loop's own loads.
+  void emitInnerFor(const loop::StmtNode& s, LoopHint hint) override {
+    size_t chunkVar = static_cast<size_t>(k_.numVars);  // codegen's own loop variable
+    if (vars_.size() <= chunkVar) vars_.resize(chunkVar + 1, nullptr), varDepth_.resize(chunkVar + 1, -1);
+    if (s.prefetchBuffer < 0 || varDepth_[chunkVar] >= 0) return LoopEmitter::emitInnerFor(s, hint);
+    const loop::BufferDecl& buf = k_.buffers[static_cast<size_t>(s.prefetchBuffer)];
+    llvm::Type* elem = memoryType(buf.dtype);
+    int64_t elemBytes = static_cast<int64_t>(m_->getDataLayout().getTypeAllocSize(elem));
+    int64_t lineElems = std::max<int64_t>(1, kCacheLineBytes / elemBytes);
+    int64_t chunk = lineElems * kPrefetchLinesPerChunk;
+    llvm::Value* extent = emitExpr(s.extent);
+    llvm::Function* prefetch = llvm::Intrinsic::getDeclaration(m_, llvm::Intrinsic::prefetch, {b_.getPtrTy()});
+    emitLoop(static_cast<int32_t>(chunkVar), extent, LoopHint::NoVectorize, [&] {
+      llvm::Value* start = vars_[chunkVar];
+      llvm::Value* first = b_.CreateAdd(emitExpr(s.prefetchOffset), start);
+      llvm::Value* base = fn_->getArg(static_cast<unsigned>(s.prefetchBuffer));
+      for (int64_t line = 0; line < kPrefetchLinesPerChunk; ++line) {
+        llvm::Value* p = b_.CreateGEP(elem, base, b_.CreateAdd(first, b_.getInt64(line * lineElems)));
+        // read, locality 2 (keep in L2: the next pass is a while away), data cache
+        b_.CreateCall(prefetch, {p, b_.getInt32(0), b_.getInt32(2), b_.getInt32(1)});
+      }
+      llvm::Value* end = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(start, b_.getInt64(chunk)), extent);
+      emitLoop(s.var, end, hint, [&] {
+        for (loop::StmtId c : s.body) emitStmt(c);
+      }, start);
+    }, nullptr, b_.getInt64(chunk));
+  }
+  static constexpr int64_t kCacheLineBytes = 64;
+  static constexpr int64_t kPrefetchLinesPerChunk = 16;
+
   // Elements touched by one iteration of a loop whose body is `body`: nested
   // loops multiply, statements side by side add; an extent that depends on a loop
   // variable counts as 1. Only decides whether a loop is worth the thread pool.
@@ -150,7 +187,10 @@ class CpuCodegen final : public LoopEmitter {
     for (loop::StmtId id : body) {
       const loop::StmtNode& t = k_.stmt(id);
       llvm::Value* w = b_.getInt64(1);
-      if (t.kind == StmtKind::For) {
+      if (t.kind == StmtKind::Store) {
+        std::unordered_map<ExprId, llvm::Value*> memo;
+        w = b_.CreateAdd(w, exprWork(t.value, memo));
+      } else if (t.kind == StmtKind::For) {
         llvm::Value* inner = bodyWork(t.body);
         w = closedExpr(t.extent) ? b_.CreateMul(emitExpr(t.extent), inner) : inner;
       } else if (t.kind == StmtKind::Block || t.kind == StmtKind::If) {
@@ -161,6 +201,34 @@ class CpuCodegen final : public LoopEmitter {
       total = b_.CreateAdd(total, w);
     }
     return total;
+  }
+
+  // The reduction iterations an expression performs: each reduction's closed
+  // extents times (1 + its body's own), so a kernel of row reductions is not
+  // mistaken for a small one. Extents that depend on loop variables count as 1
+  // (a lower bound). Memoized: expressions are a DAG with shared nodes.
+  llvm::Value* exprWork(ExprId id, std::unordered_map<ExprId, llvm::Value*>& memo) {
+    if (auto it = memo.find(id); it != memo.end()) return it->second;
+    const ExprNode& n = k_.expr(id);
+    llvm::Value* w = b_.getInt64(0);
+    auto add = [&](ExprId child) { w = b_.CreateAdd(w, exprWork(child, memo)); };
+    switch (n.kind) {
+      case ExprKind::Reduce:
+        w = b_.CreateAdd(b_.getInt64(1), exprWork(n.a, memo));
+        for (int64_t i = 0; i < n.ival; ++i) {
+          ExprId extent = k_.reduceExtents[static_cast<size_t>(n.c + i)];
+          if (closedExpr(extent)) w = b_.CreateMul(emitExpr(extent), w);
+        }
+        break;
+      case ExprKind::Unary:
+      case ExprKind::Cast: add(n.a); break;
+      case ExprKind::Load: add(n.b); break;
+      case ExprKind::Binary: add(n.a), add(n.b); break;
+      case ExprKind::Select: add(n.a), add(n.b), add(n.c); break;
+      default: break;
+    }
+    memo.emplace(id, w);
+    return w;
   }
 
   // Whether an expression reads no loop variable and no memory (a shape product).

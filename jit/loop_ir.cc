@@ -207,6 +207,12 @@ StmtId LoopBuilder::ifThenElse(ExprId cond, std::vector<StmtId> thenBody, std::v
   return static_cast<StmtId>(k_.stmts.size() - 1);
 }
 
+void LoopBuilder::prefetchAlong(StmtId loop, int32_t buffer, ExprId offset) {
+  StmtNode& s = k_.stmts[static_cast<size_t>(loop)];
+  s.prefetchBuffer = buffer;
+  s.prefetchOffset = offset;
+}
+
 StmtId LoopBuilder::gemm(const GemmArgs& args) {
   StmtNode s{StmtKind::Gemm};
   s.gemm = args;
@@ -252,7 +258,11 @@ void stmtString(const LoopKernel& k, StmtId id, int indent, std::string& out) {
                          : s.loop == LoopKind::Parallel       ? "parallel "
                          : s.loop == LoopKind::Vectorized     ? "vectorized "
                                                               : "";
-      out += pad + kind + "for i" + std::to_string(s.var) + " < " + exprString(k, s.extent) + ":\n";
+      out += pad + kind + "for i" + std::to_string(s.var) + " < " + exprString(k, s.extent);
+      if (s.prefetchBuffer >= 0)
+        out += " prefetching " + k.buffers[static_cast<size_t>(s.prefetchBuffer)].name + "[" +
+               exprString(k, s.prefetchOffset) + " + i" + std::to_string(s.var) + "]";
+      out += ":\n";
       for (StmtId b : s.body) stmtString(k, b, indent + 1, out);
       break;
     }

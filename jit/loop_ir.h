@@ -85,6 +85,11 @@ struct StmtNode {
   std::vector<StmtId> body = {};  // For, Block; If: the `then` statements
   std::vector<StmtId> orElse = {};  // If: the `else` statements
   GemmArgs gemm = {};               // Gemm
+  // For, a schedule hint: while the loop runs, bring buffer `prefetchBuffer` at
+  // prefetchOffset + var into cache a step ahead of use (the next row of a
+  // row-wise pass, say). It never changes results; a backend may ignore it.
+  int32_t prefetchBuffer = -1;
+  ExprId prefetchOffset = -1;
 };
 
 struct BufferDecl {
@@ -158,6 +163,8 @@ class LoopBuilder {
   ExprId mul(ExprId a, ExprId b);
 
   StmtId forLoop(int32_t var, ExprId extent, LoopKind kind, std::vector<StmtId> body);
+  // Marks For `loop` to prefetch buffer[offset + its variable] as it runs.
+  void prefetchAlong(StmtId loop, int32_t buffer, ExprId offset);
   StmtId store(int32_t buffer, ExprId index, ExprId value);
   StmtId block(std::vector<StmtId> body);
   StmtId ifThenElse(ExprId cond, std::vector<StmtId> thenBody, std::vector<StmtId> elseBody);

@@ -156,6 +156,9 @@ class Lowering {
     ExprId m = b_.reduce(loop::ReduceOp::Max, {vm}, {cols}, b_.load(xb, b_.add(base, b_.var(vm))));
     ExprId e = b_.unary(loop::UnaryOp::Exp, b_.binary(loop::BinaryOp::Sub, b_.load(xb, b_.add(base, b_.var(ve))), m));
     loop::StmtId writeExp = b_.forLoop(ve, cols, loop::LoopKind::Vectorized, {b_.store(out, b_.add(base, b_.var(ve)), e)});
+    // The max pass waits on memory and this one on exp: fetching the next row
+    // while computing this one overlaps the two.
+    b_.prefetchAlong(writeExp, xb, b_.add(base, cols));
     ExprId sum = b_.reduce(loop::ReduceOp::Sum, {vs}, {cols}, b_.load(out, b_.add(base, b_.var(vs))));
     ExprId inv = b_.binary(loop::BinaryOp::Div, b_.floatConst(1.0, t), sum);
     ExprId scaled = b_.binary(loop::BinaryOp::Mul, b_.load(out, b_.add(base, b_.var(vw))), inv);

@@ -18,6 +18,7 @@ namespace {
 constexpr int64_t kMinParallelWork = 1 << 15;
 
 thread_local bool tInTask = false;
+std::atomic<int64_t> gJobsRun{0};
 
 class ThreadPool {
  public:
@@ -129,11 +130,16 @@ void setNumThreads(int n) {
   gThreads = std::max(1, n);
 }
 
+int64_t parallelJobsRun() { return gJobsRun.load(std::memory_order_relaxed); }
+
 void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes) {
   if (n <= 0) return;
   if (n > 1 && work >= kMinParallelWork && !tInTask) {
     std::shared_ptr<ThreadPool> p = pool();
-    if (p->size() > 1 && p->run(n, task, buffers, shapes)) return;
+    if (p->size() > 1 && p->run(n, task, buffers, shapes)) {
+      gJobsRun.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
   }
   task(buffers, shapes, 0, n);
 }

@@ -21,6 +21,10 @@ void setNumThreads(int n);  // 1 disables parallelism; takes effect for later ca
 // count) is large enough to gain; otherwise inline.
 void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes);
 
+// How many parallelFor calls the pool has shared out since the process started
+// (the rest ran inline): what a test or a profile reads to see kernels go wide.
+int64_t parallelJobsRun();
+
 }  // namespace kiln::jit
 
 extern "C" void kiln_parallel_for(int64_t n, int64_t work, kiln::jit::ParallelTask task, void* const* buffers,

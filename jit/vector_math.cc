@@ -41,9 +41,25 @@ llvm::Value* scaleByPow2(llvm::IRBuilderBase& b, llvm::Value* x, llvm::Value* n)
   return b.CreateFMul(b.CreateFMul(x, pow2(n2)), pow2(n1));
 }
 
+// Lets a multiply and the add after it fuse into one FMA within an
+// approximation: fewer instructions, and each fused step rounds once instead of
+// twice, so the stated error bounds still hold.
+class ContractGuard {
+ public:
+  explicit ContractGuard(llvm::IRBuilderBase& b) : guard_(b) {
+    llvm::FastMathFlags f = b.getFastMathFlags();
+    f.setAllowContract();
+    b.setFastMathFlags(f);
+  }
+
+ private:
+  llvm::IRBuilderBase::FastMathFlagGuard guard_;
+};
+
 }  // namespace
 
 llvm::Value* emitExpF32(llvm::IRBuilderBase& b, llvm::Value* x) {
+  ContractGuard contract(b);
   // exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln(2) / 2.
   llvm::Value* clamped = b.CreateMinNum(b.CreateMaxNum(x, c(b, -104.0)), c(b, 89.0));
   llvm::Value* n = unaryIntrinsic(b, llvm::Intrinsic::rint, b.CreateFMul(clamped, c(b, 1.44269504088896341)));
@@ -60,6 +76,7 @@ llvm::Value* emitExpF32(llvm::IRBuilderBase& b, llvm::Value* x) {
 }
 
 llvm::Value* emitLogF32(llvm::IRBuilderBase& b, llvm::Value* x) {
+  ContractGuard contract(b);
   // x = m * 2^e with m in [sqrt(1/2), sqrt(2)); log(x) = e ln 2 + log(m).
   llvm::Value* denormal = b.CreateFCmpOLT(x, c(b, FLT_MIN));
   llvm::Value* xs = b.CreateSelect(denormal, b.CreateFMul(x, c(b, 8388608.0)), x);  // 2^23
@@ -86,6 +103,7 @@ llvm::Value* emitLogF32(llvm::IRBuilderBase& b, llvm::Value* x) {
 }
 
 llvm::Value* emitTanhF32(llvm::IRBuilderBase& b, llvm::Value* x) {
+  ContractGuard contract(b);
   llvm::Value* a = unaryIntrinsic(b, llvm::Intrinsic::fabs, x);
   llvm::Value* z = b.CreateFMul(x, x);
   llvm::Value* p = horner(b, z, {-5.70498872745E-3, 2.06390887954E-2, -5.37397155531E-2, 1.33314422036E-1,
@@ -108,6 +126,7 @@ llvm::Value* emitSigmoidF32(llvm::IRBuilderBase& b, llvm::Value* x) {
 }
 
 llvm::Value* emitErfF32(llvm::IRBuilderBase& b, llvm::Value* x) {
+  ContractGuard contract(b);
   llvm::Value* a = unaryIntrinsic(b, llvm::Intrinsic::fabs, x);
   // |x| < 1: x * P(x^2) (Cephes erff).
   llvm::Value* z = b.CreateFMul(x, x);

@@ -3,6 +3,8 @@
 // arg-reductions, cumsum, softmax, log_softmax, layer_norm and bias_add.
 #include <limits>
 
+#include "jit/lower.h"
+#include "jit/thread_pool.h"
 #include "kernel_util.h"
 
 using namespace kiln;
@@ -227,4 +229,65 @@ TEST_CASE("softmax, log_softmax, layer_norm and bias_add") {
   Tensor z = (*ba)(bin)[0];
   for (int64_t i = 0; i < 24; ++i)
     CHECK(getElement(z, i) == doctest::Approx(getElement(x3, i) + getElement(b3, (i / 4) % 3)));
+}
+
+TEST_CASE("row softmax: every row width through the prefetching pass, float32 and float64") {
+  std::mt19937 rng(31);
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    std::string ty = "Tensor[(?, ?), " + std::string(dtypeName(dt)) + "]";
+    std::string src = "def @main(%x: " + ty + ") { nn.softmax(%x, axis=-1) }";
+    // The one-softmax kernel walks each row in chunks and prefetches the next row.
+    CHECK(jit::lowerToLoops(test::fusedFrom(src)).toString().find("prefetching in0[") != std::string::npos);
+    auto k = test::kernelFrom(src);
+    for (int64_t rows : {0, 1, 5})
+      for (int64_t cols : {1, 7, 127, 128, 129, 255, 256, 257, 1000, 4099}) {
+        CAPTURE(ty);
+        CAPTURE(rows);
+        CAPTURE(cols);
+        Tensor x = Tensor::empty(dt, {rows, cols});
+        std::uniform_real_distribution<double> d(-30, 30);
+        for (int64_t i = 0; i < x.numel(); ++i) test::setElement(x, i, d(rng));
+        if (rows > 1 && cols > 2) test::setElement(x, cols + 2, -std::numeric_limits<double>::infinity());
+        std::vector<Tensor> in{x};
+        Tensor y = (*k)(in)[0];
+        REQUIRE(y.shape() == x.shape());
+        for (int64_t r = 0; r < rows; ++r) {
+          double m = -std::numeric_limits<double>::infinity(), s = 0;
+          for (int64_t c = 0; c < cols; ++c) m = std::max(m, getElement(x, r * cols + c));
+          for (int64_t c = 0; c < cols; ++c) s += std::exp(getElement(x, r * cols + c) - m);
+          for (int64_t c = 0; c < cols; ++c) {
+            double want = std::exp(getElement(x, r * cols + c) - m) / s;
+            CHECK(getElement(y, r * cols + c) == doctest::Approx(want).epsilon(1e-5).scale(1e-30));
+          }
+        }
+      }
+  }
+}
+
+TEST_CASE("a kernel of row reductions counts the reduced elements as its work and goes wide") {
+  int before = jit::numThreads();
+  jit::setNumThreads(2);
+  auto k = test::kernelFrom("def @main(%x: Tensor[(?, ?), float32]) { sum(%x, axis=[1]) }");
+  std::mt19937 rng(5);
+  // 64 rows of 4096: few rows, but 256K elements of work.
+  Tensor big = Tensor::empty(DType::Float32, {64, 4096});
+  for (int64_t i = 0; i < big.numel(); ++i) big.data<float>()[i] = static_cast<float>(i % 7);
+  std::vector<Tensor> in{big};
+  int64_t jobs = jit::parallelJobsRun();
+  Tensor y = (*k)(in)[0];
+  CHECK(jit::parallelJobsRun() == jobs + 1);
+  for (int64_t r = 0; r < 64; ++r) {
+    double want = 0;
+    for (int64_t c = 0; c < 4096; ++c) want += (r * 4096 + c) % 7;
+    CHECK(y.data<float>()[r] == doctest::Approx(want));
+  }
+  // A small one stays on the caller's thread.
+  Tensor small = Tensor::empty(DType::Float32, {64, 8});
+  for (int64_t i = 0; i < small.numel(); ++i) small.data<float>()[i] = 1;
+  std::vector<Tensor> sin{small};
+  jobs = jit::parallelJobsRun();
+  Tensor z = (*k)(sin)[0];
+  CHECK(jit::parallelJobsRun() == jobs);
+  CHECK(z.data<float>()[63] == 8.f);
+  jit::setNumThreads(before);
 }
