@@ -89,8 +89,15 @@ class CpuCodegen final : public LoopEmitter {
     return f;
   }
 
-  // An outermost parallel loop becomes a task function over [begin, end), run by
-  // kiln_parallel_for on the thread pool.
+  // A parallel loop outside any task body goes to the pool, also inside serial
+  // loops (a convolution's unfold, per image): the task then captures the
+  // enclosing loops' variables (below).
+  bool parallelHere() const override { return !inTask_; }
+
+  // A parallel loop becomes a task function over [begin, end), run by
+  // kiln_parallel_for on the thread pool. Variables of enclosing loops travel in
+  // the shape array: the task gets a copy with their values appended, at
+  // numShapeSlots + i, and binds them at its entry.
   void emitParallel(const loop::StmtNode& s) override {
     llvm::Type* ptr = b_.getPtrTy();
     std::string base = symbol_ + ".task" + std::to_string(tasks_++);
@@ -118,6 +125,18 @@ class CpuCodegen final : public LoopEmitter {
         "kiln_parallel_for", llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), ptr, ptr, ptr}, false));
     llvm::Value* bufs = fn_->getArg(n + 1);
     llvm::Value* shapes = fn_->getArg(n);
+    std::vector<int32_t> captured;
+    for (size_t v = 0; v < vars_.size(); ++v)
+      if (vars_[v]) captured.push_back(static_cast<int32_t>(v));
+    if (!captured.empty()) {
+      size_t slots = static_cast<size_t>(k_.numShapeSlots);
+      llvm::IRBuilder<> eb(entry_, entry_->begin());  // one stack slot per function, not per trip
+      llvm::Value* copy = eb.CreateAlloca(b_.getInt64Ty(), b_.getInt64(static_cast<int64_t>(slots + captured.size())));
+      if (slots) b_.CreateMemCpy(copy, llvm::MaybeAlign(8), shapes, llvm::MaybeAlign(8), slots * sizeof(int64_t));
+      for (size_t i = 0; i < captured.size(); ++i)
+        b_.CreateStore(vars_[static_cast<size_t>(captured[i])], b_.CreateConstInBoundsGEP1_64(b_.getInt64Ty(), copy, slots + i));
+      shapes = copy;
+    }
 
     // The loop itself, emitted into the task body with fresh per-function state.
     llvm::Function* savedFn = fn_;
@@ -126,21 +145,38 @@ class CpuCodegen final : public LoopEmitter {
     savedCache.swap(cache_);
     std::vector<std::vector<ExprId>> savedScopes(1);
     savedScopes.swap(scopes_);
+    std::vector<llvm::BasicBlock*> savedPreheaders;
+    savedPreheaders.swap(preheaders_);
+    std::vector<llvm::Value*> savedVars = vars_;
+    std::vector<int> savedDepth = varDepth_;
+    inTask_ = true;
     {
       llvm::IRBuilderBase::InsertPointGuard guard(b_);
       fn_ = inner;
       entry_ = llvm::BasicBlock::Create(ctx_, "entry", inner);
       b_.SetInsertPoint(entry_);
+      std::fill(vars_.begin(), vars_.end(), nullptr);
+      std::fill(varDepth_.begin(), varDepth_.end(), -1);
+      for (size_t i = 0; i < captured.size(); ++i) {
+        size_t v = static_cast<size_t>(captured[i]);
+        vars_[v] = b_.CreateLoad(b_.getInt64Ty(),
+                                 b_.CreateConstInBoundsGEP1_64(b_.getInt64Ty(), inner->getArg(n), static_cast<uint64_t>(k_.numShapeSlots) + i));
+        varDepth_[v] = 0;
+      }
       LoopHint hint = loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::Auto;
       emitLoop(s.var, inner->getArg(n + 3), hint, [&] {
         for (loop::StmtId c : s.body) emitStmt(c);
       }, inner->getArg(n + 2));
       b_.CreateRetVoid();
     }
+    inTask_ = false;
     fn_ = savedFn;
     entry_ = savedEntry;
     cache_.swap(savedCache);
     scopes_.swap(savedScopes);
+    preheaders_.swap(savedPreheaders);
+    vars_ = std::move(savedVars);
+    varDepth_ = std::move(savedDepth);
     b_.CreateCall(pfor, {extent, work, task, bufs, shapes});
   }
 
@@ -272,6 +308,7 @@ class CpuCodegen final : public LoopEmitter {
   const CpuTarget& target_;
   std::string symbol_;
   int tasks_ = 0;
+  bool inTask_ = false;  // emitting a task body: loops inside run serially
 };
 
 }  // namespace

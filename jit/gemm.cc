@@ -235,6 +235,62 @@ void rowBlockTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) 
   for (int64_t blk = begin; blk < end; ++blk) rowBlock(j, blk * j.mc);
 }
 
+// A short, wide product (m <= kWideRows: a convolution's filters times its
+// unfolded input, a small batch times a layer): A is packed once, whole, and the
+// columns are shared out. Each B panel is packed just before use into a buffer
+// that stays in L1, and every row tile then reuses it: B goes from memory to the
+// registers once, with no packed copy of all of B written out and read back.
+constexpr int64_t kWideRows = 128;
+
+struct WideJob {
+  int64_t m, n, k, ldb, ldc;
+  const float* b;
+  float* c;
+  bool transB, accumulate;
+  const float* packedA;  // KC slice s at packedA + s * kKC * mpad, MR-tall panels
+  int64_t mpad;
+  int64_t nc;  // columns per task, a multiple of NR
+};
+
+void wideBlockTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  const WideJob& j = *reinterpret_cast<const WideJob*>(ctx);
+  const Isa& cpu = isa();
+  int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
+  float* bp = scratch(1, static_cast<size_t>(kKC * nr));
+  for (int64_t blk = begin; blk < end; ++blk) {
+    int64_t j0 = blk * j.nc, cols = std::min(j.nc, j.n - j0);
+    for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
+      int64_t kc = std::min(kKC, j.k - p0);
+      const float* aslice = j.packedA + (p0 / kKC) * kKC * j.mpad;
+      bool add = j.accumulate || p0 > 0;
+      for (int64_t jr = 0; jr < cols; jr += nr) {
+        int64_t w = std::min(nr, cols - jr);
+        packB(j.b, j.ldb, j.transB, p0, kc, j0 + jr, w, nr, bp);
+        for (int64_t ir = 0; ir < j.m; ir += mr)
+          cpu.micro(kc, aslice + (ir / mr) * mr * kc, bp, j.c + ir * j.ldc + j0 + jr, j.ldc, std::min(mr, j.m - ir), w, add);
+      }
+    }
+  }
+}
+
+void wideGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
+              bool transB, float* c, int64_t ldc, bool accumulate) {
+  const Isa& cpu = isa();
+  int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
+  int64_t mpad = (m + mr - 1) / mr * mr;
+  int64_t slices = (k + kKC - 1) / kKC;
+  float* ap = scratch(0, static_cast<size_t>(slices * kKC * mpad));
+  for (int64_t s = 0; s < slices; ++s)
+    packA(a, lda, transA, 0, m, s * kKC, std::min(kKC, k - s * kKC), mr, ap + s * kKC * mpad);
+  // Column blocks: a few per thread (the machine's cores are not always equally
+  // free), each a whole number of panels.
+  int64_t panels = (n + nr - 1) / nr;
+  int64_t blocks = std::min<int64_t>(panels, 4 * numThreads());
+  int64_t nc = (panels + blocks - 1) / blocks * nr;
+  WideJob job{m, n, k, ldb, ldc, b, c, transB, accumulate, ap, mpad, nc};
+  parallelFor((n + nc - 1) / nc, m * n * k / 64, wideBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
+}
+
 }  // namespace
 
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
@@ -245,6 +301,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
       for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
     return;
   }
+  if (m <= kWideRows) return wideGemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate);
   const Isa& cpu = isa();
   int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
   int64_t npad = (n + nr - 1) / nr * nr;

@@ -46,7 +46,9 @@ class LoopEmitter {
 
   // Whether loops carry vectorization hints (the GPU has no SIMD lanes to ask for).
   virtual bool loopHints() const { return true; }
-  // An outermost parallel loop (not inside any other loop).
+  // Whether a parallel loop met now runs in parallel: by default only outermost
+  // ones (not inside any other loop); elsewhere it runs as a serial loop.
+  virtual bool parallelHere() const { return preheaders_.empty(); }
   virtual void emitParallel(const loop::StmtNode& s) = 0;
   virtual void emitGemm(const loop::StmtNode& s) = 0;
 
@@ -117,7 +119,7 @@ class LoopEmitter {
         return;
       }
       case StmtKind::For: {
-        if (loop::isParallel(s.loop) && preheaders_.empty()) {
+        if (loop::isParallel(s.loop) && parallelHere()) {
           emitParallel(s);
           return;
         }

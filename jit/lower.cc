@@ -326,8 +326,9 @@ class Lowering {
                                    {b_.store(col, b_.add(rowBase, ow), b_.load(bufferOf_[static_cast<size_t>(x)], linearIndex(x, xi)))});
     loop::StmtId tail = b_.forLoop(v2, b_.binary(BinaryOp::Sub, owExt, hi), loop::LoopKind::Vectorized,
                                    {b_.store(col, b_.add(rowBase, b_.add(hi, b_.var(v2))), zero)});
+    // Channels of the unfold are independent: shared out over the pool.
     loop::StmtId unfold = b_.forLoop(
-        vc, cg, loop::LoopKind::Serial,
+        vc, cg, loop::LoopKind::Parallel,
         {b_.forLoop(vkh, b_.intConst(kh), loop::LoopKind::Serial,
                     {b_.forLoop(vkw, b_.intConst(kw), loop::LoopKind::Serial,
                                 {b_.forLoop(voh, ohExt, loop::LoopKind::Serial, {head, body, tail})})})});
