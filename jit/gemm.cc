@@ -282,8 +282,8 @@ void wideGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool
   float* ap = scratch(0, static_cast<size_t>(slices * kKC * mpad));
   for (int64_t s = 0; s < slices; ++s)
     packA(a, lda, transA, 0, m, s * kKC, std::min(kKC, k - s * kKC), mr, ap + s * kKC * mpad);
-  // Column blocks: a few per thread (the machine's cores are not always equally
-  // free), each a whole number of panels.
+  // Column blocks, each a whole number of panels: a few per thread, so that a
+  // block's slice of C (re-read once per KC slice) stays in L2.
   int64_t panels = (n + nr - 1) / nr;
   int64_t blocks = std::min<int64_t>(panels, 4 * numThreads());
   int64_t nc = (panels + blocks - 1) / blocks * nr;
