@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kiln::bench {
@@ -62,6 +63,50 @@ inline double copyBandwidthThreads(int threads, size_t floats = size_t(16) << 20
     best = std::min(best, secondsSince(t0));
   }
   return 2.0 * static_cast<double>(floats) * sizeof(float) / best;
+}
+
+// The copy loop of copyBandwidthThreads on buffers kept between runs, so it can
+// be timed alternately with a kernel (see bestAgainstCopy).
+class CopyLoop {
+ public:
+  explicit CopyLoop(size_t floats = size_t(16) << 20) : a_(floats, 1.0f), b_(floats, 0.0f) {}
+  // Seconds for one copy of all the floats over `threads` threads.
+  double once(int threads) {
+    std::vector<std::thread> ts;
+    auto t0 = Clock::now();
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        size_t n = a_.size();
+        size_t begin = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
+        size_t end = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+        float* __restrict dst = b_.data();
+        const float* __restrict src = a_.data();
+        for (size_t i = begin; i < end; ++i) dst[i] = src[i];
+      });
+    for (auto& t : ts) t.join();
+    double s = secondsSince(t0);
+    a_[0] = b_[a_.size() - 1];  // keep the loop alive
+    return s;
+  }
+  double bytes() const { return 2.0 * static_cast<double>(a_.size()) * sizeof(float); }
+
+ private:
+  std::vector<float> a_, b_;
+};
+
+// A kernel and the copy loop timed alternately, best of `reps` each: on a shared
+// machine whose speed drifts (other tenants, clocks), both figures of a ratio
+// then come from the same stretch of time. Returns {kernel seconds, copy bytes/s}.
+template <class F>
+std::pair<double, double> bestAgainstCopy(CopyLoop& copy, int threads, int reps, F&& kernel) {
+  double k = 1e30, c = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    c = std::min(c, copy.once(threads));
+    auto t0 = Clock::now();
+    kernel();
+    k = std::min(k, secondsSince(t0));
+  }
+  return {k, copy.bytes() / c};
 }
 
 namespace detail {

@@ -179,8 +179,8 @@ class LoopEmitter {
     body();
     // A loop with loops inside (a reduction that could not be hoisted) is not an
     // innermost loop: forcing vectorization there would only fail.
-    if (loopsEmitted_ != loopsBefore && (hint == LoopHint::Vectorize || hint == LoopHint::VectorizeReduction))
-      hint = LoopHint::Auto;
+    bool hasInnerLoops = loopsEmitted_ != loopsBefore;
+    if (hasInnerLoops && (hint == LoopHint::Vectorize || hint == LoopHint::VectorizeReduction)) hint = LoopHint::Auto;
     for (ExprId e : scopes_.back()) cache_[static_cast<size_t>(e)] = nullptr;
     scopes_.pop_back();
     varDepth_[static_cast<size_t>(var)] = -1;
@@ -189,7 +189,17 @@ class LoopEmitter {
     llvm::Value* next = b_.CreateAdd(i, step ? step : b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
     auto* back = b_.CreateBr(header);
     i->addIncoming(next, b_.GetInsertBlock());
-    if (hint == LoopHint::VectorizeReduction) {
+    if (hint == LoopHint::Auto && hasInnerLoops) {
+      // Unrolling a loop around loops copies their bodies (math-heavy vector
+      // loops, a dozen of them for a runtime unroll by 8) for no gain: it is what
+      // made compiling an element-wise kernel slow, LSR and instruction selection
+      // working through the copies.
+      llvm::MDNode* noUnroll = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")});
+      llvm::MDNode* progress = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
+      auto* loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, progress, noUnroll});
+      loopID->replaceOperandWith(0, loopID);
+      back->setMetadata(llvm::LLVMContext::MD_loop, loopID);
+    } else if (hint == LoopHint::VectorizeReduction) {
       llvm::MDNode* enable = llvm::MDNode::get(
           ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())});
       llvm::MDNode* progress = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});

@@ -347,3 +347,20 @@ TEST_CASE("many threads asking for the same new kernel at once compile it once")
   CHECK(cache.get(f).get() == got[0].get());
   CHECK(cache.hits() == hits + 1);
 }
+
+TEST_CASE("a loop around loops is not unrolled: one copy of the vector body per kernel") {
+  // Runtime-unrolling the row loop of a (?, 64) kernel made eight copies of its
+  // inner vector loop (plus a remainder copy): slower to compile, no faster to run.
+  auto k = jit::KernelCache::global().get(
+      test::fusedFrom("def @main(%x: Tensor[(?, 64), float32], %b: Tensor[(64,), float32]) { %x * 3f + %b }"), {}, true);
+  const std::string& ir = k->optimizedIR();
+  size_t bodies = 0;
+  for (size_t at = ir.find("\nvector.body"); at != std::string::npos; at = ir.find("\nvector.body", at + 1)) ++bodies;
+  CHECK(bodies == 1);
+  Tensor x = Tensor::empty(DType::Float32, {3, 64}), b = Tensor::empty(DType::Float32, {64});
+  for (int64_t i = 0; i < 192; ++i) x.data<float>()[i] = static_cast<float>(i);
+  for (int64_t i = 0; i < 64; ++i) b.data<float>()[i] = 0.5f;
+  std::vector<Tensor> in{x, b};
+  Tensor y = (*k)(in)[0];
+  for (int64_t i = 0; i < 192; ++i) CHECK(y.data<float>()[i] == static_cast<float>(i) * 3 + 0.5f);
+}
