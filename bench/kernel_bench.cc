@@ -64,6 +64,24 @@ int warmStart(const std::string& dir) {
   return 0;
 }
 
+// A kernel on one thread and on `threads`, timed alternately, best of 30 each
+// (short runs: many, so a stolen slice of a core does not count, and drifts in
+// the machine's speed hit both figures of the speed-up alike). Returns seconds.
+template <class F>
+std::pair<double, double> bestOneAndAll(int threads, F&& run) {
+  double one = 1e30, all = 1e30;
+  for (int r = 0; r < 30; ++r) {
+    for (int t : {1, threads}) {
+      jit::setNumThreads(t);
+      run();  // untimed: a change of thread count starts the pool's workers
+      auto t0 = bench::Clock::now();
+      run();
+      (t == 1 ? one : all) = std::min(t == 1 ? one : all, bench::secondsSince(t0));
+    }
+  }
+  return {one, all};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,15 +158,11 @@ int main(int argc, char** argv) {
     std::vector<Tensor> din{a, w};
     std::vector<Tensor> dout{Tensor::empty(DType::Float32, {n512, n512})};
     double flops = 2.0 * n512 * n512 * n512;
-    double one = 0;
+    auto [one, all] = bestOneAndAll(threads, [&] { dk->run(din, dout); });
     for (int t : {1, threads}) {
-      jit::setNumThreads(t);
-      dk->run(din, dout);
-      double best = bench::bestSeconds(30, [&] { dk->run(din, dout); });  // short runs: many, so a stolen slice of the core does not count
-      double gf = flops / best / 1e9;
-      if (t == 1) one = gf;
+      double gf = flops / (t == 1 ? one : all) / 1e9;
       std::printf("dense 512x512x512 float32, %d thread(s): %.1f GFLOP/s = %.2f of one core's FP32 peak%s\n", t, gf,
-                  gf * 1e9 / peak, t > 1 ? (" (" + std::to_string(gf / one).substr(0, 4) + "x one thread)").c_str() : "");
+                  gf * 1e9 / peak, t > 1 ? (" (" + std::to_string(one / all).substr(0, 4) + "x one thread)").c_str() : "");
     }
     std::printf("JIT latency, dense kernel (IR to callable): %.1f ms (target <= 40 ms)\n", denseCompile);
 
@@ -163,10 +177,9 @@ int main(int argc, char** argv) {
     std::vector<Tensor> cout{Tensor::empty(DType::Float32, {1, 64, 56, 56})};
     double cflops = 2.0 * 64 * 56 * 56 * 64 * 9;
     // Against the peak of the cores used: one thread against one core, all threads against all cores.
+    auto [cone, call] = bestOneAndAll(threads, [&] { ck->run(cin, cout); });
     for (int t : {1, threads}) {
-      jit::setNumThreads(t);
-      ck->run(cin, cout);
-      double best = bench::bestSeconds(30, [&] { ck->run(cin, cout); });
+      double best = t == 1 ? cone : call;
       std::printf("conv2d 1x64x56x56, 64 3x3 filters, pad 1, %d thread(s): %.1f GFLOP/s = %.2f of %s FP32 peak\n", t,
                   cflops / best / 1e9, cflops / best / (peak * t), t == 1 ? "one core's" : "those cores'");
     }

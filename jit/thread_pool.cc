@@ -1,8 +1,9 @@
-// A small fork-join pool: persistent workers, one job at a time, static chunks.
+// A small fork-join pool: persistent workers, one job at a time, pieces claimed dynamically.
 #include "jit/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <memory>
@@ -20,17 +21,36 @@ constexpr int64_t kMinParallelWork = 1 << 15;
 thread_local bool tInTask = false;
 std::atomic<int64_t> gJobsRun{0};
 
+// Workers that have just finished a job spin for a while before sleeping, and so
+// does a caller waiting for its job's last chunk: kernels come in quick
+// succession (a model's layers), and a condition-variable wake-up costs tens of
+// microseconds on a virtual machine, as much as a small kernel. OpenMP runtimes
+// do the same (KMP_BLOCKTIME).
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
+
+template <class Ready>
+bool spinUntil(Ready&& ready) {
+  auto until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
 class ThreadPool {
  public:
   explicit ThreadPool(int threads) {
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { workerLoop(i); });
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { workerLoop(); });
     size_ = threads;
   }
   ~ThreadPool() {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      ++generation_;
+      stop_.store(true, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     for (auto& w : workers_) w.join();
@@ -42,20 +62,33 @@ class ThreadPool {
   bool run(int64_t n, ParallelTask task, void* const* buffers, const int64_t* shapes) {
     std::unique_lock<std::mutex> busy(jobMu_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
+    uint32_t gen;
     {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = Job{n, task, buffers, shapes};
-      pending_ = size_ - 1;
-      ++generation_;
+      pieces_ = std::min<int64_t>(n, int64_t(kPiecesPerThread) * size_);
+      donePieces_.store(0, std::memory_order_relaxed);
+      gen = static_cast<uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
+      claim_.store(uint64_t(gen) << 32, std::memory_order_release);
+      generation_.fetch_add(1, std::memory_order_release);  // publishes the job to spinning workers
     }
     wake_.notify_all();
-    runChunk(0);
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    work(gen);
+    // Done when every piece is: a worker that wakes late finds nothing left to
+    // claim, and nobody waits for it.
+    auto finished = [&] { return donePieces_.load(std::memory_order_acquire) == pieces_; };
+    if (!spinUntil(finished)) {
+      std::unique_lock<std::mutex> lock(mu_);
+      done_.wait(lock, finished);
+    }
     return true;
   }
 
  private:
+  // Pieces per thread: more than one, so a thread the machine runs late (another
+  // tenant, a core busy elsewhere) costs a piece, not a whole share.
+  static constexpr int kPiecesPerThread = 4;
+
   struct Job {
     int64_t n = 0;
     ParallelTask task = nullptr;
@@ -63,39 +96,54 @@ class ThreadPool {
     const int64_t* shapes = nullptr;
   };
 
-  void runChunk(int index) {
-    int64_t chunk = (job_.n + size_ - 1) / size_;
-    int64_t begin = std::min<int64_t>(job_.n, chunk * index), end = std::min<int64_t>(job_.n, begin + chunk);
-    if (begin < end) {
+  // Claims and runs pieces of job `gen` until none is left. A claim is a CAS on
+  // (generation, next piece), so a thread still holding an old generation can
+  // never take (or read the job of) a newer one; job_ and pieces_ stay fixed
+  // while any piece of their job is unfinished.
+  void work(uint32_t gen) {
+    for (;;) {
+      uint64_t c = claim_.load(std::memory_order_acquire);
+      int64_t piece;
+      do {
+        piece = static_cast<int64_t>(c & 0xffffffffu);
+        if (static_cast<uint32_t>(c >> 32) != gen || piece >= pieces_) return;
+      } while (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+      int64_t begin = job_.n * piece / pieces_, end = job_.n * (piece + 1) / pieces_;
       tInTask = true;
       job_.task(job_.buffers, job_.shapes, begin, end);
       tInTask = false;
+      if (donePieces_.fetch_add(1, std::memory_order_acq_rel) + 1 == pieces_) {
+        // Under the mutex, so a caller between its check and its wait still hears it.
+        std::lock_guard<std::mutex> lock(mu_);
+        done_.notify_one();
+      }
     }
   }
 
-  void workerLoop(int index) {
+  void workerLoop() {
     uint64_t seen = 0;
     for (;;) {
-      {
+      auto fresh = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+      if (!spinUntil(fresh)) {
         std::unique_lock<std::mutex> lock(mu_);
-        wake_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (stop_) return;
+        wake_.wait(lock, fresh);
       }
-      runChunk(index);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_.notify_one();
+      seen = generation_.load(std::memory_order_acquire);
+      if (stop_.load(std::memory_order_relaxed)) return;
+      work(static_cast<uint32_t>(seen));
     }
   }
 
   std::vector<std::thread> workers_;
   int size_ = 1;
   std::mutex jobMu_;  // one job at a time
-  std::mutex mu_;
+  std::mutex mu_;     // for the condition variables; a job is set up under it
   std::condition_variable wake_, done_;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> claim_{0};  // (generation << 32) | next piece
+  std::atomic<int64_t> donePieces_{0};
+  std::atomic<bool> stop_{false};
+  int64_t pieces_ = 0;
   Job job_;
 };
 

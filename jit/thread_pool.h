@@ -2,8 +2,11 @@
 //
 // One process-wide pool of persistent workers (default: one thread per core, or
 // KILN_NUM_THREADS; setNumThreads changes it). parallelFor splits [0, n) into
-// contiguous chunks, one per thread, the caller taking the first; it returns
-// when all are done. A parallelFor issued while the pool is busy (another thread's
+// a few contiguous pieces per thread, which the caller and the workers claim
+// one at a time (so a thread the machine runs late costs a piece, not a share);
+// it returns when all are done. Idle workers spin briefly before sleeping, so
+// kernels in quick succession do not pay a wake-up each. A parallelFor issued
+// while the pool is busy (another thread's
 // kernel, or a kernel inside a task) runs inline on its caller, so nothing blocks
 // or deadlocks. Kernels reach it through the C entry point kiln_parallel_for.
 #pragma once

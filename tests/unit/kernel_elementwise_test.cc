@@ -364,3 +364,34 @@ TEST_CASE("a loop around loops is not unrolled: one copy of the vector body per 
   Tensor y = (*k)(in)[0];
   for (int64_t i = 0; i < 192; ++i) CHECK(y.data<float>()[i] == static_cast<float>(i) * 3 + 0.5f);
 }
+
+namespace {
+// A task that counts each index it is given (buffers[0]: std::atomic<int>[n]).
+void countIndices(void* const* buffers, const int64_t*, int64_t begin, int64_t end) {
+  auto* seen = static_cast<std::atomic<int>*>(buffers[0]);
+  for (int64_t i = begin; i < end; ++i) seen[i].fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+TEST_CASE("thread pool: every index exactly once, jobs back to back and from several callers at once") {
+  int before = jit::numThreads();
+  jit::setNumThreads(3);
+  // Extents below, at and above the pieces a job is cut into (four per thread).
+  for (int64_t n : {1, 2, 11, 12, 13, 1000}) {
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+    void* buffers[1] = {seen.data()};
+    for (int rep = 0; rep < 200; ++rep) jit::parallelFor(n, int64_t(1) << 20, countIndices, buffers, nullptr);
+    for (int64_t i = 0; i < n; ++i) REQUIRE(seen[static_cast<size_t>(i)].load() == 200);
+  }
+  // Callers racing for the pool: the losers run their jobs inline, none is lost.
+  std::vector<std::atomic<int>> shared(4096);
+  void* buffers[1] = {shared.data()};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 100; ++rep) jit::parallelFor(4096, int64_t(1) << 20, countIndices, buffers, nullptr);
+    });
+  for (auto& c : callers) c.join();
+  for (auto& v : shared) REQUIRE(v.load() == 400);
+  jit::setNumThreads(before);
+}
