@@ -189,7 +189,7 @@ class LoopEmitter {
     llvm::Value* next = b_.CreateAdd(i, step ? step : b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
     auto* back = b_.CreateBr(header);
     i->addIncoming(next, b_.GetInsertBlock());
-    if (hint == LoopHint::Auto && hasInnerLoops) {
+    if (hint == LoopHint::Auto && hasInnerLoops && loopHints()) {
       // Unrolling a loop around loops copies their bodies (math-heavy vector
       // loops, a dozen of them for a runtime unroll by 8) for no gain: it is what
       // made compiling an element-wise kernel slow, LSR and instruction selection
