@@ -44,29 +44,9 @@ inline double copyBandwidth(size_t floats = size_t(16) << 20, int reps = 7) {
   return 2.0 * static_cast<double>(floats) * sizeof(float) / best;
 }
 
-// The same copy split over `threads` threads (each copying its own contiguous part).
-inline double copyBandwidthThreads(int threads, size_t floats = size_t(16) << 20, int reps = 7) {
-  std::vector<float> a(floats, 1.0f), b(floats, 0.0f);
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    std::vector<std::thread> ts;
-    auto t0 = Clock::now();
-    for (int t = 0; t < threads; ++t)
-      ts.emplace_back([&, t] {
-        size_t begin = floats * static_cast<size_t>(t) / static_cast<size_t>(threads);
-        size_t end = floats * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
-        float* __restrict dst = b.data();
-        const float* __restrict src = a.data();
-        for (size_t i = begin; i < end; ++i) dst[i] = src[i];
-      });
-    for (auto& t : ts) t.join();
-    best = std::min(best, secondsSince(t0));
-  }
-  return 2.0 * static_cast<double>(floats) * sizeof(float) / best;
-}
-
-// The copy loop of copyBandwidthThreads on buffers kept between runs, so it can
-// be timed alternately with a kernel (see bestAgainstCopy).
+// The copy split over threads (each copying its own contiguous part), on buffers
+// kept between runs, so it can also be timed alternately with a kernel (see
+// bestAgainstCopy).
 class CopyLoop {
  public:
   explicit CopyLoop(size_t floats = size_t(16) << 20) : a_(floats, 1.0f), b_(floats, 0.0f) {}
@@ -107,6 +87,14 @@ std::pair<double, double> bestAgainstCopy(CopyLoop& copy, int threads, int reps,
     k = std::min(k, secondsSince(t0));
   }
   return {k, copy.bytes() / c};
+}
+
+// Best-of-N bytes/s of the copy split over `threads` threads.
+inline double copyBandwidthThreads(int threads, size_t floats = size_t(16) << 20, int reps = 7) {
+  CopyLoop copy(floats);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) best = std::min(best, copy.once(threads));
+  return copy.bytes() / best;
 }
 
 namespace detail {

@@ -386,43 +386,31 @@ class NvptxCodegen final : public LoopEmitter {
     b_.CreateCondBr(b_.CreateICmpSLT(k0, v.k), body, exit);
     b_.SetInsertPoint(body);
     llvm::Value* zero = llvm::ConstantFP::get(f32, 0.0);
-    // Loads: 256 threads, kTileK x kTileM elements of each operand, consecutive
-    // threads along the operand's contiguous dimension.
-    for (int r = 0; r < kTileK * kTileM / kGemmThreads; ++r) {
-      llvm::Value* e = b_.CreateAdd(t, b_.getInt64(r * kGemmThreads));
-      llvm::Value *i, *p;
-      if (g.transA) {
-        i = b_.CreateURem(e, b_.getInt64(kTileM));
-        p = b_.CreateUDiv(e, b_.getInt64(kTileM));
-      } else {
-        p = b_.CreateURem(e, b_.getInt64(kTileK));
-        i = b_.CreateUDiv(e, b_.getInt64(kTileK));
+    // Loads: 256 threads stage kTileK x `width` elements of an operand into shared
+    // memory (k-major), consecutive threads along the operand's contiguous
+    // dimension (k when `kContiguous`). w is the tile's other coordinate (A's row,
+    // B's column), from `origin`, within `extent`; outside, the operand's first
+    // element is read (it exists: the launch has work) and 0 used.
+    auto stageTile = [&](int32_t buffer, llvm::GlobalVariable* tile, int64_t width, bool kContiguous, llvm::Value* origin,
+                         llvm::Value* extent, llvm::Value* firstElement, auto&& index) {
+      for (int r = 0; r < kTileK * width / kGemmThreads; ++r) {
+        llvm::Value* e = b_.CreateAdd(t, b_.getInt64(r * kGemmThreads));
+        int64_t fast = kContiguous ? kTileK : width;
+        llvm::Value* lo = b_.CreateURem(e, b_.getInt64(fast));
+        llvm::Value* hi = b_.CreateUDiv(e, b_.getInt64(fast));
+        llvm::Value* w = kContiguous ? hi : lo;
+        llvm::Value* p = kContiguous ? lo : hi;
+        llvm::Value* gw = b_.CreateAdd(origin, w);
+        llvm::Value* gp = b_.CreateAdd(k0, p);
+        llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(gw, extent), b_.CreateICmpSLT(gp, v.k));
+        llvm::Value* idx = b_.CreateSelect(inside, index(gw, gp), firstElement);
+        llvm::Value* x = b_.CreateSelect(inside, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufferArg(buffer), idx)), zero);
+        b_.CreateStore(x, b_.CreateInBoundsGEP(tile->getValueType(), tile,
+                                               {b_.getInt64(0), b_.CreateAdd(b_.CreateMul(p, b_.getInt64(width)), w)}));
       }
-      llvm::Value* gi = b_.CreateAdd(row0, i);
-      llvm::Value* gp = b_.CreateAdd(k0, p);
-      llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(gi, v.m), b_.CreateICmpSLT(gp, v.k));
-      // Outside: read A's first element (it exists: the launch has work) and use 0.
-      llvm::Value* idx = b_.CreateSelect(inside, aIndex(g, v, gi, gp), v.aOff);
-      llvm::Value* x = b_.CreateSelect(inside, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufferArg(g.a), idx)), zero);
-      b_.CreateStore(x, b_.CreateInBoundsGEP(as->getValueType(), as, {b_.getInt64(0), b_.CreateAdd(b_.CreateMul(p, b_.getInt64(kTileM)), i)}));
-    }
-    for (int r = 0; r < kTileK * kTileN / kGemmThreads; ++r) {
-      llvm::Value* e = b_.CreateAdd(t, b_.getInt64(r * kGemmThreads));
-      llvm::Value *j, *p;
-      if (g.transB) {
-        p = b_.CreateURem(e, b_.getInt64(kTileK));
-        j = b_.CreateUDiv(e, b_.getInt64(kTileK));
-      } else {
-        j = b_.CreateURem(e, b_.getInt64(kTileN));
-        p = b_.CreateUDiv(e, b_.getInt64(kTileN));
-      }
-      llvm::Value* gj = b_.CreateAdd(col0, j);
-      llvm::Value* gp = b_.CreateAdd(k0, p);
-      llvm::Value* inside = b_.CreateAnd(b_.CreateICmpSLT(gj, v.n), b_.CreateICmpSLT(gp, v.k));
-      llvm::Value* idx = b_.CreateSelect(inside, bIndex(g, v, gp, gj), v.bOff);
-      llvm::Value* x = b_.CreateSelect(inside, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufferArg(g.b), idx)), zero);
-      b_.CreateStore(x, b_.CreateInBoundsGEP(bs->getValueType(), bs, {b_.getInt64(0), b_.CreateAdd(b_.CreateMul(p, b_.getInt64(kTileN)), j)}));
-    }
+    };
+    stageTile(g.a, as, kTileM, !g.transA, row0, v.m, v.aOff, [&](llvm::Value* i, llvm::Value* p) { return aIndex(g, v, i, p); });
+    stageTile(g.b, bs, kTileN, g.transB, col0, v.n, v.bOff, [&](llvm::Value* j, llvm::Value* p) { return bIndex(g, v, p, j); });
     barrier();
     for (int kk = 0; kk < kTileK; ++kk) {
       llvm::Value* a[kThreadM];

@@ -66,7 +66,7 @@ class ThreadPool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = Job{n, task, buffers, shapes};
-      pieces_ = std::min<int64_t>(n, int64_t(kPiecesPerThread) * size_);
+      pieces_.store(std::min<int64_t>(n, int64_t(kPiecesPerThread) * size_), std::memory_order_relaxed);
       donePieces_.store(0, std::memory_order_relaxed);
       gen = static_cast<uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
       claim_.store(uint64_t(gen) << 32, std::memory_order_release);
@@ -76,7 +76,8 @@ class ThreadPool {
     work(gen);
     // Done when every piece is: a worker that wakes late finds nothing left to
     // claim, and nobody waits for it.
-    auto finished = [&] { return donePieces_.load(std::memory_order_acquire) == pieces_; };
+    int64_t pieces = pieces_.load(std::memory_order_relaxed);
+    auto finished = [&] { return donePieces_.load(std::memory_order_acquire) == pieces; };
     if (!spinUntil(finished)) {
       std::unique_lock<std::mutex> lock(mu_);
       done_.wait(lock, finished);
@@ -99,20 +100,23 @@ class ThreadPool {
   // Claims and runs pieces of job `gen` until none is left. A claim is a CAS on
   // (generation, next piece), so a thread still holding an old generation can
   // never take (or read the job of) a newer one; job_ and pieces_ stay fixed
-  // while any piece of their job is unfinished.
+  // while any piece of their job is unfinished. (pieces_ is atomic because a
+  // thread late from an old job may read it as the next job is set up; its CAS
+  // then fails on the new generation.)
   void work(uint32_t gen) {
     for (;;) {
       uint64_t c = claim_.load(std::memory_order_acquire);
-      int64_t piece;
+      int64_t piece, pieces;
       do {
         piece = static_cast<int64_t>(c & 0xffffffffu);
-        if (static_cast<uint32_t>(c >> 32) != gen || piece >= pieces_) return;
+        pieces = pieces_.load(std::memory_order_relaxed);
+        if (static_cast<uint32_t>(c >> 32) != gen || piece >= pieces) return;
       } while (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire));
-      int64_t begin = job_.n * piece / pieces_, end = job_.n * (piece + 1) / pieces_;
+      int64_t begin = job_.n * piece / pieces, end = job_.n * (piece + 1) / pieces;
       tInTask = true;
       job_.task(job_.buffers, job_.shapes, begin, end);
       tInTask = false;
-      if (donePieces_.fetch_add(1, std::memory_order_acq_rel) + 1 == pieces_) {
+      if (donePieces_.fetch_add(1, std::memory_order_acq_rel) + 1 == pieces) {
         // Under the mutex, so a caller between its check and its wait still hears it.
         std::lock_guard<std::mutex> lock(mu_);
         done_.notify_one();
@@ -143,7 +147,7 @@ class ThreadPool {
   std::atomic<uint64_t> claim_{0};  // (generation << 32) | next piece
   std::atomic<int64_t> donePieces_{0};
   std::atomic<bool> stop_{false};
-  int64_t pieces_ = 0;
+  std::atomic<int64_t> pieces_{0};
   Job job_;
 };
 
