@@ -1,6 +1,6 @@
 // GPU memory from the CUDA driver: cuMemAlloc in the device's primary context.
-#include "jit/cuda_driver.h"
-#include "jit/cuda_stream.h"
+#include "device/cuda_driver.h"
+#include "device/cuda_stream.h"
 #include "kiln/error.h"
 #include "kiln/memory.h"
 
@@ -14,7 +14,7 @@ namespace {
 // on the host. cuMemAlloc aligns to at least 256 bytes.
 class CudaMemory final : public DeviceMemory {
  public:
-  explicit CudaMemory(Device device) : device_(device), driver_(jit::CudaDriver::get()) { driver_.use(device.index); }
+  explicit CudaMemory(Device device) : device_(device), driver_(device::CudaDriver::get()) { driver_.use(device.index); }
 
   Device device() const override { return device_; }
 
@@ -36,12 +36,12 @@ class CudaMemory final : public DeviceMemory {
   }
 
   // Blocks freed while a stream may still use them carry that stream's tag.
-  uint64_t streamTag() const override { return jit::currentStreamTag(device_); }
-  void awaitStream(uint64_t tag) override { jit::awaitStreamTag(tag); }
+  uint64_t streamTag() const override { return device::currentStreamTag(device_); }
+  void awaitStream(uint64_t tag) override { device::awaitStreamTag(tag); }
 
  private:
   Device device_;
-  const jit::CudaDriver& driver_;
+  const device::CudaDriver& driver_;
 };
 
 }  // namespace
@@ -50,7 +50,7 @@ std::unique_ptr<DeviceMemory> cudaMemory(Device device) { return std::make_uniqu
 
 #else
 
-std::unique_ptr<DeviceMemory> cudaMemory(Device) { throw Error(jit::cudaUnavailableReason()); }
+std::unique_ptr<DeviceMemory> cudaMemory(Device) { throw Error(device::cudaUnavailableReason()); }
 
 #endif
 

@@ -253,6 +253,12 @@ void MemoryPools::releaseCached() {
   for (auto& [d, pool] : pools_) pool->releaseCached();
 }
 
+// Declared with Tensor (kiln/tensor.h) but defined here: a tensor's own memory
+// comes from the process's default pools, which base/ cannot see.
+Tensor Tensor::empty(DType dtype, std::span<const int64_t> shape, Device device) {
+  return allocateTensor(MemoryPools::processDefault().forDevice(device), dtype, shape);
+}
+
 Tensor allocateTensor(PooledAllocator& pool, DType dtype, std::span<const int64_t> shape) {
   for (int64_t d : shape)
     if (d < 0) throw Error("negative dimension in shape " + shapeString(shape));

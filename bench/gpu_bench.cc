@@ -11,8 +11,8 @@
 
 #include "compiler/frontend.h"
 #include "compiler/passes/to_fused_function.h"
-#include "jit/cuda_driver.h"
-#include "jit/cuda_stream.h"
+#include "device/cuda_driver.h"
+#include "device/cuda_stream.h"
 #include "jit/kernel.h"
 #include "kiln/compile.h"
 #include "kiln/memory.h"
@@ -33,7 +33,7 @@ double median(std::vector<double> v) {
 
 // Milliseconds of `work` on the stream, by events, median of `runs`.
 template <class F>
-double gpuMillis(jit::CudaStream& s, int runs, F&& work) {
+double gpuMillis(device::CudaStream& s, int runs, F&& work) {
   work();  // warm-up (and first-call compiles)
   s.synchronize();
   std::vector<double> ms;
@@ -96,23 +96,23 @@ LOOP:
 )";
 }
 
-jit::FusedFunction fused(const std::string& src, const std::string& name) {
+kernel_ir::FusedFunction fused(const std::string& src, const std::string& name) {
   auto m = compiler::loadProgram(src, name + ".relay");
   return compiler::toFusedFunction(m->findFunction("main")->fn, name);
 }
 
 int run() {
-  std::string why = jit::cudaUnavailableReason();
+  std::string why = device::cudaUnavailableReason();
   if (!why.empty()) {
     std::printf("gpu_bench: skipped: %s\n", why.c_str());
     return 0;
   }
-  const jit::CudaDriver& d = jit::CudaDriver::get();
-  jit::CudaDeviceInfo info = jit::cudaDeviceInfo(kGpu);
+  const device::CudaDriver& d = device::CudaDriver::get();
+  device::CudaDeviceInfo info = device::cudaDeviceInfo(kGpu);
   std::printf("GPU: %s, sm_%d, %d SMs, %.1f GiB\n", info.name.c_str(), info.computeCapability, info.multiprocessors,
               static_cast<double>(info.totalBytes) / (1u << 30));
-  jit::CudaStream stream(kGpu);
-  jit::CudaStreamScope scope(&stream);
+  device::CudaStream stream(kGpu);
+  device::CudaStreamScope scope(&stream);
   auto cu = [&] { return static_cast<CUstream>(stream.handle()); };
 
   // ---- limits ----
@@ -200,7 +200,7 @@ int main() {
 #else
 
 int main() {
-  std::printf("gpu_bench: skipped: %s\n", jit::cudaUnavailableReason().c_str());
+  std::printf("gpu_bench: skipped: %s\n", device::cudaUnavailableReason().c_str());
   return 0;
 }
 

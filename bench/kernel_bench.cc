@@ -12,14 +12,14 @@
 #include "compiler/frontend.h"
 #include "compiler/passes/to_fused_function.h"
 #include "jit/kernel.h"
-#include "jit/thread_pool.h"
+#include "device/thread_pool.h"
 #include "machine_limits.h"
 
 using namespace kiln;
 
 namespace {
 
-jit::FusedFunction fused(const std::string& src, const std::string& name) {
+kernel_ir::FusedFunction fused(const std::string& src, const std::string& name) {
   auto m = compiler::loadProgram(src, name + ".relay");
   return compiler::toFusedFunction(m->findFunction("main")->fn, name);
 }
@@ -31,7 +31,7 @@ double median(std::vector<double> v) {
 
 
 // The latency kernels: fresh element-wise kernels (different constants).
-jit::FusedFunction latencyKernel(int i) {
+kernel_ir::FusedFunction latencyKernel(int i) {
   std::string c = std::to_string(i + 2) + "f";
   return fused("def @main(%x: Tensor[(?, 64), float32], %b: Tensor[(64,), float32]) { tanh(%x * " + c +
                    " + %b) * sigmoid(%x) }",
@@ -72,7 +72,7 @@ std::pair<double, double> bestOneAndAll(int threads, F&& run) {
   double one = 1e30, all = 1e30;
   for (int r = 0; r < 30; ++r) {
     for (int t : {1, threads}) {
-      jit::setNumThreads(t);
+      device::setNumThreads(t);
       run();  // untimed: a change of thread count starts the pool's workers
       auto t0 = bench::Clock::now();
       run();
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
                 median(timeLatencyKernels(&cold)));
     return 0;
   }
-  int threads = jit::numThreads();
+  int threads = device::numThreads();
   double bw1 = bench::copyBandwidth();
   double bw = bench::copyBandwidthThreads(threads);
   double peak = bench::fp32Peak();

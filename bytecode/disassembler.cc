@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "bytecode/opcodes.h"
-#include "jit/fused_function.h"
+#include "kernel_ir/fused_function.h"
 #include "kiln/executable.h"
 
 namespace kiln {
@@ -29,8 +29,8 @@ std::string operandText(const Executable& exe, const Operand& o) {
         s += (i ? " " : "") + std::string(o.list[i] & bytecode::kMoveBit ? "^r" : "r") + num(o.list[i] & ~bytecode::kMoveBit);
       return s + "]";
     }
-    case 'F': return "@" + (o.value < exe.functions.size() ? exe.functions[o.value].name : num(o.value));
-    case 'K': return "k" + num(o.value) + (o.value < exe.kernels.size() ? ":" + exe.kernels[o.value].function->name : "");
+    case 'F': return "@" + (o.value < exe.functions().size() ? exe.functions()[o.value].name : num(o.value));
+    case 'K': return "k" + num(o.value) + (o.value < exe.kernels().size() ? ":" + exe.kernels()[o.value].function->name : "");
     case 'C': return "c" + num(o.value);
     case 'S': return "s" + num(o.value);
     case 'A': return exe.constructorName(o.value);
@@ -45,7 +45,7 @@ std::string operandText(const Executable& exe, const Operand& o) {
 }  // namespace
 
 std::string Executable::disassemble(uint32_t fi) const {
-  const BytecodeFunction& f = functions.at(fi);
+  const BytecodeFunction& f = c_.functions.at(fi);
   std::string out = "def @" + f.name + "(";
   for (size_t i = 0; i < f.numParams; ++i) out += (i ? ", r" : "r") + std::to_string(i);
   out += ")  // " + std::to_string(f.frameSize) + " registers\n";
@@ -75,8 +75,8 @@ std::string Executable::disassemble(uint32_t fi) const {
         out += operandText(*this, o);
       }
     }
-    if (in->op == bytecode::Opcode::Fatal && in->operands[0].value < strings.size())
-      out += "  // " + strings[in->operands[0].value];
+    if (in->op == bytecode::Opcode::Fatal && in->operands[0].value < c_.strings.size())
+      out += "  // " + c_.strings[in->operands[0].value];
     out += "\n";
     pc += in->length;
   }
@@ -85,11 +85,11 @@ std::string Executable::disassemble(uint32_t fi) const {
 
 std::string Executable::disassemble() const {
   std::string out;
-  for (uint32_t i = 0; i < functions.size(); ++i) out += disassemble(i) + "\n";
+  for (uint32_t i = 0; i < c_.functions.size(); ++i) out += disassemble(i) + "\n";
   out += "kernels:\n";
-  for (size_t k = 0; k < kernels.size(); ++k) {
-    const char* kind = kernels[k].kind == KernelKind::Scalar ? " (host scalar)" : kernels[k].kind == KernelKind::Dynamic ? " (data-dependent)" : "";
-    out += "  k" + std::to_string(k) + kind + ": " + kernels[k].function->toString() + "\n";
+  for (size_t k = 0; k < kernels_.size(); ++k) {
+    const char* kind = kernels_[k].kind == KernelKind::Scalar ? " (host scalar)" : kernels_[k].kind == KernelKind::Dynamic ? " (data-dependent)" : "";
+    out += "  k" + std::to_string(k) + kind + ": " + kernels_[k].function->toString() + "\n";
   }
   return out;
 }

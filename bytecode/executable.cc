@@ -1,28 +1,13 @@
-// Executable: lookups, kernel kinds, the shared kernel table and value printing.
+// Executable: building (kernel kinds, verification), lookups and value printing.
 #include "kiln/executable.h"
-
-#include <mutex>
-#include <unordered_map>
 
 #include "bytecode/opcodes.h"
 #include "bytecode/verifier.h"
-#include "jit/kernel.h"
+#include "kernel_ir/kernel_kind.h"
 #include "kiln/error.h"
-#include "ops/shape_util.h"
-#include "vm/dynamic_ops.h"
-#include "vm/scalar_kernel.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln {
-
-// Compiled kernels per (kernel, device), filled on first use. Every VM sharing the
-// executable reads the same slots.
-struct Executable::KernelSlots {
-  std::mutex mu;
-  std::unordered_map<uint64_t, std::shared_ptr<const jit::CompiledKernel>> compiled;
-};
-
-Executable::Executable() : compiled_(std::make_unique<KernelSlots>()) {}
-Executable::~Executable() = default;
 
 std::string TypeDesc::toString() const {
   switch (kind) {
@@ -52,52 +37,48 @@ std::string TypeDesc::toString() const {
   return "_";
 }
 
-void Executable::finalize() {
-  bytecode::verifyKernels(*this);
-  for (auto& k : kernels) {
-    k.scalar = nullptr;
-    if (vm::isDynamicKernel(*k.function)) k.kind = KernelKind::Dynamic;
-    else if ((k.scalar = vm::ScalarKernel::tryBuild(*k.function))) k.kind = KernelKind::Scalar;
-    else k.kind = KernelKind::Compiled;
-  }
-  bytecode::verify(*this);
+std::shared_ptr<const Executable> Executable::build(Contents contents, std::shared_ptr<const void> image) {
+  // make_shared cannot reach the private constructor.
+  std::shared_ptr<Executable> exe(new Executable);
+  exe->c_ = std::move(contents);
+  exe->image_ = std::move(image);
+  for (auto& f : exe->c_.kernels) exe->kernels_.push_back(KernelInfo{std::move(f), KernelKind::Compiled});
+  exe->c_.kernels.clear();
+  // Kernel IR is checked before it is classified: classification lowers it,
+  // and lowering trusts types.
+  bytecode::verifyKernels(*exe);
+  for (auto& k : exe->kernels_) k.kind = kernel_ir::kernelKind(*k.function);
+  bytecode::verify(*exe);
+  return exe;
+}
+
+Executable::Contents Executable::contents() const {
+  Contents c = c_;
+  for (const KernelInfo& k : kernels_) c.kernels.push_back(k.function);
+  return c;
 }
 
 const BytecodeFunction* Executable::findFunction(std::string_view name) const {
   int64_t i = functionIndex(name);
-  return i < 0 ? nullptr : &functions[static_cast<size_t>(i)];
+  return i < 0 ? nullptr : &c_.functions[static_cast<size_t>(i)];
 }
 
 int64_t Executable::functionIndex(std::string_view name) const {
-  for (size_t i = 0; i < functions.size(); ++i)
-    if (functions[i].name == name) return static_cast<int64_t>(i);
+  for (size_t i = 0; i < c_.functions.size(); ++i)
+    if (c_.functions[i].name == name) return static_cast<int64_t>(i);
   return -1;
 }
 
 int64_t Executable::constructorId(std::string_view name) const {
-  for (size_t i = 0; i < constructors.size(); ++i)
-    if (constructors[i].name == name) return static_cast<int64_t>(i);
+  for (size_t i = 0; i < c_.constructors.size(); ++i)
+    if (c_.constructors[i].name == name) return static_cast<int64_t>(i);
   return -1;
 }
 
 const std::string& Executable::constructorName(uint32_t ctor) const {
   static const std::string tuple = "(tuple)", unknown = "?";
   if (ctor == kTupleCtor) return tuple;
-  return ctor < constructors.size() ? constructors[ctor].name : unknown;
-}
-
-const jit::CompiledKernel& Executable::compiledKernel(uint32_t k, Device device) const {
-  if (k >= kernels.size()) throw Error("kernel index out of range");
-  uint64_t key = static_cast<uint64_t>(k) << 32 | bytecode::encodeDevice(device);
-  {
-    std::lock_guard<std::mutex> lock(compiled_->mu);
-    auto it = compiled_->compiled.find(key);
-    if (it != compiled_->compiled.end()) return *it->second;
-  }
-  // The global cache compiles each kernel once even when many threads ask at once.
-  auto kernel = jit::KernelCache::global().get(*kernels[k].function, device);
-  std::lock_guard<std::mutex> lock(compiled_->mu);
-  return *compiled_->compiled.emplace(key, std::move(kernel)).first->second;
+  return ctor < c_.constructors.size() ? c_.constructors[ctor].name : unknown;
 }
 
 std::string Executable::format(const Value& v, size_t maxElements) const {
@@ -118,7 +99,7 @@ std::string Executable::format(const Value& v, size_t maxElements) const {
       continue;
     }
     if (x.isClosure()) {
-      out += "<closure " + (x.asClosure()->function < functions.size() ? functions[x.asClosure()->function].name : "?") + ">";
+      out += "<closure " + (x.asClosure()->function < c_.functions.size() ? c_.functions[x.asClosure()->function].name : "?") + ">";
       stack.pop_back();
       continue;
     }

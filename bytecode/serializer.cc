@@ -20,7 +20,8 @@
 #include <fstream>
 
 #include "bytecode/opcodes.h"
-#include "jit/fused_function.h"
+#include "kernel_ir/fused_function.h"
+#include "ops/registry.h"
 #include "kiln/error.h"
 #include "kiln/executable.h"
 
@@ -206,7 +207,7 @@ TypeDesc readType(Reader& r, int depth) {
   return t;
 }
 
-void writeKernel(Writer& w, const jit::FusedFunction& f) {
+void writeKernel(Writer& w, const kernel_ir::FusedFunction& f) {
   w.str(f.name);
   w.u32(static_cast<uint32_t>(f.params.size()));
   for (const auto& p : f.params) writeDesc(w, p);
@@ -229,14 +230,14 @@ void writeKernel(Writer& w, const jit::FusedFunction& f) {
   for (int32_t o : f.outputs) w.u32(static_cast<uint32_t>(o));
 }
 
-std::shared_ptr<jit::FusedFunction> readKernel(Reader& r) {
-  auto f = std::make_shared<jit::FusedFunction>();
+std::shared_ptr<kernel_ir::FusedFunction> readKernel(Reader& r) {
+  auto f = std::make_shared<kernel_ir::FusedFunction>();
   f->name = r.str();
   uint32_t np = r.count(5);
   for (uint32_t i = 0; i < np; ++i) f->params.push_back(readDesc(r));
   uint32_t nn = r.count(8);
   for (uint32_t i = 0; i < nn; ++i) {
-    jit::FusedNode n;
+    kernel_ir::FusedNode n;
     std::string op = r.str();
     if (!op.empty()) {
       n.op = ops::findOp(op);
@@ -276,20 +277,20 @@ std::vector<uint8_t> Executable::serialize() const {
   w.u32(kMinorVersion);
   w.u64(0);  // payload size, patched below
   w.u64(0);  // checksum, patched below
-  w.u32(static_cast<uint32_t>(strings.size()));
-  for (const auto& s : strings) w.str(s);
-  w.u32(static_cast<uint32_t>(devices.size()));
-  for (Device d : devices) w.u32(bytecode::encodeDevice(d));
-  w.u32(static_cast<uint32_t>(constructors.size()));
-  for (const auto& c : constructors) {
+  w.u32(static_cast<uint32_t>(c_.strings.size()));
+  for (const auto& s : c_.strings) w.str(s);
+  w.u32(static_cast<uint32_t>(c_.devices.size()));
+  for (Device d : c_.devices) w.u32(bytecode::encodeDevice(d));
+  w.u32(static_cast<uint32_t>(c_.constructors.size()));
+  for (const auto& c : c_.constructors) {
     w.str(c.name);
     w.str(c.typeName);
     w.u32(c.arity);
   }
-  w.u32(static_cast<uint32_t>(kernels.size()));
-  for (const auto& k : kernels) writeKernel(w, *k.function);
-  w.u32(static_cast<uint32_t>(constants.size()));
-  for (const Tensor& t : constants) {
+  w.u32(static_cast<uint32_t>(kernels_.size()));
+  for (const auto& k : kernels_) writeKernel(w, *k.function);
+  w.u32(static_cast<uint32_t>(c_.constants.size()));
+  for (const Tensor& t : c_.constants) {
     w.u8(static_cast<uint8_t>(t.dtype()));
     w.u32(static_cast<uint32_t>(t.rank()));
     for (int64_t d : t.shape()) w.i64(d);
@@ -297,8 +298,8 @@ std::vector<uint8_t> Executable::serialize() const {
     w.raw(t.data(), t.nbytes());
     w.align64();
   }
-  w.u32(static_cast<uint32_t>(functions.size()));
-  for (const auto& f : functions) {
+  w.u32(static_cast<uint32_t>(c_.functions.size()));
+  for (const auto& f : c_.functions) {
     w.str(f.name);
     w.u32(f.numParams);
     w.u32(f.frameSize);
@@ -336,7 +337,7 @@ bool Executable::looksLikeExecutable(std::span<const uint8_t> bytes) {
   return bytes.size() >= 8 && std::memcmp(bytes.data(), kMagic, 8) == 0;
 }
 
-std::shared_ptr<Executable> Executable::fromBytes(std::span<const uint8_t> bytes) {
+std::shared_ptr<const Executable> Executable::fromBytes(std::span<const uint8_t> bytes) {
   size_t n = std::max<size_t>(bytes.size(), 1);
   std::shared_ptr<uint8_t> copy(static_cast<uint8_t*>(::operator new(n, std::align_val_t(64))),
                                 [](uint8_t* p) { ::operator delete(p, std::align_val_t(64)); });
@@ -344,7 +345,7 @@ std::shared_ptr<Executable> Executable::fromBytes(std::span<const uint8_t> bytes
   return fromImage(copy, {copy.get(), bytes.size()});
 }
 
-std::shared_ptr<Executable> Executable::fromImage(std::shared_ptr<const void> owner, std::span<const uint8_t> bytes) {
+std::shared_ptr<const Executable> Executable::fromImage(std::shared_ptr<const void> owner, std::span<const uint8_t> bytes) {
   if (reinterpret_cast<uintptr_t>(bytes.data()) % 64 != 0) return fromBytes(bytes);
   if (!looksLikeExecutable(bytes)) throw Error("not a Kiln executable (bad magic)");
   if (bytes.size() < kHeaderBytes) throw Error("invalid executable: truncated header");
@@ -360,25 +361,24 @@ std::shared_ptr<Executable> Executable::fromImage(std::shared_ptr<const void> ow
   if (payload != bytes.size() - kHeaderBytes) throw Error("invalid executable: truncated or padded file");
   if (checksum(bytes.data() + kHeaderBytes, payload) != sum) throw Error("invalid executable: checksum mismatch");
 
-  auto exe = std::make_shared<Executable>();
-  exe->image_ = owner;
+  Contents contents;
   Reader r(bytes.data() + kHeaderBytes, payload);
   uint32_t ns = r.count(4);
-  for (uint32_t i = 0; i < ns; ++i) exe->strings.push_back(r.str());
+  for (uint32_t i = 0; i < ns; ++i) contents.strings.push_back(r.str());
   uint32_t nd = r.count(4);
   if (nd == 0 || nd > 64) throw Error("invalid executable: bad device list");
-  exe->devices.clear();
-  for (uint32_t i = 0; i < nd; ++i) exe->devices.push_back(readDevice(r));
+  contents.devices.clear();
+  for (uint32_t i = 0; i < nd; ++i) contents.devices.push_back(readDevice(r));
   uint32_t nc = r.count(12);
   for (uint32_t i = 0; i < nc; ++i) {
     ConstructorInfo c;
     c.name = r.str();
     c.typeName = r.str();
     c.arity = r.u32();
-    exe->constructors.push_back(std::move(c));
+    contents.constructors.push_back(std::move(c));
   }
   uint32_t nk = r.count(16);
-  for (uint32_t i = 0; i < nk; ++i) exe->kernels.push_back(KernelInfo{readKernel(r), KernelKind::Compiled, nullptr});
+  for (uint32_t i = 0; i < nk; ++i) contents.kernels.push_back(readKernel(r));
   uint32_t nt = r.count(5);
   for (uint32_t i = 0; i < nt; ++i) {
     DType dt = readDType(r);
@@ -401,10 +401,10 @@ std::shared_ptr<Executable> Executable::fromImage(std::shared_ptr<const void> ow
       // Kernels may read a whole 64-byte line: a tiny constant gets its own buffer.
       Tensor t = Tensor::empty(dt, shape);
       std::memcpy(t.data(), data, nbytes);
-      exe->constants.push_back(t);
+      contents.constants.push_back(t);
     } else {
       std::shared_ptr<void> alias(std::const_pointer_cast<void>(owner), const_cast<uint8_t*>(data));
-      exe->constants.push_back(Tensor::view(dt, dims(shape), alias));
+      contents.constants.push_back(Tensor::view(dt, dims(shape), alias));
     }
   }
   uint32_t nf = r.count(20);
@@ -423,13 +423,12 @@ std::shared_ptr<Executable> Executable::fromImage(std::shared_ptr<const void> ow
     uint32_t words = r.count(4);
     f.code.resize(words);
     r.get(f.code.data(), static_cast<size_t>(words) * 4);
-    exe->functions.push_back(std::move(f));
+    contents.functions.push_back(std::move(f));
   }
-  exe->finalize();
-  return exe;
+  return build(std::move(contents), std::move(owner));
 }
 
-std::shared_ptr<Executable> Executable::load(const std::string& path) {
+std::shared_ptr<const Executable> Executable::load(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw Error("cannot open '" + path + "'");
   struct stat st {};

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bytecode/opcodes.h"
-#include "jit/fused_function.h"
+#include "kernel_ir/fused_function.h"
 #include "kiln/error.h"
 
 namespace kiln::bytecode {
@@ -58,19 +58,19 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
           for (uint32_t r : o.list) reg(in, r & ~kMoveBit);
           break;
         case 'F':
-          if (o.value >= exe.functions.size()) fail(f, in.pc, "function index out of range");
+          if (o.value >= exe.functions().size()) fail(f, in.pc, "function index out of range");
           break;
         case 'K':
-          if (o.value >= exe.kernels.size()) fail(f, in.pc, "kernel index out of range");
+          if (o.value >= exe.kernels().size()) fail(f, in.pc, "kernel index out of range");
           break;
         case 'C':
-          if (o.value >= exe.constants.size()) fail(f, in.pc, "constant index out of range");
+          if (o.value >= exe.constants().size()) fail(f, in.pc, "constant index out of range");
           break;
         case 'S':
-          if (o.value >= exe.strings.size()) fail(f, in.pc, "string index out of range");
+          if (o.value >= exe.strings().size()) fail(f, in.pc, "string index out of range");
           break;
         case 'A':
-          if (o.value >= exe.constructors.size()) fail(f, in.pc, "constructor id out of range");
+          if (o.value >= exe.constructors().size()) fail(f, in.pc, "constructor id out of range");
           break;
         case 'J':
           if (o.value >= f.code.size() || !starts[o.value]) fail(f, in.pc, "jump target is not an instruction");
@@ -82,7 +82,7 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
           // Only the devices the executable was compiled for (and the host).
           Device d = decodeDevice(o.value);
           bool listed = validDeviceWord(o.value) &&
-                        (d == Device{} || std::find(exe.devices.begin(), exe.devices.end(), d) != exe.devices.end());
+                        (d == Device{} || std::find(exe.devices().begin(), exe.devices().end(), d) != exe.devices().end());
           if (!listed) fail(f, in.pc, "device operand is not one of the executable's devices");
           break;
         }
@@ -91,7 +91,7 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
     }
     const Operand* ops = in.operands;
     auto kernelArity = [&](uint32_t k, size_t ins, size_t outs, const char* what) {
-      const auto& fn = *exe.kernels[k].function;
+      const auto& fn = *exe.kernels()[k].function;
       if (ins != fn.params.size() || outs != fn.outputs.size())
         fail(f, in.pc, std::string(what) + " passes " + std::to_string(ins) + " inputs and " + std::to_string(outs) +
                            " outputs to kernel '" + fn.name + "', which has " + std::to_string(fn.params.size()) +
@@ -102,30 +102,30 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
       case Opcode::TailCall: {
         uint32_t fi = ops[in.op == Opcode::Invoke ? 1 : 0].value;
         uint32_t n = ops[in.op == Opcode::Invoke ? 2 : 1].value;
-        if (n != exe.functions[fi].numParams)
-          fail(f, in.pc, "calls '" + exe.functions[fi].name + "' with " + std::to_string(n) + " arguments, not " +
-                             std::to_string(exe.functions[fi].numParams));
+        if (n != exe.functions()[fi].numParams)
+          fail(f, in.pc, "calls '" + exe.functions()[fi].name + "' with " + std::to_string(n) + " arguments, not " +
+                             std::to_string(exe.functions()[fi].numParams));
         break;
       }
       case Opcode::AllocClosure:
-        if (ops[2].value > exe.functions[ops[1].value].numParams) fail(f, in.pc, "closure captures more values than its function has parameters");
+        if (ops[2].value > exe.functions()[ops[1].value].numParams) fail(f, in.pc, "closure captures more values than its function has parameters");
         break;
       case Opcode::AllocAdt:
-        if (ops[2].value != exe.constructors[ops[1].value].arity) fail(f, in.pc, "wrong number of constructor fields");
+        if (ops[2].value != exe.constructors()[ops[1].value].arity) fail(f, in.pc, "wrong number of constructor fields");
         break;
       case Opcode::BranchIfNotCtor: break;
       case Opcode::InvokeKernel:
       case Opcode::ShapeFunc:
-        if (exe.kernels[ops[0].value].kind == KernelKind::Dynamic && in.op == Opcode::InvokeKernel)
+        if (exe.kernels()[ops[0].value].kind == KernelKind::Dynamic && in.op == Opcode::InvokeKernel)
           fail(f, in.pc, "invoke_kernel of a data-dependent kernel");
         kernelArity(ops[0].value, ops[1].value, ops[2].value, info(in.op).mnemonic.data());
         break;
       case Opcode::InvokeScalar:
-        if (exe.kernels[ops[0].value].kind != KernelKind::Scalar) fail(f, in.pc, "invoke_scalar of a kernel that is not scalar");
+        if (exe.kernels()[ops[0].value].kind != KernelKind::Scalar) fail(f, in.pc, "invoke_scalar of a kernel that is not scalar");
         kernelArity(ops[0].value, ops[1].value, ops[2].value, "invoke_scalar");
         break;
       case Opcode::InvokeDynamic:
-        if (exe.kernels[ops[0].value].kind != KernelKind::Dynamic) fail(f, in.pc, "invoke_dynamic of a kernel that is not data-dependent");
+        if (exe.kernels()[ops[0].value].kind != KernelKind::Dynamic) fail(f, in.pc, "invoke_dynamic of a kernel that is not data-dependent");
         kernelArity(ops[0].value, ops[1].value, ops[2].value, "invoke_dynamic");
         break;
       case Opcode::AllocStorage:
@@ -133,7 +133,7 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
         if (ops[1].value64 > (uint64_t(1) << 48)) fail(f, in.pc, "storage size out of range");
         break;
       case Opcode::AllocTensor:
-        if (exe.constants[ops[3].value].rank() != 1 || exe.constants[ops[3].value].dtype() != DType::Int64)
+        if (exe.constants()[ops[3].value].rank() != 1 || exe.constants()[ops[3].value].dtype() != DType::Int64)
           fail(f, in.pc, "alloc_tensor shape constant is not an int64 vector");
         break;
       default: break;
@@ -144,16 +144,16 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
 }  // namespace
 
 void verifyKernels(const Executable& exe) {
-  for (const auto& k : exe.kernels) {
+  for (const auto& k : exe.kernels()) {
     if (!k.function) throw Error("invalid executable: missing kernel");
     k.function->verify();
   }
 }
 
 void verify(const Executable& exe) {
-  for (const auto& c : exe.constructors)
+  for (const auto& c : exe.constructors())
     if (c.arity > (1u << 16)) throw Error("invalid executable: constructor '" + c.name + "' has too many fields");
-  for (const auto& f : exe.functions) verifyFunction(exe, f);
+  for (const auto& f : exe.functions()) verifyFunction(exe, f);
 }
 
 }  // namespace kiln::bytecode

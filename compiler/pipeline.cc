@@ -23,7 +23,7 @@ Stages runPasses(std::string_view source, const std::string& file, const Compile
   });
 }
 
-std::shared_ptr<Executable> emit(const Stages& s, const CompileOptions& options) {
+std::shared_ptr<const Executable> emit(const Stages& s, const CompileOptions& options) {
   return onCompilerStack([&] {
     EmitOptions eo;
     eo.params = options.params;
@@ -37,12 +37,12 @@ std::shared_ptr<Executable> emit(const Stages& s, const CompileOptions& options)
 
 namespace kiln {
 
-std::shared_ptr<Executable> compile(std::string_view source, const std::string& file, const CompileOptions& options) {
+std::shared_ptr<const Executable> compile(std::string_view source, const std::string& file, const CompileOptions& options) {
   compiler::Stages s = compiler::runPasses(source, file, options);
   return compiler::emit(s, options);
 }
 
-std::shared_ptr<Executable> compileFile(const std::string& path, const CompileOptions& options) {
+std::shared_ptr<const Executable> compileFile(const std::string& path, const CompileOptions& options) {
   return compile(compiler::readSourceFile(path), path, options);
 }
 

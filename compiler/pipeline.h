@@ -18,6 +18,6 @@ struct Stages {
 Stages runPasses(std::string_view source, const std::string& file, const CompileOptions& options);
 
 // Emits bytecode for the placed module.
-std::shared_ptr<Executable> emit(const Stages& s, const CompileOptions& options);
+std::shared_ptr<const Executable> emit(const Stages& s, const CompileOptions& options);
 
 }  // namespace kiln::compiler

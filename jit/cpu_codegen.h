@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "jit/loop_ir.h"
+#include "kernel_ir/loop_ir.h"
 
 namespace llvm {
 class LLVMContext;

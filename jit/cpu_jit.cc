@@ -15,12 +15,14 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include <chrono>
+#include <functional>
+#include <future>
 #include <mutex>
 #include <unordered_map>
 
 #include "jit/disk_cache.h"
 #include "jit/gemm.h"
-#include "jit/thread_pool.h"
+#include "device/thread_pool.h"
 #include "kiln/error.h"
 
 namespace kiln::jit {
@@ -130,18 +132,80 @@ void optimizeModule(llvm::Module& m, llvm::TargetMachine& tm) {
   mpm.run(m, mam);
 }
 
+namespace {
+// Machine code is process-wide (one LLJIT, one main JITDylib) while kernel caches
+// belong to Runtimes, so two caches may ask for the same symbol (it names the
+// kernel's content key): the first defines it, later ones get its entry (waiting
+// for it while it compiles). Different symbols compile concurrently.
+struct DefinedSymbols {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_future<KernelEntry>> entries;
+};
+DefinedSymbols& definedSymbols() {
+  static DefinedSymbols d;
+  return d;
+}
+// The entry of an already defined (or being defined) symbol; null otherwise.
+KernelEntry definedEntry(const std::string& symbol) {
+  DefinedSymbols& d = definedSymbols();
+  std::shared_future<KernelEntry> f;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    auto it = d.entries.find(symbol);
+    if (it == d.entries.end()) return nullptr;
+    f = it->second;
+  }
+  return f.get();
+}
+KernelEntry defineOnce(const std::string& symbol, const std::function<KernelEntry()>& define) {
+  DefinedSymbols& d = definedSymbols();
+  std::promise<KernelEntry> promise;
+  std::shared_future<KernelEntry> f;
+  bool mine = false;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    auto it = d.entries.find(symbol);
+    if (it != d.entries.end()) {
+      f = it->second;
+    } else {
+      f = promise.get_future().share();
+      d.entries.emplace(symbol, f);
+      mine = true;
+    }
+  }
+  if (mine) {
+    try {
+      promise.set_value(define());
+    } catch (...) {
+      promise.set_exception(std::current_exception());
+      std::lock_guard<std::mutex> lock(d.mu);
+      d.entries.erase(symbol);
+    }
+  }
+  return f.get();
+}
+}  // namespace
+
 KernelEntry loadCompiledObject(std::unique_ptr<llvm::MemoryBuffer> object, const std::string& symbol) {
-  llvm::orc::LLJIT& jit = theJit();
-  if (auto e = jit.addObjectFile(std::move(object)))
-    throw Error("cannot load cached kernel " + symbol + ": " + errorText(std::move(e)));
-  auto sym = jit.lookup(symbol);
-  if (!sym) throw Error("cannot load cached kernel " + symbol + ": " + errorText(sym.takeError()));
-  return sym->toPtr<KernelEntry>();
+  return defineOnce(symbol, [&] {
+    llvm::orc::LLJIT& jit = theJit();
+    if (auto e = jit.addObjectFile(std::move(object)))
+      throw Error("cannot load cached kernel " + symbol + ": " + errorText(std::move(e)));
+    auto sym = jit.lookup(symbol);
+    if (!sym) throw Error("cannot load cached kernel " + symbol + ": " + errorText(sym.takeError()));
+    return sym->toPtr<KernelEntry>();
+  });
 }
 
 CpuCompileResult compileForHost(std::unique_ptr<llvm::Module> module, std::unique_ptr<llvm::LLVMContext> ctx,
                                 const std::string& symbol, bool keepIR, const DiskEntry& disk) {
   CpuCompileResult out;
+  if (!keepIR) {
+    if (KernelEntry e = definedEntry(symbol)) {
+      out.entry = e;
+      return out;
+    }
+  }
   llvm::orc::LLJIT& jit = theJit();
   auto t0 = std::chrono::steady_clock::now();
   std::string verifyErrors;
@@ -157,12 +221,14 @@ CpuCompileResult compileForHost(std::unique_ptr<llvm::Module> module, std::uniqu
   }
   out.optimizeMillis = millisSince(t0);
   auto t1 = std::chrono::steady_clock::now();
-  if (disk.cache) objectCache().expect(module->getModuleIdentifier(), disk);
-  if (auto e = jit.addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
-    throw Error("cannot compile kernel " + symbol + ": " + errorText(std::move(e)));
-  auto sym = jit.lookup(symbol);
-  if (!sym) throw Error("cannot compile kernel " + symbol + ": " + errorText(sym.takeError()));
-  out.entry = sym->toPtr<KernelEntry>();
+  out.entry = defineOnce(symbol, [&] {
+    if (disk.cache) objectCache().expect(module->getModuleIdentifier(), disk);
+    if (auto e = jit.addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
+      throw Error("cannot compile kernel " + symbol + ": " + errorText(std::move(e)));
+    auto sym = jit.lookup(symbol);
+    if (!sym) throw Error("cannot compile kernel " + symbol + ": " + errorText(sym.takeError()));
+    return sym->toPtr<KernelEntry>();
+  });
   out.codegenMillis = millisSince(t1);
   return out;
 }

@@ -4,10 +4,15 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "jit/cuda_driver.h"
+#include "device/cuda_driver.h"
 #include "kiln/error.h"
 
 namespace kiln::jit {
+
+using device::CudaDriver;
+using device::CudaStream;
+using device::cudaDeviceInfo;
+
 
 #if KILN_HAVE_CUDA_H
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "jit/cuda_stream.h"
+#include "device/cuda_stream.h"
 #include "jit/nvptx_codegen.h"
 
 namespace kiln::jit {
@@ -23,7 +23,7 @@ class GpuKernel {
 
   // Queues the launches on `stream`. `buffers` are device pointers in the
   // kernel's buffer order; `shapes` the run-time shape array (host memory).
-  void run(void* const* buffers, const int64_t* shapes, size_t numShapes, CudaStream& stream) const;
+  void run(void* const* buffers, const int64_t* shapes, size_t numShapes, device::CudaStream& stream) const;
 
  private:
   loop::LoopKernel loops_;  // for the extents the host computes

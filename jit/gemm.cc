@@ -9,9 +9,12 @@
 #include <new>
 #include <vector>
 
-#include "jit/thread_pool.h"
+#include "device/thread_pool.h"
 
 namespace kiln::jit {
+
+using device::numThreads;
+using device::parallelFor;
 
 namespace {
 

@@ -11,13 +11,21 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "jit/cuda_driver.h"
-#include "jit/lower.h"
+#include "device/cuda_driver.h"
+#include "kernel_ir/lower.h"
 #include "jit/nvptx_codegen.h"
 #include "kiln/error.h"
-#include "ops/shape_util.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln::jit {
+
+using kernel_ir::FusedFunction;
+using kernel_ir::computeShapes;
+using kernel_ir::lowerToLoops;
+using device::CudaStream;
+using device::streamFor;
+using device::cudaComputeCapability;
+using device::cudaUnavailableReason;
 
 namespace {
 std::string hex(uint64_t v) {
@@ -211,12 +219,13 @@ void CompiledKernel::run(std::span<const Tensor> inputs, std::span<const Tensor>
   launch(inputs, outputs, shapes);
 }
 
-KernelCache::KernelCache() {
-  if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir && *dir) disk_ = std::make_unique<DiskCache>(dir);
+KernelCache::KernelCache(const std::string& diskDir) {
+  if (!diskDir.empty()) disk_ = std::make_unique<DiskCache>(diskDir);
 }
 
 KernelCache& KernelCache::global() {
-  static KernelCache cache;
+  const char* dir = std::getenv("KILN_CACHE_DIR");
+  static KernelCache cache(dir ? dir : "");
   return cache;
 }
 

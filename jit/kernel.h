@@ -1,7 +1,7 @@
 // Compiled kernels and the kernel cache: the C++ interface for compiling a fused
 // function for a device and running it on tensors.
 //
-// KernelCache::get compiles a FusedFunction on first request and returns the same
+// KernelCache::get compiles a kernel_ir::FusedFunction on first request and returns the same
 // CompiledKernel for every later one. Keys are the function's content together
 // with the device and the target (CPU name, features, LLVM version); concurrent
 // requests for one kernel compile it once, the others wait for that result.
@@ -26,20 +26,20 @@
 #include "jit/cpu_jit.h"
 #include "jit/cuda_kernel.h"
 #include "jit/disk_cache.h"
-#include "jit/fused_function.h"
-#include "jit/loop_ir.h"
+#include "kernel_ir/fused_function.h"
+#include "kernel_ir/loop_ir.h"
 #include "kiln/tensor.h"
 
 namespace kiln::jit {
 
 class CompiledKernel {
  public:
-  CompiledKernel(FusedFunction f, Device device, bool keepIR, const DiskCache* disk = nullptr);
+  CompiledKernel(kernel_ir::FusedFunction f, Device device, bool keepIR, const DiskCache* disk = nullptr);
   bool fromDiskCache() const { return fromDisk_; }
   // The same machine code serving another device of the same kind (cpu:1).
   std::shared_ptr<const CompiledKernel> boundTo(Device device) const;
 
-  const FusedFunction& function() const { return f_; }
+  const kernel_ir::FusedFunction& function() const { return f_; }
   Device device() const { return device_; }
   const loop::LoopKernel& loops() const { return loops_; }
   const std::string& optimizedIR() const { return ir_; }  // CPU: LLVM IR; GPU: PTX (when kept)
@@ -58,7 +58,7 @@ class CompiledKernel {
   std::vector<Shape> shapesFor(std::span<const Tensor> inputs) const;
 
  private:
-  FusedFunction f_;
+  kernel_ir::FusedFunction f_;
   Device device_;
   loop::LoopKernel loops_;
   void compileForGpu(const std::string& symbol, const std::string& key, uint64_t hash, bool keepIR, const DiskCache* disk);
@@ -76,10 +76,13 @@ class CompiledKernel {
 
 class KernelCache {
  public:
+  // An empty cache; `diskDir` names its on-disk cache ("": none). Runtimes own one each.
+  explicit KernelCache(const std::string& diskDir = "");
+  // The process's cache (the default Runtime's), its disk directory from $KILN_CACHE_DIR.
   static KernelCache& global();
 
   // Compiles on first use; `keepIR` keeps the optimized LLVM IR for printing.
-  std::shared_ptr<const CompiledKernel> get(const FusedFunction& f, Device device = {}, bool keepIR = false);
+  std::shared_ptr<const CompiledKernel> get(const kernel_ir::FusedFunction& f, Device device = {}, bool keepIR = false);
 
   size_t hits() const { return hits_; }
   size_t compiles() const { return compiles_; }
@@ -90,7 +93,6 @@ class KernelCache {
   std::string diskCacheDir() const;
 
  private:
-  KernelCache();
   friend class CompiledKernel;
   std::unique_ptr<DiskCache> disk_;
   std::atomic<size_t> diskHits_{0};

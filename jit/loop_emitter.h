@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "jit/loop_ir.h"
+#include "kernel_ir/loop_ir.h"
 #include "jit/vector_math.h"
 #include "kiln/error.h"
 

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "jit/loop_ir.h"
+#include "kernel_ir/loop_ir.h"
 
 namespace kiln::jit {
 

@@ -1,7 +1,8 @@
 // Tensor creation (zeros, ones, full, *_like, arange), dynamic-shape operators
 // (shape_of, dyn.*, argwhere) and the device annotations (on_device, device_copy).
-#include "ops/compute.h"
-#include "ops/shape_util.h"
+#include "kernel_ir/compute.h"
+#include "ops/registry.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln::ops {
 namespace {

@@ -2,8 +2,9 @@
 // broadcasting, where, clip and cast.
 #include <cmath>
 
-#include "ops/compute.h"
-#include "ops/shape_util.h"
+#include "kernel_ir/compute.h"
+#include "ops/registry.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln::ops {
 namespace {

@@ -1,6 +1,7 @@
 // Linear algebra: nn.dense, nn.matmul, nn.batch_matmul.
-#include "ops/compute.h"
-#include "ops/shape_util.h"
+#include "kernel_ir/compute.h"
+#include "ops/registry.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln::ops {
 namespace {

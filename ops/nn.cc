@@ -3,8 +3,9 @@
 #include <climits>
 #include <cmath>
 
-#include "ops/compute.h"
-#include "ops/shape_util.h"
+#include "kernel_ir/compute.h"
+#include "ops/registry.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln::ops {
 namespace {

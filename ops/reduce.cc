@@ -1,8 +1,9 @@
 // Reductions (sum, mean, max, min, prod, all, any, argmax, argmin) and cumsum.
 #include <algorithm>
 
-#include "ops/compute.h"
-#include "ops/shape_util.h"
+#include "kernel_ir/compute.h"
+#include "ops/registry.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln::ops {
 namespace {

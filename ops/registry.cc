@@ -1,21 +1,9 @@
 // The operator table: built once from the per-group registration functions.
-#include <algorithm>
 #include <unordered_map>
 
-#include "ops/op.h"
+#include "ops/registry.h"
 
 namespace kiln::ops {
-
-OpDef& OpTable::add(std::string name, int numInputs, OpPattern pattern, ShapeRule rule,
-                    std::initializer_list<const char*> attrNames) {
-  OpDef& d = defs_.emplace_back();
-  d.name = std::move(name);
-  d.numInputs = numInputs;
-  d.pattern = pattern;
-  d.rule = rule;
-  for (const char* a : attrNames) d.attrNames.emplace_back(a);
-  return d;
-}
 
 namespace {
 struct Registry {
@@ -51,15 +39,6 @@ std::vector<const OpDef*> allOps() {
   std::vector<const OpDef*> out;
   for (const OpDef& d : registry().defs) out.push_back(&d);
   return out;
-}
-
-std::vector<TensorDesc> OpDef::infer(std::span<const TensorDesc> inputs, const AttrMap& attrs) const {
-  for (const auto& [name, value] : attrs.items()) {
-    if (std::find(attrNames.begin(), attrNames.end(), name) == attrNames.end())
-      throw OpError(this->name + ": unknown attribute '" + name + "'");
-  }
-  OpCall call{*this, inputs, AttrReader(this->name, attrs)};
-  return rule(call);
 }
 
 }  // namespace kiln::ops

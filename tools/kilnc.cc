@@ -17,10 +17,10 @@
 #include "compiler/passes/fuse_ops.h"
 #include "compiler/passes/to_fused_function.h"
 #include "jit/kernel.h"
-#include "jit/lower.h"
+#include "kernel_ir/lower.h"
 #include "jit/nvptx_codegen.h"
-#include "vm/dynamic_ops.h"
-#include "ops/shape_util.h"
+#include "kernel_ir/kernel_kind.h"
+#include "kernel_ir/shape_util.h"
 #include "kiln/error.h"
 
 namespace {
@@ -57,9 +57,9 @@ int fail(int code, const std::string& msg) {
 
 // --emit kernels / loops / llvm: each distinct kernel once, with its call sites.
 std::string describeKernels(const kiln::ir::Module& fused, const std::string& emit) {
-  std::vector<std::pair<kiln::jit::FusedFunction, int>> kernels;
+  std::vector<std::pair<kiln::kernel_ir::FusedFunction, int>> kernels;
   for (const kiln::ir::Function* fn : kiln::compiler::primitiveFunctions(fused)) {
-    kiln::jit::FusedFunction f = kiln::compiler::toFusedFunction(fn, "", fused.file());
+    kiln::kernel_ir::FusedFunction f = kiln::compiler::toFusedFunction(fn, "", fused.file());
     std::string key = f.toString();
     auto it = std::find_if(kernels.begin(), kernels.end(), [&](auto& k) { return k.first.toString() == key; });
     if (it != kernels.end()) {
@@ -80,11 +80,11 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
     if (emit == "kernels") {
       out += f.toString() + "\n\n";
     } else if (emit == "loops") {
-      out += kiln::jit::lowerToLoops(f).toString() + "\n";
-    } else if (emit == "ptx" && kiln::vm::isDynamicKernel(f)) {
+      out += kiln::kernel_ir::lowerToLoops(f).toString() + "\n";
+    } else if (emit == "ptx" && kiln::kernel_ir::isDynamicKernel(f)) {
       out += "// a data-dependent operator: it runs natively on the host, no PTX\n\n";
     } else if (emit == "ptx") {
-      kiln::jit::PtxModule ptx = kiln::jit::emitPtx(kiln::jit::lowerToLoops(f), f.name);
+      kiln::jit::PtxModule ptx = kiln::jit::emitPtx(kiln::kernel_ir::lowerToLoops(f), f.name);
       out += "// sm_" + std::to_string(ptx.sm) + "; what the host runs:\n" + kiln::jit::describePlan(ptx) + ptx.ptx + "\n";
     } else {
       out += kiln::jit::KernelCache::global().get(f, {}, true)->optimizedIR() + "\n";
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     kiln::compiler::Stages stages = kiln::compiler::runPasses(source, program, copts);
-    std::shared_ptr<kiln::Executable> exe;
+    std::shared_ptr<const kiln::Executable> exe;
     if (!out.empty() || emit == "bytecode" || emit == "memory") exe = kiln::compiler::emit(stages, copts);
     std::string text = kiln::compiler::onCompilerStack([&]() -> std::string {
       kiln::ir::PrintOptions typed;

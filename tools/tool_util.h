@@ -9,7 +9,7 @@
 #include "bytecode/opcodes.h"
 #include "compiler/ir/printer.h"
 #include "compiler/passes/device_placement.h"
-#include "jit/cuda_driver.h"
+#include "device/cuda_driver.h"
 #include "kiln/error.h"
 #include "kiln/executable.h"
 #include "kiln/tensor.h"
@@ -27,7 +27,7 @@ inline std::vector<Device> checkDevices(const std::string& list, bool toRun) {
     std::string name = list.substr(start, end == std::string::npos ? std::string::npos : end - start);
     Device d = Device::parse(name);
     if (d.kind == Device::Kind::CUDA && toRun) {
-      std::string why = jit::cudaUnavailableReason();
+      std::string why = device::cudaUnavailableReason();
       if (!why.empty()) throw Error("--device " + name + ": " + why);
     }
     out.push_back(d);
@@ -66,7 +66,7 @@ inline std::string devicesListing(const compiler::Placement& p) {
 // then a summary: storages, tensors placed, and how many share a storage.
 inline std::string memoryListing(const Executable& exe) {
   std::string out;
-  for (uint32_t f = 0; f < exe.functions.size(); ++f) {
+  for (uint32_t f = 0; f < exe.functions().size(); ++f) {
     std::string text = exe.disassemble(f);
     size_t nl = text.find('\n');
     std::string body;

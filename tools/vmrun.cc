@@ -17,6 +17,7 @@
 
 #include "compiler/frontend.h"
 #include "jit/kernel.h"
+#include "runtime/kernel_table.h"
 #include "kiln/compile.h"
 #include "kiln/error.h"
 #include "kiln/executable.h"
@@ -230,7 +231,7 @@ int run(int argc, char** argv) {
   std::ifstream probe(program, std::ios::binary);
   probe.read(reinterpret_cast<char*>(magic), sizeof magic);
   bool isExe = kiln::Executable::looksLikeExecutable({magic, static_cast<size_t>(probe.gcount())});
-  std::shared_ptr<kiln::Executable> exe;
+  std::shared_ptr<const kiln::Executable> exe;
   if (isExe) {
     exe = kiln::Executable::load(program);
     // Placement happened when it was compiled.
@@ -239,8 +240,8 @@ int run(int argc, char** argv) {
       for (const auto& d : ds) s += (s.empty() ? "" : ",") + d.toString();
       return s;
     };
-    if (deviceGiven && !(exe->devices.front() == deviceList.front()))
-      throw Usage(program + " was compiled for --device " + listOf(exe->devices) + "; recompile it with kilnc --device " + devices);
+    if (deviceGiven && !(exe->devices().front() == deviceList.front()))
+      throw Usage(program + " was compiled for --device " + listOf(exe->devices()) + "; recompile it with kilnc --device " + devices);
   } else {
     kiln::CompileOptions opts;
     opts.devices = deviceList;
@@ -326,7 +327,7 @@ int run(int argc, char** argv) {
   }
 
   // Results computed on a GPU come to the host to be printed and saved.
-  if (std::any_of(exe->devices.begin(), exe->devices.end(), [](kiln::Device d) { return d.kind == kiln::Device::Kind::CUDA; }))
+  if (std::any_of(exe->devices().begin(), exe->devices().end(), [](kiln::Device d) { return d.kind == kiln::Device::Kind::CUDA; }))
     result = vm.copyTo(result);
   std::string text = exe->format(result) + "\n";
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -355,15 +356,15 @@ int run(int argc, char** argv) {
     for (size_t k : order) {
       if (!prof[k].calls) continue;
       std::string jit = "-";
-      if (exe->kernels[k].kind == kiln::KernelKind::Compiled) {
-        const auto& ck = exe->compiledKernel(static_cast<uint32_t>(k), exe->devices.front());
+      if (exe->kernels()[k].kind == kiln::KernelKind::Compiled) {
+        const auto& ck = vm.runtime().kernelTable(exe)->compiled(static_cast<uint32_t>(k), exe->devices().front());
         jit = ck.fromDiskCache() ? "disk cache" : ms(ck.compileMillis() * 1e6);
       } else {
-        jit = exe->kernels[k].kind == kiln::KernelKind::Scalar ? "host scalar" : "native";
+        jit = exe->kernels()[k].kind == kiln::KernelKind::Scalar ? "host scalar" : "native";
       }
       char mean[32];
       std::snprintf(mean, sizeof mean, "%.2f us", static_cast<double>(prof[k].totalNanos) / static_cast<double>(prof[k].calls) / 1e3);
-      std::fprintf(stderr, "%-36s %8llu %12s %12s %6.1f%% %12s\n", exe->kernels[k].function->name.c_str(),
+      std::fprintf(stderr, "%-36s %8llu %12s %12s %6.1f%% %12s\n", exe->kernels()[k].function->name.c_str(),
                    static_cast<unsigned long long>(prof[k].calls), ms(static_cast<double>(prof[k].totalNanos)).c_str(), mean,
                    total ? 100.0 * static_cast<double>(prof[k].totalNanos) / static_cast<double>(total) : 0.0, jit.c_str());
     }
@@ -374,9 +375,9 @@ int run(int argc, char** argv) {
     auto& cache = kiln::jit::KernelCache::global();
     double compileMs = 0;
     size_t compiled = 0;
-    for (size_t k = 0; k < exe->kernels.size(); ++k)
-      if (exe->kernels[k].kind == kiln::KernelKind::Compiled && vm.kernelCompiled(static_cast<uint32_t>(k))) {
-        compileMs += exe->compiledKernel(static_cast<uint32_t>(k), exe->devices.front()).compileMillis();
+    for (size_t k = 0; k < exe->kernels().size(); ++k)
+      if (exe->kernels()[k].kind == kiln::KernelKind::Compiled && vm.kernelCompiled(static_cast<uint32_t>(k))) {
+        compileMs += vm.runtime().kernelTable(exe)->compiled(static_cast<uint32_t>(k), exe->devices().front()).compileMillis();
         ++compiled;
       }
     std::fprintf(stderr, "memory: %llu allocations, %llu bytes requested\n", static_cast<unsigned long long>(m.allocations),

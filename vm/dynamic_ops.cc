@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kiln/error.h"
+#include "ops/registry.h"
 #include "vm/memory.h"
 
 namespace kiln::vm {
@@ -94,7 +95,7 @@ std::vector<int64_t> rowMajorStrides(const Shape& s) {
   return st;
 }
 
-Tensor arange(const jit::FusedNode& n, std::span<const Tensor> in, const Outputs& mem) {
+Tensor arange(const kernel_ir::FusedNode& n, std::span<const Tensor> in, const Outputs& mem) {
   double start = scalarFloat(in[0]), stop = scalarFloat(in[1]), step = scalarFloat(in[2]);
   if (step == 0) throw Error("arange: step must not be 0");
   double count = std::ceil((stop - start) / step);
@@ -140,7 +141,7 @@ Tensor argwhere(const Tensor& x, const Outputs& mem) {
   return out;
 }
 
-Tensor stridedSlice(const jit::FusedNode& n, std::span<const Tensor> in, const Outputs& mem) {
+Tensor stridedSlice(const kernel_ir::FusedNode& n, std::span<const Tensor> in, const Outputs& mem) {
   const Tensor& x = in[0];
   std::vector<int64_t> begin = intVector(in[1], "begin"), end = intVector(in[2], "end"), strides = intVector(in[3], "strides");
   ops::AttrMap attrs = n.attrs;
@@ -180,26 +181,16 @@ Tensor broadcastTo(const Tensor& x, const std::vector<int64_t>& shape, const Out
 
 }  // namespace
 
-bool isDynamicKernel(const jit::FusedFunction& f) {
-  int dynamic = 0, other = 0;
-  for (const auto& n : f.nodes) {
-    if (n.isConstant()) continue;
-    (n.op->dataDependent ? dynamic : other) += 1;
-  }
-  return dynamic == 1 && other == 0 && f.outputs.size() == 1 && !f.isParam(f.outputs[0]) &&
-         !f.node(f.outputs[0]).isConstant();
-}
-
-Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> params, TensorMemory& memory, Device device) {
+Tensor runDynamicKernel(const kernel_ir::FusedFunction& f, std::span<const Tensor> params, TensorMemory& memory, Device device) {
   if (device.kind != Device::Kind::CPU) throw Error(f.name + " runs natively on a CPU device, not on " + device.toString());
   Outputs mem{memory, device};
-  const jit::FusedNode& n = f.node(f.outputs[0]);
+  const kernel_ir::FusedNode& n = f.node(f.outputs[0]);
   std::vector<Tensor> in;
   for (int32_t id : n.inputs) {
     if (f.isParam(id)) {
       in.push_back(params[static_cast<size_t>(id)]);
     } else {
-      const jit::FusedNode& c = f.node(id);
+      const kernel_ir::FusedNode& c = f.node(id);
       Tensor t = hostTensor(Outputs{memory, Device{}}, c.type.dtype, std::span<const int64_t>{});
       writeScalar(t.data(), c.type.dtype, c.intValue, c.floatValue);
       in.push_back(t);

@@ -7,18 +7,15 @@
 
 #include <span>
 
-#include "jit/fused_function.h"
+#include "kernel_ir/fused_function.h"
 #include "kiln/tensor.h"
 
 namespace kiln::vm {
-
-// True when `f` is one data-dependent operator over parameters and constants.
-bool isDynamicKernel(const jit::FusedFunction& f);
 
 class TensorMemory;
 
 // Runs such a kernel on CPU tensors, its output from `memory` on `device` (the
 // kernel's placement, a CPU device); throws kiln::Error on bad operands.
-Tensor runDynamicKernel(const jit::FusedFunction& f, std::span<const Tensor> inputs, TensorMemory& memory, Device device = {});
+Tensor runDynamicKernel(const kernel_ir::FusedFunction& f, std::span<const Tensor> inputs, TensorMemory& memory, Device device = {});
 
 }  // namespace kiln::vm

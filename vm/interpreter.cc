@@ -15,14 +15,16 @@
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpedantic"
 #endif
-#include "jit/cuda_stream.h"
+#include "device/cuda_stream.h"
 #include "jit/kernel.h"
 #include "kiln/error.h"
 #include "kiln/vm.h"
+#include "vm/bound_kernels.h"
 #include "vm/dynamic_ops.h"
+#include "vm/gpu_streams.h"
 #include "vm/memory_trace.h"
 #include "vm/memory.h"
-#include "vm/scalar_kernel.h"
+#include "kernel_ir/scalar_kernel.h"
 
 namespace kiln {
 
@@ -82,7 +84,7 @@ const AdtObject* adtOf(const Value& v, const char* what) {
 
 Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   const Executable& exe = *exe_;
-  const BytecodeFunction* fn = &exe.functions[entry];
+  const BytecodeFunction* fn = &exe.functions()[entry];
   if (regs_.size() < fn->frameSize) regs_.resize(std::max<size_t>(fn->frameSize, 256));
   for (size_t i = 0; i < args.size(); ++i) regs_[i] = args[i];
   frames_.push_back(Frame{entry, 0, 0, 0});
@@ -126,7 +128,7 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     frames_.back().returnPc = next;
     frames_.back().dst = dst;
     uint32_t newBase = base + fn->frameSize;
-    const BytecodeFunction* cf = &exe.functions[callee];
+    const BytecodeFunction* cf = &exe.functions()[callee];
     if (regs_.size() < size_t(newBase) + cf->frameSize) regs_.resize((size_t(newBase) + cf->frameSize) * 2);
     Value* nr = regs_.data() + newBase;
     for (size_t i = 0; i < argTmp.size(); ++i) nr[i] = std::move(argTmp[i]);
@@ -140,7 +142,7 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   };
   // Replaces the current frame by `callee` with the arguments in argTmp.
   auto reenter = [&](uint32_t callee) {
-    const BytecodeFunction* cf = &exe.functions[callee];
+    const BytecodeFunction* cf = &exe.functions()[callee];
     for (uint32_t i = 0; i < fn->frameSize; ++i) R[i] = Value();
     if (regs_.size() < size_t(base) + cf->frameSize) {
       regs_.resize((size_t(base) + cf->frameSize) * 2);
@@ -157,7 +159,7 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   auto closureArgs = [&](const Value& c, const uint32_t* list, uint32_t n) -> uint32_t {
     if (!c.isClosure()) throw Error("call of a value that is not a function: " + c.describe());
     const ClosureObject* clo = c.asClosure();
-    const BytecodeFunction& cf = exe.functions[clo->function];
+    const BytecodeFunction& cf = exe.functions()[clo->function];
     if (clo->size + n != cf.numParams)
       throw Error("closure of @" + cf.name + " called with " + std::to_string(n) + " arguments, expects " +
                   std::to_string(cf.numParams - clo->size));
@@ -186,17 +188,11 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     uint64_t t1 = nowNanos();
     profile_[k].calls++;
     profile_[k].totalNanos += t1 - t0;
-    if (tracing_) trace_.push_back({exe.kernels[k].function->name, t0, t1 - t0});
+    if (tracing_) trace_.push_back({exe.kernels()[k].function->name, t0, t1 - t0});
   };
   // The kernel runs where its outputs were allocated (placement puts its inputs
   // there too; CompiledKernel checks every input's device).
-  auto kernelFor = [&](uint32_t k, Device device) -> const jit::CompiledKernel& {
-    if (device == Device{}) {
-      if (!kernels_[k]) kernels_[k] = &exe.compiledKernel(k);
-      return *kernels_[k];
-    }
-    return kernelOn(k, device);
-  };
+  vm::BoundKernels& kernels = *kernels_;
 
 #if defined(__GNUC__)
   DISPATCH();
@@ -219,7 +215,7 @@ dispatch:
       goto done;
     }
     const Frame& caller = frames_.back();
-    fn = &exe.functions[caller.function];
+    fn = &exe.functions()[caller.function];
     code = fn->code.data();
     pc = caller.returnPc;
     base = caller.base;
@@ -256,16 +252,16 @@ dispatch:
     gatherInputs(op.in, op.nin);
     outs.clear();
     for (uint32_t i = 0; i < op.nout; ++i) outs.push_back(tensorOf(R[op.out[i]], "kernel output"));
-    const jit::CompiledKernel& kernel = kernelFor(op.kernel, outs.empty() ? Device{} : outs[0].device());
+    const jit::CompiledKernel& kernel = kernels.on(op.kernel, outs.empty() ? Device{} : outs[0].device());
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     // On a GPU the launch returns at once: events around it measure the kernel.
-    jit::CudaStream* timed = profiling_ && kernel.device().kind == Device::Kind::CUDA ? &streamOn(kernel.device()) : nullptr;
+    device::CudaStream* timed = profiling_ && kernel.device().kind == Device::Kind::CUDA ? &streams_->on(kernel.device()) : nullptr;
     if (timed) timed->timeBegin();
     kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
     if (timed) {
       timed->timeEnd(op.kernel);
       profile_[op.kernel].calls++;
-      if (tracing_) trace_.push_back({"launch " + exe.kernels[op.kernel].function->name, t0, nowNanos() - t0});
+      if (tracing_) trace_.push_back({"launch " + exe.kernels()[op.kernel].function->name, t0, nowNanos() - t0});
     } else if (profiling_) {
       recordKernel(op.kernel, t0);
     }
@@ -284,7 +280,7 @@ dispatch:
     for (uint32_t i = 0; i < op.nin; ++i) inPtrs[i] = &R[op.in[i]];
     // run() reads every input before writing any output, so outputs may alias inputs.
     for (uint32_t i = 0; i < op.nout; ++i) outPtrs[i] = &R[op.out[i]];
-    scalar_[op.kernel]->run(inPtrs, outPtrs);
+    kernels.scalar(op.kernel)->run(inPtrs, outPtrs);
     pc += op.length;
   }
   DISPATCH();
@@ -294,7 +290,7 @@ dispatch:
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     // Placement puts a kernel's operands and results on one device.
     Device device = ins.empty() ? Device{} : ins[0].device();
-    Tensor out = vm::runDynamicKernel(*exe.kernels[op.kernel].function, std::span<const Tensor>(ins.data(), ins.size()), *memory_, device);
+    Tensor out = vm::runDynamicKernel(*exe.kernels()[op.kernel].function, std::span<const Tensor>(ins.data(), ins.size()), *memory_, device);
     if (profiling_) recordKernel(op.kernel, t0);
     if (trace) {
       traceReads(ins);
@@ -308,14 +304,14 @@ dispatch:
   DISPATCH();
   CASE(ShapeFunc) {
     KernelOperands op = kernelOperands(&code[pc]);
-    const jit::FusedFunction& f = *exe.kernels[op.kernel].function;
+    const kernel_ir::FusedFunction& f = *exe.kernels()[op.kernel].function;
     boost::container::small_vector<Shape, 8> shapes;
     for (uint32_t i = 0; i < op.nin; ++i) {
       const Value& v = R[op.in[i]];
       if (v.isScalar()) shapes.emplace_back();
       else shapes.push_back(tensorOf(v, "shape function input").shape());
     }
-    std::vector<Shape> all = jit::computeShapes(f, std::span<const Shape>(shapes.data(), shapes.size()));
+    std::vector<Shape> all = kernel_ir::computeShapes(f, std::span<const Shape>(shapes.data(), shapes.size()));
     for (uint32_t i = 0; i < op.nout; ++i) R[op.out[i]] = Value(shapeTensor(dims(all[static_cast<size_t>(f.outputs[i])])));
     pc += op.length;
   }
@@ -336,7 +332,7 @@ dispatch:
   CASE(AllocTensor) {
     const Value& st = REG(2);
     uint64_t offset = OPERAND(3) | static_cast<uint64_t>(OPERAND(4)) << 32;
-    const Tensor& shape = exe.constants[OPERAND(5)];
+    const Tensor& shape = exe.constants()[OPERAND(5)];
     const int64_t* p = shape.data<int64_t>();
     REG(1) = vm::placeTensor(st, offset, std::span<const int64_t>(p, static_cast<size_t>(shape.shape()[0])),
                              static_cast<DType>(OPERAND(6)));
@@ -433,7 +429,7 @@ dispatch:
   }
   DISPATCH();
   CASE(Fatal) {
-    throw Error(exe.strings[OPERAND(1)]);
+    throw Error(exe.strings()[OPERAND(1)]);
   }
   CASE(ShapeOf) {
     const Value& v = REG(2);

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <new>
 
-#include "jit/cuda_stream.h"
+#include "device/cuda_stream.h"
 #include "kiln/error.h"
 
 namespace kiln::vm {
@@ -30,7 +30,7 @@ Tensor TensorMemory::copyTo(const Tensor& t, Device device) {
   Tensor out = tensor(t.dtype(), dims(t.shape()), device);
   if (!t.nbytes()) return out;
   if (t.device().kind == Device::Kind::CPU && device.kind == Device::Kind::CPU) std::memcpy(out.data(), t.data(), t.nbytes());
-  else jit::copyBytes(out.data(), device, t.data(), t.device(), t.nbytes());  // queued; to the host: waited for
+  else device::copyBytes(out.data(), device, t.data(), t.device(), t.nbytes());  // queued; to the host: waited for
   return out;
 }
 

@@ -2,13 +2,13 @@
 #include <algorithm>
 
 #include "bytecode/opcodes.h"
-#include "jit/cuda_stream.h"
-#include "jit/kernel.h"
+#include "device/thread_pool.h"
 #include "kiln/error.h"
 #include "kiln/vm.h"
+#include "vm/bound_kernels.h"
+#include "vm/gpu_streams.h"
 #include "vm/memory.h"
 #include "vm/memory_trace.h"
-#include "vm/scalar_kernel.h"
 
 namespace kiln {
 
@@ -16,10 +16,11 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, VMOptions 
     : exe_(std::move(exe)), options_(options), memory_(std::make_unique<vm::TensorMemory>(
           options_.pools ? options_.pools : std::make_shared<MemoryPools>(options_.memoryLimit))) {
   if (!exe_) throw Error("VirtualMachine needs an executable");
-  for (const Tensor& t : exe_->constants) constants_.emplace_back(t);
-  kernels_.assign(exe_->kernels.size(), nullptr);
-  for (const auto& k : exe_->kernels) scalar_.push_back(k.scalar.get());
-  profile_.resize(exe_->kernels.size());
+  runtime_ = options_.runtime ? options_.runtime : Runtime::processDefault();
+  kernels_ = std::make_unique<vm::BoundKernels>(runtime_->kernelTable(exe_));
+  streams_ = std::make_unique<vm::GpuStreams>();
+  for (const Tensor& t : exe_->constants()) constants_.emplace_back(t);
+  profile_.resize(exe_->kernels().size());
   epoch_ = std::chrono::steady_clock::now();
 }
 
@@ -37,32 +38,8 @@ void VirtualMachine::enableProfiling(bool trace) {
 
 VMMemoryStats VirtualMachine::memoryStats() const { return memory_->stats(); }
 
-jit::CudaStream& VirtualMachine::streamOn(Device device) {
-  for (auto& s : streams_)
-    if (s->device() == device) return *s;
-  streams_.push_back(std::make_unique<jit::CudaStream>(device));
-  return *streams_.back();
-}
-
-void VirtualMachine::finishGpuWork(bool failed) {
-  for (auto& s : streams_) {
-    if (failed) {
-      // The error being reported matters more than one the stream may add.
-      try {
-        s->synchronize();
-      } catch (const Error&) {
-      }
-    } else {
-      s->synchronize();
-    }
-    for (auto [kernel, nanos] : s->drainTimings())
-      if (kernel < profile_.size()) profile_[kernel].totalNanos += nanos;
-  }
-}
-
 Value VirtualMachine::copyTo(const Value& v, Device device) {
-  std::vector<std::unique_ptr<jit::CudaStreamScope>> scopes;
-  for (auto& s : streams_) scopes.push_back(std::make_unique<jit::CudaStreamScope>(s.get()));
+  auto scopes = streams_->enterAll();
   if (device == Device{} && v.isObject(ObjectKind::Tensor) && v.asTensorObject()->tensor.rank() == 0)
     return Value(memory_->copyTo(v.asTensorObject()->tensor, device));
   return memory_->copyValue(v, device);
@@ -110,7 +87,7 @@ std::string mismatch(const Executable& exe, const TypeDesc& t, const Value& v) {
     case TypeDesc::Kind::Adt: {
       if (!v.isAdt()) return "got " + v.describe();
       uint32_t c = v.ctor();
-      if (c >= exe.constructors.size() || exe.constructors[c].typeName != t.name) return "a value of another type";
+      if (c >= exe.constructors().size() || exe.constructors()[c].typeName != t.name) return "a value of another type";
       return "";
     }
     case TypeDesc::Kind::Func: return v.isClosure() ? "" : "got " + v.describe();
@@ -142,13 +119,7 @@ void VirtualMachine::resetStacks() {
   for (Value& v : regs_) v = Value();
 }
 
-bool VirtualMachine::kernelCompiled(uint32_t k) const {
-  if (k >= kernels_.size()) return false;
-  if (kernels_[k]) return true;
-  for (const auto& [key, kernel] : deviceKernels_)
-    if (key >> 32 == k) return true;
-  return false;
-}
+bool VirtualMachine::kernelCompiled(uint32_t k) const { return kernels_->bound(k); }
 
 const Value& VirtualMachine::constantOn(uint32_t index, uint32_t encodedDevice) {
   uint64_t key = static_cast<uint64_t>(index) << 32 | encodedDevice;
@@ -157,25 +128,16 @@ const Value& VirtualMachine::constantOn(uint32_t index, uint32_t encodedDevice) 
   return deviceConstants_.emplace(key, memory_->copyValue(constants_[index], bytecode::decodeDevice(encodedDevice))).first->second;
 }
 
-const jit::CompiledKernel& VirtualMachine::kernelOn(uint32_t kernel, Device device) {
-  uint64_t key = static_cast<uint64_t>(kernel) << 32 | bytecode::encodeDevice(device);
-  auto it = deviceKernels_.find(key);
-  if (it != deviceKernels_.end()) return *it->second;
-  const jit::CompiledKernel* k = &exe_->compiledKernel(kernel, device);
-  deviceKernels_.emplace(key, k);
-  return *k;
-}
-
 Value VirtualMachine::invoke(std::string_view function, std::span<const Value> args) {
   int64_t fi = exe_->functionIndex(function);
   if (fi < 0) throw Error("no function named '" + std::string(function) + "' in the executable");
-  const BytecodeFunction& f = exe_->functions[static_cast<size_t>(fi)];
+  const BytecodeFunction& f = exe_->functions()[static_cast<size_t>(fi)];
   checkArgs(f, args);
   uint64_t t0 = tracing_ ? nowNanos() : 0;
-  // GPU work of this invocation goes to this VM's streams.
-  std::vector<std::unique_ptr<jit::CudaStreamScope>> scopes;
-  for (Device d : exe_->devices)
-    if (d.kind == Device::Kind::CUDA) scopes.push_back(std::make_unique<jit::CudaStreamScope>(&streamOn(d)));
+  // GPU work of this invocation goes to this VM's streams, parallel loops to
+  // its Runtime's pool.
+  auto scopes = streams_->enter(exe_->devices());
+  device::ThreadPoolScope pool(runtime_->threadPool());
   try {
     if (memoryTrace_) memoryTrace_->clear();
     // Arguments go to the devices placement chose for the parameters: a tensor
@@ -193,18 +155,18 @@ Value VirtualMachine::invoke(std::string_view function, std::span<const Value> a
     }
     if (!placed.empty()) args = placed;
     Value r = run(static_cast<uint32_t>(fi), args);
-    if (!streams_.empty()) finishGpuWork(false);
+    if (!streams_->empty()) streams_->finish(false, profile_);
     if (tracing_) trace_.push_back({"@" + f.name, t0, nowNanos() - t0});
     return r;
   } catch (const Error& e) {
     // Name the function that failed (the innermost frame), then leave the VM clean.
-    std::string where = frames_.empty() ? f.name : exe_->functions[frames_.back().function].name;
+    std::string where = frames_.empty() ? f.name : exe_->functions()[frames_.back().function].name;
     resetStacks();
-    finishGpuWork(true);
+    streams_->finish(true, profile_);
     throw Error("in @" + where + ": " + e.message());
   } catch (const std::bad_alloc&) {
     resetStacks();
-    finishGpuWork(true);
+    streams_->finish(true, profile_);
     throw Error("out of memory");
   }
 }

@@ -12,11 +12,10 @@
 #include "compiler/passes/lambda_lift.h"
 #include "compiler/passes/liveness.h"
 #include "compiler/passes/to_fused_function.h"
-#include "jit/fused_function.h"
+#include "kernel_ir/fused_function.h"
 #include "kiln/error.h"
 #include "kiln/memory.h"
-#include "vm/dynamic_ops.h"
-#include "vm/scalar_kernel.h"
+#include "kernel_ir/kernel_kind.h"
 
 namespace kiln::compiler {
 
@@ -62,9 +61,9 @@ bool isHeapType(const Type* t) {
   return t != nullptr;
 }
 
-bool isReshapeOnly(const jit::FusedFunction& f) {
+bool isReshapeOnly(const kernel_ir::FusedFunction& f) {
   if (f.params.size() != 1 || f.nodes.size() != 1 || f.outputs.size() != 1) return false;
-  const jit::FusedNode& n = f.nodes[0];
+  const kernel_ir::FusedNode& n = f.nodes[0];
   if (n.isConstant()) return false;
   const std::string& op = n.op->name;
   return (op == "reshape" || op == "squeeze" || op == "expand_dims") && n.inputs.size() == 1 && n.inputs[0] == 0 &&
@@ -78,38 +77,37 @@ class ExecutableBuilder {
  public:
   // `kept`: the globals to emit (the module's, less prelude functions nothing uses).
   ExecutableBuilder(const Module& m, const EmitOptions& opts, const std::unordered_set<std::string_view>& kept)
-      : m_(m), opts_(opts), exe_(std::make_shared<Executable>()) {
+      : m_(m), opts_(opts) {
     for (const auto& td : m.typeDefs())
       for (const Constructor* c : td.def->ctors) {
-        ctorIds_[c] = static_cast<uint32_t>(exe_->constructors.size());
-        exe_->constructors.push_back({std::string(c->name), std::string(td.def->name), static_cast<uint32_t>(c->fields.size())});
+        ctorIds_[c] = static_cast<uint32_t>(contents_.constructors.size());
+        contents_.constructors.push_back({std::string(c->name), std::string(td.def->name), static_cast<uint32_t>(c->fields.size())});
       }
     for (const auto& g : m.functions()) {
       if (!kept.count(g.var->name)) continue;
-      functionIds_[g.var->name] = static_cast<uint32_t>(exe_->functions.size());
-      exe_->functions.emplace_back();
+      functionIds_[g.var->name] = static_cast<uint32_t>(contents_.functions.size());
+      contents_.functions.emplace_back();
       globals_[g.var->name] = g.fn;
     }
   }
 
-  Executable& exe() { return *exe_; }
+  Executable::Contents& contents() { return contents_; }
   const Module& module() const { return m_; }
   const EmitOptions& options() const { return opts_; }
-  std::shared_ptr<Executable> take() { return exe_; }
 
   uint32_t functionId(std::string_view name) const { return functionIds_.at(name); }
   const Function* global(std::string_view name) const { return globals_.at(name); }
   uint32_t ctorId(const Constructor* c) const { return ctorIds_.at(c); }
 
   uint32_t string(const std::string& s) {
-    auto [it, fresh] = strings_.emplace(s, static_cast<uint32_t>(exe_->strings.size()));
-    if (fresh) exe_->strings.push_back(s);
+    auto [it, fresh] = strings_.emplace(s, static_cast<uint32_t>(contents_.strings.size()));
+    if (fresh) contents_.strings.push_back(s);
     return it->second;
   }
 
   uint32_t constant(const Tensor& t) {
-    exe_->constants.push_back(t);
-    return static_cast<uint32_t>(exe_->constants.size() - 1);
+    contents_.constants.push_back(t);
+    return static_cast<uint32_t>(contents_.constants.size() - 1);
   }
 
   uint32_t shapeConstant(std::span<const int64_t> shape) {
@@ -126,12 +124,12 @@ class ExecutableBuilder {
   struct KernelRef {
     uint32_t index;
     CallKind kind;
-    const jit::FusedFunction* fn;
+    const kernel_ir::FusedFunction* fn;
   };
 
   KernelRef kernel(const Function* prim) {
     if (auto it = byNode_.find(prim); it != byNode_.end()) return it->second;
-    auto f = std::make_shared<jit::FusedFunction>(toFusedFunction(prim, "kernel", m_.file()));
+    auto f = std::make_shared<kernel_ir::FusedFunction>(toFusedFunction(prim, "kernel", m_.file()));
     std::string ops;
     int n = 0;
     for (const auto& node : f->nodes) {
@@ -147,13 +145,14 @@ class ExecutableBuilder {
       ref = it->second;
     } else {
       f->name = "fused_" + (ops.empty() ? std::string("const") : ops);
-      if (!kernelNames_.insert(f->name).second) f->name += "_" + std::to_string(exe_->kernels.size());
-      CallKind kind = vm::isDynamicKernel(*f)                ? CallKind::Dynamic
-                      : vm::ScalarKernel::tryBuild(*f)        ? CallKind::Scalar
-                      : isReshapeOnly(*f)                     ? CallKind::Reshape
-                                                              : CallKind::Compiled;
-      ref = KernelRef{static_cast<uint32_t>(exe_->kernels.size()), kind, f.get()};
-      exe_->kernels.push_back(KernelInfo{f, KernelKind::Compiled, nullptr});
+      if (!kernelNames_.insert(f->name).second) f->name += "_" + std::to_string(contents_.kernels.size());
+      KernelKind k = kernel_ir::kernelKind(*f);
+      CallKind kind = k == KernelKind::Dynamic ? CallKind::Dynamic
+                      : k == KernelKind::Scalar ? CallKind::Scalar
+                      : isReshapeOnly(*f)       ? CallKind::Reshape
+                                                : CallKind::Compiled;
+      ref = KernelRef{static_cast<uint32_t>(contents_.kernels.size()), kind, f.get()};
+      contents_.kernels.push_back(f);
       byHash_.emplace(hash, ref);
     }
     byNode_.emplace(prim, ref);
@@ -163,7 +162,7 @@ class ExecutableBuilder {
  private:
   const Module& m_;
   const EmitOptions& opts_;
-  std::shared_ptr<Executable> exe_;
+  Executable::Contents contents_;
   std::unordered_map<const Constructor*, uint32_t> ctorIds_;
   std::unordered_map<std::string_view, uint32_t> functionIds_;
   std::unordered_map<std::string_view, const Function*> globals_;
@@ -837,7 +836,7 @@ class FunctionEmitter {
     Device device = deviceOf(call);
     uint32_t dev = bytecode::encodeDevice(device);
     CallKind kind = kindAt(k, device);
-    const jit::FusedFunction& f = *k.fn;
+    const kernel_ir::FusedFunction& f = *k.fn;
     Operands ops;
     auto ins = atoms(argExprs, ops);
     size_t nout = f.outputs.size();
@@ -1053,20 +1052,16 @@ std::unordered_set<std::string_view> reachableGlobals(const Module& m) {
   return kept;
 }
 
-std::shared_ptr<Executable> emitBytecode(const Module& lifted, const EmitOptions& opts) {
+std::shared_ptr<const Executable> emitBytecode(const Module& lifted, const EmitOptions& opts) {
   auto kept = reachableGlobals(lifted);
   ExecutableBuilder eb(lifted, opts, kept);
   size_t i = 0;
   for (const auto& g : lifted.functions()) {
     if (!kept.count(g.var->name)) continue;
-    eb.exe().functions[i++] = FunctionEmitter(eb, g).run();
+    eb.contents().functions[i++] = FunctionEmitter(eb, g).run();
   }
-  auto exe = eb.take();
-  if (opts.devices) {
-    exe->devices = opts.devices->devices;
-  }
-  exe->finalize();
-  return exe;
+  if (opts.devices) eb.contents().devices = opts.devices->devices;
+  return Executable::build(std::move(eb.contents()));
 }
 
 }  // namespace kiln::compiler

@@ -41,6 +41,6 @@ struct EmitOptions {
   const DevicePlan* devices = nullptr;
 };
 
-std::shared_ptr<Executable> emitBytecode(const ir::Module& lifted, const EmitOptions& opts = {});
+std::shared_ptr<const Executable> emitBytecode(const ir::Module& lifted, const EmitOptions& opts = {});
 
 }  // namespace kiln::compiler

@@ -20,8 +20,8 @@
 #include <string_view>
 
 #include "compiler/ir/type.h"
-#include "ops/attrs.h"
-#include "ops/op.h"
+#include "kernel_ir/attrs.h"
+#include "kernel_ir/op.h"
 
 namespace kiln::ir {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "ops/shape_util.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln::ir {
 

@@ -20,7 +20,7 @@
 #include "compiler/ir/arena.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
-#include "ops/op.h"
+#include "kernel_ir/op.h"
 
 namespace kiln::ir {
 

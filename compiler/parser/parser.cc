@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "compiler/parser/lexer.h"
-#include "ops/op.h"
+#include "kernel_ir/op.h"
+#include "ops/registry.h"
 
 namespace kiln::parser {
 

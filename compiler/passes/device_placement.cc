@@ -15,7 +15,8 @@
 #include "compiler/passes/device_domains.h"
 #include "compiler/passes/lambda_lift.h"
 #include "kiln/error.h"
-#include "ops/attrs.h"
+#include "kernel_ir/attrs.h"
+#include "ops/registry.h"
 
 namespace kiln::compiler {
 

@@ -1,4 +1,4 @@
-// Primitive IR function -> jit::FusedFunction.
+// Primitive IR function -> kernel_ir::FusedFunction.
 #include "compiler/passes/to_fused_function.h"
 
 #include <unordered_map>
@@ -17,7 +17,7 @@ class Converter {
     f_.name = name;
   }
 
-  jit::FusedFunction run() {
+  kernel_ir::FusedFunction run() {
     for (const Var* p : fn_->params) {
       const TensorType* t = asTensor(p->type);
       if (!t) fail(p->loc, "kernel parameter %" + std::string(p->name) + " must be a tensor, not " + typeToString(p->type));
@@ -48,7 +48,7 @@ class Converter {
  private:
   [[noreturn]] void fail(SourceLoc loc, const std::string& msg) const { throw Error(file_, loc, msg); }
 
-  int32_t add(jit::FusedNode n) {
+  int32_t add(kernel_ir::FusedNode n) {
     f_.nodes.push_back(std::move(n));
     return static_cast<int32_t>(f_.params.size() + f_.nodes.size() - 1);
   }
@@ -74,7 +74,7 @@ class Converter {
     switch (e->kind) {
       case ExprKind::Constant: {
         auto* c = static_cast<const Constant*>(e);
-        return add(jit::FusedNode::constant(c->dtype, c->floatValue, c->intValue));
+        return add(kernel_ir::FusedNode::constant(c->dtype, c->floatValue, c->intValue));
       }
       case ExprKind::Call: return opNode(static_cast<const Call*>(e), 0);
       case ExprKind::TupleGet: {
@@ -91,7 +91,7 @@ class Converter {
 
   int32_t opNode(const Call* c, int32_t field) {
     if (c->callee->kind != ExprKind::Op) fail(c->loc, "a kernel cannot call a function");
-    jit::FusedNode n;
+    kernel_ir::FusedNode n;
     n.op = static_cast<const OpRef*>(c->callee)->op;
     if (n.op->annotation) fail(c->loc, "'" + n.op->name + "' belongs outside kernels");
     for (const Expr* a : c->args) {
@@ -115,14 +115,14 @@ class Converter {
 
   const Function* fn_;
   const std::string& file_;
-  jit::FusedFunction f_;
+  kernel_ir::FusedFunction f_;
   std::unordered_map<const Expr*, int32_t> values_;
   std::unordered_map<const Var*, const Expr*> bindings_;
 };
 
 }  // namespace
 
-jit::FusedFunction toFusedFunction(const Function* fn, const std::string& name, const std::string& file) {
+kernel_ir::FusedFunction toFusedFunction(const Function* fn, const std::string& name, const std::string& file) {
   return Converter(fn, name, file).run();
 }
 

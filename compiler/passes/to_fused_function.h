@@ -7,12 +7,12 @@
 #include <string>
 
 #include "compiler/ir/expr.h"
-#include "jit/fused_function.h"
+#include "kernel_ir/fused_function.h"
 
 namespace kiln::compiler {
 
 // `fn` must be type-checked. A tuple result gives several outputs. Throws
 // kiln::Error (with the source location) for anything a kernel cannot hold.
-jit::FusedFunction toFusedFunction(const ir::Function* fn, const std::string& name, const std::string& file = "");
+kernel_ir::FusedFunction toFusedFunction(const ir::Function* fn, const std::string& name, const std::string& file = "");
 
 }  // namespace kiln::compiler

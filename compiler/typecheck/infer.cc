@@ -7,7 +7,7 @@
 
 #include "compiler/typecheck/exhaustive.h"
 #include "compiler/typecheck/solver.h"
-#include "ops/shape_util.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln::typecheck {
 

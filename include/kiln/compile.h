@@ -30,8 +30,8 @@ struct CompileOptions {
   std::vector<Device> devices{Device{}};
 };
 
-std::shared_ptr<Executable> compile(std::string_view source, const std::string& file = "<input>",
+std::shared_ptr<const Executable> compile(std::string_view source, const std::string& file = "<input>",
                                     const CompileOptions& options = {});
-std::shared_ptr<Executable> compileFile(const std::string& path, const CompileOptions& options = {});
+std::shared_ptr<const Executable> compileFile(const std::string& path, const CompileOptions& options = {});
 
 }  // namespace kiln

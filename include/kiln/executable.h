@@ -1,11 +1,13 @@
-// Executable: a compiled program — bytecode functions, the fused kernels they call
-// (as IR, compiled by the JIT on first use), constants and the constructor table —
-// and its file format.
+// Executable: a compiled program, as data — bytecode functions, the fused kernels
+// they call (as IR; the runtime compiles them), constants, the constructor table
+// and the devices it was compiled for — and its file format.
 //
-// Ownership and threads: an Executable is immutable after it is built or loaded,
-// except for its kernel table, which fills in on demand under a lock. Share one
-// through std::shared_ptr<const Executable> among any number of VMs on any number
-// of threads; each kernel compiles once for all of them.
+// Ownership and threads: an Executable is immutable once built or loaded: every
+// accessor is const, and compile(), load() and build() hand out
+// std::shared_ptr<const Executable>. Share one among any number of VMs on any
+// number of threads. What running it needs besides (compiled kernels, host-scalar
+// evaluators) is not here but in the runtime's table for the executable
+// (kiln/runtime.h), which the VMs of one Runtime share.
 //
 // The file (see bytecode/serializer.cc for the exact layout) starts with a magic
 // word, a major and minor version and a checksum of everything after the header.
@@ -17,23 +19,19 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "kiln/kernel_kind.h"
 #include "kiln/tensor.h"
 #include "kiln/value.h"
 
 namespace kiln {
 
-namespace jit {
+namespace kernel_ir {
 struct FusedFunction;
-class CompiledKernel;
-}  // namespace jit
-namespace vm {
-class ScalarKernel;
-}  // namespace vm
+}  // namespace kernel_ir
 
 // The type of a function parameter or result, as far as the runtime checks it.
 struct TypeDesc {
@@ -66,17 +64,11 @@ struct ConstructorInfo {
   uint32_t arity = 0;
 };
 
-// How the VM runs a kernel; derived from its IR when the executable is built or loaded.
-enum class KernelKind : uint8_t {
-  Compiled,  // JIT-compiled loops, destination passing
-  Scalar,    // only element-wise operators on 0-d tensors: evaluated on host scalars
-  Dynamic,   // a data-dependent operator (arange, argwhere, dyn.*): run natively
-};
-
+// One kernel: its IR, and how the VM runs it (decided from the IR when the
+// executable is built or loaded; see kiln/kernel_kind.h).
 struct KernelInfo {
-  std::shared_ptr<const jit::FusedFunction> function;
+  std::shared_ptr<const kernel_ir::FusedFunction> function;
   KernelKind kind = KernelKind::Compiled;
-  std::shared_ptr<const vm::ScalarKernel> scalar;  // Scalar kernels: the host evaluator
 };
 
 class Executable {
@@ -84,38 +76,46 @@ class Executable {
   static constexpr uint32_t kMajorVersion = 2;
   static constexpr uint32_t kMinorVersion = 0;
 
-  Executable();
-  ~Executable();
+  // What an executable is made of, as the compiler emits it and the loader reads it.
+  struct Contents {
+    std::vector<BytecodeFunction> functions;
+    std::vector<std::shared_ptr<const kernel_ir::FusedFunction>> kernels;
+    std::vector<Tensor> constants;
+    std::vector<ConstructorInfo> constructors;
+    std::vector<std::string> strings;
+    // The devices it was compiled for, the default (compute) device first; the
+    // host cpu is always among them.
+    std::vector<Device> devices{Device{}};
+  };
 
-  std::vector<BytecodeFunction> functions;
-  std::vector<KernelInfo> kernels;
-  std::vector<Tensor> constants;
-  std::vector<ConstructorInfo> constructors;
-  std::vector<std::string> strings;
-  // The devices it was compiled for, the default (compute) device first; the
-  // host cpu is always among them.
-  std::vector<Device> devices{Device{}};
+  // Classifies every kernel and verifies every instruction (throws kiln::Error).
+  // `image` keeps memory that constants point into alive.
+  static std::shared_ptr<const Executable> build(Contents contents, std::shared_ptr<const void> image = nullptr);
 
-  // Fills in each kernel's kind and checks every instruction; throws kiln::Error.
-  void finalize();
+  // A copy of the parts, to build a changed executable from (tools, tests).
+  Contents contents() const;
+
+  const std::vector<BytecodeFunction>& functions() const { return c_.functions; }
+  const std::vector<KernelInfo>& kernels() const { return kernels_; }
+  const std::vector<Tensor>& constants() const { return c_.constants; }
+  const std::vector<ConstructorInfo>& constructors() const { return c_.constructors; }
+  const std::vector<std::string>& strings() const { return c_.strings; }
+  const std::vector<Device>& devices() const { return c_.devices; }
 
   const BytecodeFunction* findFunction(std::string_view name) const;
   int64_t functionIndex(std::string_view name) const;  // -1 when absent
   int64_t constructorId(std::string_view name) const;  // -1 when absent
   const std::string& constructorName(uint32_t ctor) const;
 
-  // The compiled kernel `k` for `device`, compiling it on first use.
-  const jit::CompiledKernel& compiledKernel(uint32_t k, Device device = {}) const;
-
   // The file image, and the file itself.
   std::vector<uint8_t> serialize() const;
   void save(const std::string& path) const;
   // Parses and verifies an image. `owner` keeps `bytes` alive; when `bytes` is
   // 64-byte aligned, constant tensors point into it instead of being copied.
-  static std::shared_ptr<Executable> fromImage(std::shared_ptr<const void> owner, std::span<const uint8_t> bytes);
-  static std::shared_ptr<Executable> fromBytes(std::span<const uint8_t> bytes);  // copies
+  static std::shared_ptr<const Executable> fromImage(std::shared_ptr<const void> owner, std::span<const uint8_t> bytes);
+  static std::shared_ptr<const Executable> fromBytes(std::span<const uint8_t> bytes);  // copies
   // Maps the file (constants are used in place) and verifies it.
-  static std::shared_ptr<Executable> load(const std::string& path);
+  static std::shared_ptr<const Executable> load(const std::string& path);
   // Rewrites the header's checksum to match the payload (fuzzers use it to reach
   // the parser and verifier behind the checksum). No-op on too-short images.
   static void resealChecksum(std::vector<uint8_t>& image);
@@ -130,9 +130,10 @@ class Executable {
   std::string format(const Value& v, size_t maxElements = 64) const;
 
  private:
+  Executable() = default;
+  Contents c_;
+  std::vector<KernelInfo> kernels_;
   std::shared_ptr<const void> image_;  // keeps mapped constants alive
-  struct KernelSlots;
-  std::unique_ptr<KernelSlots> compiled_;
 };
 
 }  // namespace kiln

@@ -4,7 +4,9 @@
 // frame stack (function, return pc, base, destination register). Frames live on
 // the heap, so recursion depth is bounded by `maxCallDepth`, not the C++ stack;
 // calls in tail position reuse their frame, so tail-recursive loops run in
-// constant space. Kernels run through the executable's shared kernel table.
+// constant space. Kernels run through the kernel table that the VM's Runtime
+// keeps for the executable (shared with the Runtime's other VMs over it), and
+// their parallel loops on the Runtime's thread pool.
 //
 // Threads: a VM is used by one thread at a time; give each thread its own VM over
 // one shared Executable. invoke() leaves the VM reusable after an error.
@@ -27,21 +29,23 @@
 
 #include "kiln/executable.h"
 #include "kiln/memory.h"
+#include "kiln/runtime.h"
 #include "kiln/value.h"
 
 namespace kiln {
 
-namespace jit {
-class CudaStream;
-}  // namespace jit
-
 namespace vm {
-class ScalarKernel;
+class BoundKernels;
+class GpuStreams;
 class TensorMemory;
 class MemoryTrace;
 }  // namespace vm
 
 struct VMOptions {
+  // The kernel cache, thread pool and kernel tables the VM uses; null:
+  // Runtime::processDefault(). VMs of one Runtime over one executable share its
+  // compiled kernels.
+  std::shared_ptr<Runtime> runtime;
   // Frames deeper than this fail with "recursion too deep" (a kiln::Error).
   size_t maxCallDepth = 1'000'000;
   // Where tensor memory comes from. Null: the VM makes pools of its own. Share
@@ -97,6 +101,7 @@ class VirtualMachine {
   void checkArguments(std::string_view function, std::span<const Value> args) const;
 
   const Executable& executable() const { return *exe_; }
+  Runtime& runtime() const { return *runtime_; }
   // Whether kernel `k` has run (been bound) on any device in this VM.
   bool kernelCompiled(uint32_t k) const;
 
@@ -128,27 +133,20 @@ class VirtualMachine {
   VMOptions options_;
   std::vector<Value> regs_;
   std::vector<Frame> frames_;
-  // Slow paths of load_const and invoke_kernel for devices other than cpu:0.
+  // Slow path of load_const for devices other than cpu:0.
   const Value& constantOn(uint32_t index, uint32_t encodedDevice);
-  const jit::CompiledKernel& kernelOn(uint32_t kernel, Device device);
 
+  std::shared_ptr<Runtime> runtime_;
   std::vector<Value> constants_;                       // executable constants as values (cpu)
   std::unordered_map<uint64_t, Value> deviceConstants_;  // (constant, device) -> copy on that device
-  std::vector<const jit::CompiledKernel*> kernels_;    // per kernel (cpu), filled on first call
-  std::unordered_map<uint64_t, const jit::CompiledKernel*> deviceKernels_;  // (kernel, device)
-  std::vector<const vm::ScalarKernel*> scalar_;         // per kernel; null unless host-scalar
+  std::unique_ptr<vm::BoundKernels> kernels_;          // into the runtime's kernel table
   bool profiling_ = false, tracing_ = false;
   std::vector<KernelProfile> profile_;
   std::vector<TraceEvent> trace_;
   std::chrono::steady_clock::time_point epoch_;
   std::unique_ptr<vm::TensorMemory> memory_;
   std::unique_ptr<vm::MemoryTrace> memoryTrace_;
-  // One stream per GPU this VM runs on: its launches and copies queue there
-  // (current on this thread during invoke()); invoke() waits for them before it
-  // returns, and adds the GPU kernel times to the profile.
-  std::vector<std::unique_ptr<jit::CudaStream>> streams_;
-  jit::CudaStream& streamOn(Device device);
-  void finishGpuWork(bool failed);
+  std::unique_ptr<vm::GpuStreams> streams_;  // one per GPU this VM runs on
 };
 
 }  // namespace kiln

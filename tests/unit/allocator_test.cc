@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "jit/cuda_driver.h"
+#include "device/cuda_driver.h"
 #include "kiln/error.h"
 #include "kiln/memory.h"
 
@@ -174,7 +174,7 @@ TEST_CASE("allocator: MemoryPools keeps one pool per device and says why a cuda 
   REQUIRE(stats.size() == 2);
   CHECK(stats[1].bytesInUse == 64);
   CHECK(stats[1].limit == (1u << 20));
-  std::string why = kiln::jit::cudaUnavailableReason();
+  std::string why = kiln::device::cudaUnavailableReason();
   if (!why.empty()) {
     CHECK_THROWS_WITH_AS(pools.forDevice(Device{Device::Kind::CUDA, 0}), doctest::Contains(why.c_str()), kiln::Error);
     CHECK(why.find("CUDA was asked for, but") == 0);
@@ -183,10 +183,10 @@ TEST_CASE("allocator: MemoryPools keeps one pool per device and says why a cuda 
 
 TEST_CASE("cuda driver: a missing driver library is reported in one line, naming it") {
   ::setenv("KILN_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 0);
-  std::string why = kiln::jit::cudaUnavailableReason();
+  std::string why = kiln::device::cudaUnavailableReason();
   if (std::string(std::getenv("KILN_CUDA_DRIVER")) == "/nonexistent/libcuda.so.1") {
     CHECK(why.find("CUDA was asked for, but the CUDA driver (/nonexistent/libcuda.so.1) could not be loaded") == 0);
     CHECK(why.find('\n') == std::string::npos);
-    CHECK_THROWS_WITH_AS(kiln::jit::cudaComputeCapability(Device{Device::Kind::CUDA, 0}), doctest::Contains(why.c_str()), kiln::Error);
+    CHECK_THROWS_WITH_AS(kiln::device::cudaComputeCapability(Device{Device::Kind::CUDA, 0}), doctest::Contains(why.c_str()), kiln::Error);
   }
 }

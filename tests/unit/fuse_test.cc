@@ -16,7 +16,7 @@ std::vector<std::string> kernelsOf(const std::string& src) {
   auto fused = compiler::fuseOps(*m);
   std::vector<std::string> out;
   for (const Function* fn : compiler::primitiveFunctions(*fused)) {
-    jit::FusedFunction f = compiler::toFusedFunction(fn, "k");
+    kernel_ir::FusedFunction f = compiler::toFusedFunction(fn, "k");
     std::string ops;
     for (const auto& n : f.nodes)
       if (!n.isConstant()) ops += (ops.empty() ? "" : " ") + n.op->name;

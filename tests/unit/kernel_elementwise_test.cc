@@ -7,7 +7,7 @@
 #include <atomic>
 #include <thread>
 
-#include "jit/thread_pool.h"
+#include "device/thread_pool.h"
 #include "kernel_util.h"
 
 using namespace kiln;
@@ -310,9 +310,9 @@ TEST_CASE("large kernels run on the thread pool and agree with one thread, also 
                             " (tanh(%x + %b) * 3f, sum(%x * %x, axis=[1])) }");
   Tensor x = test::randomTensor(DType::Float32, {300, 1000}, rng), b = test::randomTensor(DType::Float32, {1000}, rng);
   std::vector<Tensor> in{x, b};
-  jit::setNumThreads(1);
+  device::setNumThreads(1);
   auto serial = (*k)(in);
-  jit::setNumThreads(4);
+  device::setNumThreads(4);
   auto parallel = (*k)(in);
   for (size_t o = 0; o < 2; ++o)
     for (int64_t i = 0; i < serial[o].numel(); ++i) CHECK(getElement(parallel[o], i) == getElement(serial[o], i));
@@ -329,7 +329,7 @@ TEST_CASE("large kernels run on the thread pool and agree with one thread, also 
     });
   for (auto& t : threads) t.join();
   CHECK(mismatches == 0);
-  jit::setNumThreads(std::max(1u, std::thread::hardware_concurrency()));
+  device::setNumThreads(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 TEST_CASE("many threads asking for the same new kernel at once compile it once") {
@@ -374,13 +374,13 @@ void countIndices(void* const* buffers, const int64_t*, int64_t begin, int64_t e
 }  // namespace
 
 TEST_CASE("thread pool: every index exactly once, jobs back to back and from several callers at once") {
-  int before = jit::numThreads();
-  jit::setNumThreads(3);
+  int before = device::numThreads();
+  device::setNumThreads(3);
   // Extents below, at and above the pieces a job is cut into (four per thread).
   for (int64_t n : {1, 2, 11, 12, 13, 1000}) {
     std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
     void* buffers[1] = {seen.data()};
-    for (int rep = 0; rep < 200; ++rep) jit::parallelFor(n, int64_t(1) << 20, countIndices, buffers, nullptr);
+    for (int rep = 0; rep < 200; ++rep) device::parallelFor(n, int64_t(1) << 20, countIndices, buffers, nullptr);
     for (int64_t i = 0; i < n; ++i) REQUIRE(seen[static_cast<size_t>(i)].load() == 200);
   }
   // Callers racing for the pool: the losers run their jobs inline, none is lost.
@@ -389,9 +389,9 @@ TEST_CASE("thread pool: every index exactly once, jobs back to back and from sev
   std::vector<std::thread> callers;
   for (int t = 0; t < 4; ++t)
     callers.emplace_back([&] {
-      for (int rep = 0; rep < 100; ++rep) jit::parallelFor(4096, int64_t(1) << 20, countIndices, buffers, nullptr);
+      for (int rep = 0; rep < 100; ++rep) device::parallelFor(4096, int64_t(1) << 20, countIndices, buffers, nullptr);
     });
   for (auto& c : callers) c.join();
   for (auto& v : shared) REQUIRE(v.load() == 400);
-  jit::setNumThreads(before);
+  device::setNumThreads(before);
 }

@@ -1,6 +1,6 @@
 // Linear algebra, convolution and pooling kernels against plain reference loops.
 #include "jit/gemm.h"
-#include "jit/thread_pool.h"
+#include "device/thread_pool.h"
 #include "kernel_util.h"
 
 using namespace kiln;
@@ -97,8 +97,8 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
       {1, 4, 6, 6, 4, 3, 3, 4, {1, 1}, {2, 2}, {2, 2, 2, 2}},  // depthwise
       {2, 64, 40, 40, 4, 3, 3, 2, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
   };
-  int threadsBefore = jit::numThreads();
-  jit::setNumThreads(2);
+  int threadsBefore = device::numThreads();
+  device::setNumThreads(2);
   for (const Case& k : cases) {
     Tensor x = test::randomTensor(DType::Float32, {k.n, k.c, k.h, k.w}, rng);
     Tensor w = test::randomTensor(DType::Float32, {k.o, k.c / k.groups, k.kh, k.kw}, rng);
@@ -111,10 +111,10 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
                       dims({k.o, k.c / k.groups, k.kh, k.kw}) + "), float32]) { nn.conv2d(%x, %w, strides=[" +
                       dims({k.stride[0], k.stride[1]}) + "], padding=[" + dims({k.pad[0], k.pad[1], k.pad[2], k.pad[3]}) +
                       "], dilation=[" + dims({k.dilation[0], k.dilation[1]}) + "], groups=" + std::to_string(k.groups) + ") }";
-    int64_t jobs = jit::parallelJobsRun();
+    int64_t jobs = device::parallelJobsRun();
     Tensor y = run(src, {x, w})[0];
     // The image and group loops' variables reach the unfold's tasks.
-    if (k.parallelUnfold) CHECK(jit::parallelJobsRun() >= jobs + 2 * 2);
+    if (k.parallelUnfold) CHECK(device::parallelJobsRun() >= jobs + 2 * 2);
     int64_t oh = (k.h + k.pad[0] + k.pad[2] - k.dilation[0] * (k.kh - 1) - 1) / k.stride[0] + 1;
     int64_t ow = (k.w + k.pad[1] + k.pad[3] - k.dilation[1] * (k.kw - 1) - 1) / k.stride[1] + 1;
     CHECK(y.shape() == Shape{k.n, k.o, oh, ow});
@@ -137,7 +137,7 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
           }
     checkApprox(y, want, 1e-4);
   }
-  jit::setNumThreads(threadsBefore);
+  device::setNumThreads(threadsBefore);
 }
 
 TEST_CASE("max, average and global pooling match the reference") {
@@ -247,7 +247,7 @@ TEST_CASE("dense, conv2d and pooling in other dtypes (the generic lowering)") {
 TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slices and accumulate") {
   std::mt19937 rng(41);
   std::uniform_real_distribution<float> d(-1, 1);
-  int threadsBefore = jit::numThreads();
+  int threadsBefore = device::numThreads();
   // m <= 128 takes the short-wide driver (A packed once, columns shared out),
   // larger m the tall one (B packed once, rows shared out); k = 300 spans three
   // KC slices; n = 577 / 77 and m = 13 / 203 leave partial tiles at both edges.
@@ -256,7 +256,7 @@ TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slice
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           for (bool acc : {false, true}) {
-            jit::setNumThreads(threads);
+            device::setNumThreads(threads);
             const int64_t n = m <= 128 ? 577 : 77, k = 300;  // each big enough for the pool
             CAPTURE(threads);
             CAPTURE(m);
@@ -278,5 +278,5 @@ TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slice
                 REQUIRE(c[static_cast<size_t>(i * n + j)] == doctest::Approx(s).epsilon(1e-4).scale(1.0));
               }
           }
-  jit::setNumThreads(threadsBefore);
+  device::setNumThreads(threadsBefore);
 }

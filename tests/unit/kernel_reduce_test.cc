@@ -3,8 +3,8 @@
 // arg-reductions, cumsum, softmax, log_softmax, layer_norm and bias_add.
 #include <limits>
 
-#include "jit/lower.h"
-#include "jit/thread_pool.h"
+#include "kernel_ir/lower.h"
+#include "device/thread_pool.h"
 #include "kernel_util.h"
 
 using namespace kiln;
@@ -237,7 +237,7 @@ TEST_CASE("row softmax: every row width through the prefetching pass, float32 an
     std::string ty = "Tensor[(?, ?), " + std::string(dtypeName(dt)) + "]";
     std::string src = "def @main(%x: " + ty + ") { nn.softmax(%x, axis=-1) }";
     // The one-softmax kernel walks each row in chunks and prefetches the next row.
-    CHECK(jit::lowerToLoops(test::fusedFrom(src)).toString().find("prefetching in0[") != std::string::npos);
+    CHECK(kernel_ir::lowerToLoops(test::fusedFrom(src)).toString().find("prefetching in0[") != std::string::npos);
     auto k = test::kernelFrom(src);
     for (int64_t rows : {0, 1, 5})
       for (int64_t cols : {1, 7, 127, 128, 129, 255, 256, 257, 1000, 4099}) {
@@ -265,17 +265,17 @@ TEST_CASE("row softmax: every row width through the prefetching pass, float32 an
 }
 
 TEST_CASE("a kernel of row reductions counts the reduced elements as its work and goes wide") {
-  int before = jit::numThreads();
-  jit::setNumThreads(2);
+  int before = device::numThreads();
+  device::setNumThreads(2);
   auto k = test::kernelFrom("def @main(%x: Tensor[(?, ?), float32]) { sum(%x, axis=[1]) }");
   std::mt19937 rng(5);
   // 64 rows of 4096: few rows, but 256K elements of work.
   Tensor big = Tensor::empty(DType::Float32, {64, 4096});
   for (int64_t i = 0; i < big.numel(); ++i) big.data<float>()[i] = static_cast<float>(i % 7);
   std::vector<Tensor> in{big};
-  int64_t jobs = jit::parallelJobsRun();
+  int64_t jobs = device::parallelJobsRun();
   Tensor y = (*k)(in)[0];
-  CHECK(jit::parallelJobsRun() == jobs + 1);
+  CHECK(device::parallelJobsRun() == jobs + 1);
   for (int64_t r = 0; r < 64; ++r) {
     double want = 0;
     for (int64_t c = 0; c < 4096; ++c) want += (r * 4096 + c) % 7;
@@ -285,9 +285,9 @@ TEST_CASE("a kernel of row reductions counts the reduced elements as its work an
   Tensor small = Tensor::empty(DType::Float32, {64, 8});
   for (int64_t i = 0; i < small.numel(); ++i) small.data<float>()[i] = 1;
   std::vector<Tensor> sin{small};
-  jobs = jit::parallelJobsRun();
+  jobs = device::parallelJobsRun();
   Tensor z = (*k)(sin)[0];
-  CHECK(jit::parallelJobsRun() == jobs);
+  CHECK(device::parallelJobsRun() == jobs);
   CHECK(z.data<float>()[63] == 8.f);
-  jit::setNumThreads(before);
+  device::setNumThreads(before);
 }

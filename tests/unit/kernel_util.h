@@ -16,7 +16,7 @@
 namespace kiln::test {
 
 // @main of `src`, type-checked and converted to a fused function.
-inline jit::FusedFunction fusedFrom(const std::string& src, const std::string& name = "k") {
+inline kernel_ir::FusedFunction fusedFrom(const std::string& src, const std::string& name = "k") {
   auto m = check(src);
   return compiler::toFusedFunction(m->findFunction("main")->fn, name);
 }

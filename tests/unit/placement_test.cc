@@ -14,6 +14,7 @@
 #include "compiler/frontend.h"
 #include "compiler/pipeline.h"
 #include "jit/kernel.h"
+#include "runtime/kernel_table.h"
 #include "kiln/compile.h"
 #include "kiln/error.h"
 #include "kiln/vm.h"
@@ -205,7 +206,8 @@ TEST_CASE("placement: the samples give their single-device results with compute 
 
 TEST_CASE("vm: a kernel is never handed a tensor on another device") {
   auto exe = kiln::compile("def @main(%x: Tensor[(4), float32]) { %x * 2f }");
-  const auto& k = exe->compiledKernel(0, kCpu1);
+  auto table = kiln::Runtime::processDefault()->kernelTable(exe);
+  const auto& k = table->compiled(0, kCpu1);
   Tensor in = vec({1, 2, 3, 4});  // on cpu
   Tensor out = Tensor::empty(DType::Float32, {4}, kCpu1);
   CHECK_THROWS_WITH_AS(k.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&out, 1)),
@@ -221,7 +223,7 @@ TEST_CASE("vm: arguments go to their parameters' devices; device_copy copies lis
         o.devices = {kCpu1, kCpu};
         return o;
       }());
-  CHECK(exe->functions[static_cast<size_t>(exe->functionIndex("main"))].paramDevices.at(0) == kCpu1);
+  CHECK(exe->functions()[static_cast<size_t>(exe->functionIndex("main"))].paramDevices.at(0) == kCpu1);
   int64_t cons = exe->constructorId("Cons"), nil = exe->constructorId("Nil");
   Value list = Value::adt(static_cast<uint32_t>(cons), {Value(vec({1, 2})), Value::adt(static_cast<uint32_t>(nil), {})});
   kiln::VirtualMachine vm(exe);

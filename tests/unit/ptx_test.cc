@@ -13,10 +13,11 @@
 #include "compiler/passes/fuse_ops.h"
 #include "compiler/passes/to_fused_function.h"
 #include "compiler/pipeline.h"
-#include "jit/lower.h"
+#include "kernel_ir/lower.h"
+#include "ops/registry.h"
 #include "jit/nvptx_codegen.h"
-#include "ops/op.h"
-#include "vm/dynamic_ops.h"
+#include "kernel_ir/op.h"
+#include "kernel_ir/kernel_kind.h"
 
 namespace {
 
@@ -118,11 +119,11 @@ TEST_CASE("ptx: every operator's kernel is PTX for sm_90 that ptxas accepts") {
     o.fuse = false;  // one kernel per operator
     auto stages = kiln::compiler::runPasses(src, "ptx.relay", o);
     for (const kiln::ir::Function* fn : kiln::compiler::primitiveFunctions(*stages.fused)) {
-      kiln::jit::FusedFunction f = kiln::compiler::toFusedFunction(fn, "k", "ptx.relay");
+      kiln::kernel_ir::FusedFunction f = kiln::compiler::toFusedFunction(fn, "k", "ptx.relay");
       for (const auto& n : f.nodes)
         if (!n.isConstant()) covered.insert(n.op->name);
-      if (kiln::vm::isDynamicKernel(f)) continue;
-      kiln::jit::PtxModule ptx = kiln::jit::emitPtx(kiln::jit::lowerToLoops(f), "k");
+      if (kiln::kernel_ir::isDynamicKernel(f)) continue;
+      kiln::jit::PtxModule ptx = kiln::jit::emitPtx(kiln::kernel_ir::lowerToLoops(f), "k");
       CHECK(ptx.sm == 90);
       REQUIRE(!ptx.launches.empty());
       CHECK(ptx.ptx.find(".target sm_90") != std::string::npos);
@@ -158,8 +159,8 @@ kiln::jit::PtxModule ptxOf(const std::string& src, kiln::loop::LoopKernel* loops
   auto stages = kiln::compiler::runPasses(src, "ptx.relay", kiln::CompileOptions{});
   auto fns = kiln::compiler::primitiveFunctions(*stages.fused);
   REQUIRE(!fns.empty());
-  kiln::jit::FusedFunction f = kiln::compiler::toFusedFunction(fns.front(), "k", "ptx.relay");
-  kiln::loop::LoopKernel k = kiln::jit::lowerToLoops(f);
+  kiln::kernel_ir::FusedFunction f = kiln::compiler::toFusedFunction(fns.front(), "k", "ptx.relay");
+  kiln::loop::LoopKernel k = kiln::kernel_ir::lowerToLoops(f);
   kiln::jit::PtxModule m = kiln::jit::emitPtx(k, "k");
   // A disk-cache hit rebuilds the plan without code generation: it must match.
   kiln::jit::PtxModule plan = kiln::jit::planPtx(k, "k");

@@ -150,13 +150,13 @@ TEST_CASE("verifier: corrupted instructions with a valid checksum are refused, n
   std::mt19937 rng(11);
   int refused = 0;
   for (int i = 0; i < 2000; ++i) {
-    auto copy = kiln::Executable::fromBytes(exe->serialize());
-    auto& f = copy->functions[rng() % copy->functions.size()];
+    auto copy = kiln::Executable::fromBytes(exe->serialize())->contents();
+    auto& f = copy.functions[rng() % copy.functions.size()];
     size_t at = rng() % f.code.size();
     uint32_t choices[] = {static_cast<uint32_t>(rng() % 40), static_cast<uint32_t>(rng() % 4), static_cast<uint32_t>(rng()), f.code[at] + 1, 0xFFFFFFFFu};
     f.code[at] = choices[rng() % 5];
     try {
-      kiln::Executable::fromBytes(copy->serialize());
+      kiln::Executable::build(copy);
     } catch (const kiln::Error& e) {
       ++refused;
       CHECK(std::string(e.what()).find("error: ") == 0);

@@ -13,16 +13,16 @@
 #include <span>
 #include <vector>
 
-#include "jit/fused_function.h"
-#include "jit/loop_ir.h"
+#include "kernel_ir/fused_function.h"
+#include "kernel_ir/loop_ir.h"
 #include "kiln/value.h"
 
-namespace kiln::vm {
+namespace kiln::kernel_ir {
 
 class ScalarKernel {
  public:
   // Null when `f` is not a scalar kernel.
-  static std::unique_ptr<ScalarKernel> tryBuild(const jit::FusedFunction& f);
+  static std::unique_ptr<ScalarKernel> tryBuild(const kernel_ir::FusedFunction& f);
 
   size_t numInputs() const { return inputTypes_.size(); }
   size_t numOutputs() const { return outputTypes_.size(); }
@@ -57,4 +57,4 @@ class ScalarKernel {
   std::vector<int32_t> outputSlot_;       // step index whose value each output takes
 };
 
-}  // namespace kiln::vm
+}  // namespace kiln::kernel_ir

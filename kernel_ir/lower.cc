@@ -1,14 +1,14 @@
 // FusedFunction -> LoopKernel by inlining compute rules.
-#include "jit/lower.h"
+#include "kernel_ir/lower.h"
 
 #include <array>
 #include <map>
 
 #include "kiln/error.h"
-#include "ops/compute.h"
-#include "ops/shape_util.h"
+#include "kernel_ir/compute.h"
+#include "kernel_ir/shape_util.h"
 
-namespace kiln::jit {
+namespace kiln::kernel_ir {
 
 using loop::ExprId;
 
@@ -427,4 +427,4 @@ loop::LoopKernel lowerToLoops(const FusedFunction& f) {
   return k;
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::kernel_ir

@@ -1,5 +1,5 @@
 // Shared pieces of operator shape rules.
-#include "ops/shape_util.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln::ops {
 

@@ -8,7 +8,6 @@
 #include <vector>
 #include <new>
 
-#include "kiln/memory.h"
 
 #include "kiln/error.h"
 #include "kiln/half.h"
@@ -46,10 +45,6 @@ std::string shapeString(std::span<const int64_t> shape) {
   std::string s;
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
   return s;
-}
-
-Tensor Tensor::empty(DType dtype, std::span<const int64_t> shape, Device device) {
-  return allocateTensor(MemoryPools::processDefault().forDevice(device), dtype, shape);
 }
 
 Tensor Tensor::view(DType dtype, std::span<const int64_t> shape, std::shared_ptr<void> owner, Device device) {

@@ -1,16 +1,16 @@
 // Interprets the loop IR of a scalar kernel on register scalars.
-#include "vm/scalar_kernel.h"
+#include "kernel_ir/scalar_kernel.h"
 
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <unordered_map>
 
-#include "jit/lower.h"
+#include "kernel_ir/lower.h"
 #include "kiln/error.h"
 #include "kiln/half.h"
 
-namespace kiln::vm {
+namespace kiln::kernel_ir {
 
 using loop::BinaryOp;
 using loop::ExprKind;
@@ -192,7 +192,7 @@ Num cast(DType from, DType to, Num x) {
 
 }  // namespace
 
-std::unique_ptr<ScalarKernel> ScalarKernel::tryBuild(const jit::FusedFunction& f) {
+std::unique_ptr<ScalarKernel> ScalarKernel::tryBuild(const kernel_ir::FusedFunction& f) {
   for (const auto& p : f.params)
     if (p.rank() != 0) return nullptr;
   for (int32_t o : f.outputs)
@@ -204,7 +204,7 @@ std::unique_ptr<ScalarKernel> ScalarKernel::tryBuild(const jit::FusedFunction& f
   }
   loop::LoopKernel k;
   try {
-    k = jit::lowerToLoops(f);
+    k = kernel_ir::lowerToLoops(f);
   } catch (const Error&) {
     return nullptr;
   }
@@ -363,4 +363,4 @@ void ScalarKernel::run(const Value* const* inputs, Value* const* outputs) const 
   }
 }
 
-}  // namespace kiln::vm
+}  // namespace kiln::kernel_ir

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "kiln/dtype.h"
-#include "ops/attrs.h"
+#include "kernel_ir/attrs.h"
 
 namespace kiln::ops {
 
@@ -74,10 +74,6 @@ struct OpDef {
   std::vector<TensorDesc> infer(std::span<const TensorDesc> inputs, const AttrMap& attrs) const;
 };
 
-const OpDef* findOp(std::string_view name);
-// Every operator, in registration order (for tests and documentation).
-std::vector<const OpDef*> allOps();
-
 // Registration, used by the per-group files.
 class OpTable {
  public:
@@ -88,12 +84,5 @@ class OpTable {
  private:
   std::vector<OpDef> defs_;
 };
-
-void registerElementwiseOps(OpTable& table);
-void registerReduceOps(OpTable& table);
-void registerLinalgOps(OpTable& table);
-void registerNNOps(OpTable& table);
-void registerTransformOps(OpTable& table);
-void registerCreateOps(OpTable& table);
 
 }  // namespace kiln::ops

@@ -1,5 +1,5 @@
 // Shared pieces of compute rules.
-#include "ops/compute.h"
+#include "kernel_ir/compute.h"
 
 namespace kiln::ops {
 

@@ -24,7 +24,7 @@
 
 #include "kiln/tensor.h"
 
-namespace kiln::jit {
+namespace kiln::device {
 
 class CudaStream {
  public:
@@ -89,4 +89,4 @@ void awaitStreamTag(uint64_t tag);
 // GPU side's current stream; the source may be reused when this returns.
 void copyBytes(void* dst, Device to, const void* src, Device from, size_t bytes);
 
-}  // namespace kiln::jit
+}  // namespace kiln::device

@@ -1,10 +1,10 @@
 // Attribute values, maps and typed access.
-#include "ops/attrs.h"
+#include "kernel_ir/attrs.h"
 
 #include <cmath>
 #include <cstdio>
 
-#include "ops/op.h"
+#include "kernel_ir/op.h"
 
 namespace kiln::ops {
 

@@ -7,10 +7,10 @@
 // them; static dimensions are compiled in as constants and never read from it.
 #pragma once
 
-#include "jit/fused_function.h"
-#include "jit/loop_ir.h"
+#include "kernel_ir/fused_function.h"
+#include "kernel_ir/loop_ir.h"
 
-namespace kiln::jit {
+namespace kiln::kernel_ir {
 
 // Offsets of each value's dimensions in the run-time shape array.
 std::vector<int32_t> shapeSlots(const FusedFunction& f, int32_t* total = nullptr);
@@ -18,4 +18,4 @@ std::vector<int32_t> shapeSlots(const FusedFunction& f, int32_t* total = nullptr
 // Throws kiln::Error when an operator in `f` has no lowering yet.
 loop::LoopKernel lowerToLoops(const FusedFunction& f);
 
-}  // namespace kiln::jit
+}  // namespace kiln::kernel_ir

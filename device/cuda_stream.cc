@@ -1,14 +1,14 @@
 // GPU streams, the per-thread current stream, stream tags, copies and event timing.
-#include "jit/cuda_stream.h"
+#include "device/cuda_stream.h"
 
 #include <map>
 #include <memory>
 #include <mutex>
 
-#include "jit/cuda_driver.h"
+#include "device/cuda_driver.h"
 #include "kiln/error.h"
 
-namespace kiln::jit {
+namespace kiln::device {
 
 #if KILN_HAVE_CUDA_H
 
@@ -194,4 +194,4 @@ void copyBytes(void*, Device, const void*, Device, size_t) { throw Error(cudaUna
 
 #endif
 
-}  // namespace kiln::jit
+}  // namespace kiln::device

@@ -1,13 +1,13 @@
 // FusedFunction: verification, hashing, printing and the run-time shape function.
-#include "jit/fused_function.h"
+#include "kernel_ir/fused_function.h"
 
 #include <cstdio>
 #include <cstring>
 
 #include "kiln/error.h"
-#include "ops/shape_util.h"
+#include "kernel_ir/shape_util.h"
 
-namespace kiln::jit {
+namespace kiln::kernel_ir {
 
 FusedNode FusedNode::constant(DType dtype, double floatValue, int64_t intValue) {
   FusedNode n;
@@ -164,4 +164,4 @@ std::vector<Shape> computeShapes(const FusedFunction& f, std::span<const Shape> 
   return out;
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::kernel_ir

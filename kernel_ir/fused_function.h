@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "kiln/tensor.h"
-#include "ops/op.h"
+#include "kernel_ir/op.h"
 
-namespace kiln::jit {
+namespace kiln::kernel_ir {
 
 // A node is an operator call, or (op == nullptr) a scalar constant of `type`.
 struct FusedNode {
@@ -62,4 +62,4 @@ struct FusedFunction {
 // kiln::Error when the inputs do not fit the kernel.
 std::vector<Shape> computeShapes(const FusedFunction& f, std::span<const Shape> paramShapes);
 
-}  // namespace kiln::jit
+}  // namespace kiln::kernel_ir

@@ -5,7 +5,7 @@
 #include <array>
 #include <string>
 
-#include "ops/op.h"
+#include "kernel_ir/op.h"
 
 namespace kiln::ops {
 

@@ -20,7 +20,7 @@
 #include <cuda.h>
 #endif
 
-namespace kiln::jit {
+namespace kiln::device {
 
 #if KILN_HAVE_CUDA_H
 // The entry points Kiln uses, once: X(member, cuda.h function, name for
@@ -90,4 +90,4 @@ std::string cudaUnavailableReason();
 // Compute capability (major * 10 + minor) of `device`; throws when unavailable.
 int cudaComputeCapability(Device device);
 
-}  // namespace kiln::jit
+}  // namespace kiln::device

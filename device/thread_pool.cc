@@ -1,5 +1,5 @@
 // A small fork-join pool: persistent workers, one job at a time, pieces claimed dynamically.
-#include "jit/thread_pool.h"
+#include "device/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-namespace kiln::jit {
+namespace kiln::device {
 
 namespace {
 
@@ -40,13 +40,13 @@ bool spinUntil(Ready&& ready) {
   }
 }
 
-class ThreadPool {
+class Workers {
  public:
-  explicit ThreadPool(int threads) {
+  explicit Workers(int threads) {
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { workerLoop(); });
     size_ = threads;
   }
-  ~ThreadPool() {
+  ~Workers() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_.store(true, std::memory_order_relaxed);
@@ -159,18 +159,52 @@ int defaultThreads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// The process default pool: rebuilt when setNumThreads changes its size.
 std::mutex gPoolMu;
 std::shared_ptr<ThreadPool> gPool;
 int gThreads = 0;
 
-std::shared_ptr<ThreadPool> pool() {
+thread_local ThreadPool* tCurrent = nullptr;
+
+}  // namespace
+
+struct ThreadPool::State {
+  explicit State(int threads) : workers(threads) {}
+  Workers workers;
+  std::atomic<int64_t> shared{0}, busyInline{0};
+};
+
+ThreadPool::ThreadPool(int threads) : state_(std::make_unique<State>(std::clamp(threads, 1, 1024))) {}
+ThreadPool::~ThreadPool() = default;
+
+int ThreadPool::size() const { return state_->workers.size(); }
+
+ThreadPoolStats ThreadPool::stats() const {
+  return {size(), state_->shared.load(std::memory_order_relaxed), state_->busyInline.load(std::memory_order_relaxed)};
+}
+
+void ThreadPool::parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes) {
+  if (n <= 0) return;
+  if (n > 1 && work >= kMinParallelWork && !tInTask && size() > 1) {
+    if (state_->workers.run(n, task, buffers, shapes)) {
+      state_->shared.fetch_add(1, std::memory_order_relaxed);
+      gJobsRun.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    state_->busyInline.fetch_add(1, std::memory_order_relaxed);
+  }
+  task(buffers, shapes, 0, n);
+}
+
+std::shared_ptr<ThreadPool> ThreadPool::processDefault() {
   std::lock_guard<std::mutex> lock(gPoolMu);
   if (gThreads == 0) gThreads = defaultThreads();
   if (!gPool || gPool->size() != gThreads) gPool = std::make_shared<ThreadPool>(gThreads);
   return gPool;
 }
 
-}  // namespace
+ThreadPoolScope::ThreadPoolScope(ThreadPool* pool) : previous_(tCurrent) { tCurrent = pool; }
+ThreadPoolScope::~ThreadPoolScope() { tCurrent = previous_; }
 
 int numThreads() {
   std::lock_guard<std::mutex> lock(gPoolMu);
@@ -185,20 +219,21 @@ void setNumThreads(int n) {
 int64_t parallelJobsRun() { return gJobsRun.load(std::memory_order_relaxed); }
 
 void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes) {
+  if (tCurrent) {
+    tCurrent->parallelFor(n, work, task, buffers, shapes);
+    return;
+  }
   if (n <= 0) return;
   if (n > 1 && work >= kMinParallelWork && !tInTask) {
-    std::shared_ptr<ThreadPool> p = pool();
-    if (p->size() > 1 && p->run(n, task, buffers, shapes)) {
-      gJobsRun.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
+    ThreadPool::processDefault()->parallelFor(n, work, task, buffers, shapes);
+    return;
   }
   task(buffers, shapes, 0, n);
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::device
 
-extern "C" void kiln_parallel_for(int64_t n, int64_t work, kiln::jit::ParallelTask task, void* const* buffers,
+extern "C" void kiln_parallel_for(int64_t n, int64_t work, kiln::device::ParallelTask task, void* const* buffers,
                                   const int64_t* shapes) {
-  kiln::jit::parallelFor(n, work, task, buffers, shapes);
+  kiln::device::parallelFor(n, work, task, buffers, shapes);
 }

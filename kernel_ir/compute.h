@@ -12,8 +12,8 @@
 #include <span>
 #include <vector>
 
-#include "jit/loop_ir.h"
-#include "ops/op.h"
+#include "kernel_ir/loop_ir.h"
+#include "kernel_ir/op.h"
 
 namespace kiln::ops {
 

@@ -1,5 +1,5 @@
 // LoopKernel construction, folding and printing.
-#include "jit/loop_ir.h"
+#include "kernel_ir/loop_ir.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // Loading the CUDA driver with dlopen and resolving its entry points.
-#include "jit/cuda_driver.h"
+#include "device/cuda_driver.h"
 
 #include <dlfcn.h>
 
@@ -10,7 +10,7 @@
 
 #include "kiln/error.h"
 
-namespace kiln::jit {
+namespace kiln::device {
 
 #if KILN_HAVE_CUDA_H
 
@@ -174,4 +174,4 @@ CudaDeviceInfo cudaDeviceInfo(Device) { throw Error(cudaUnavailableReason()); }
 
 #endif
 
-}  // namespace kiln::jit
+}  // namespace kiln::device

@@ -1,0 +1,81 @@
+// Thread pools that run kernels' outer loops in parallel.
+//
+// A ThreadPool is a set of persistent workers (the caller is one of them).
+// parallelFor splits [0, n) into a few contiguous pieces per thread, which the
+// caller and the workers claim one at a time (so a thread the machine runs late
+// costs a piece, not a share); it returns when all are done. Idle workers spin
+// briefly before sleeping, so kernels in quick succession do not pay a wake-up
+// each.
+//
+// Contention: a pool runs one job at a time. A parallelFor issued while the pool
+// is busy (another thread's kernel, or a kernel inside a task) runs inline on its
+// caller, so nothing blocks or deadlocks; ThreadPoolStats::busyInline counts
+// those, so an app sharing one pool among many VMs can see it happen.
+//
+// Kernels reach a pool through the C entry point kiln_parallel_for, which uses
+// the calling thread's current pool (ThreadPoolScope; a VM installs its
+// Runtime's during invoke) or else the process default pool (one thread per core,
+// or KILN_NUM_THREADS; setNumThreads resizes it). Every member is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace kiln::device {
+
+using ParallelTask = void (*)(void* const* buffers, const int64_t* shapes, int64_t begin, int64_t end);
+
+struct ThreadPoolStats {
+  int threads = 1;
+  int64_t shared = 0;      // parallelFor calls shared out among the threads
+  int64_t busyInline = 0;  // calls large enough to share that ran inline: the pool was busy
+};
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);  // clamped to [1, 1024]
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const;
+  ThreadPoolStats stats() const;
+  // Runs task over [0, n), in parallel when `work` (an estimate of the total
+  // element count) is large enough to gain; otherwise inline.
+  void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes);
+
+  // The process default pool (its size from numThreads()).
+  static std::shared_ptr<ThreadPool> processDefault();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Makes `pool` the calling thread's current pool until destroyed (scopes nest).
+class ThreadPoolScope {
+ public:
+  explicit ThreadPoolScope(ThreadPool* pool);
+  ~ThreadPoolScope();
+  ThreadPoolScope(const ThreadPoolScope&) = delete;
+  ThreadPoolScope& operator=(const ThreadPoolScope&) = delete;
+
+ private:
+  ThreadPool* previous_;
+};
+
+// The process default pool's size, and a new size for it.
+int numThreads();
+void setNumThreads(int n);  // 1 disables parallelism; takes effect for later calls
+
+// On the calling thread's current pool, or the process default pool.
+void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes);
+
+// How many parallelFor calls the pool has shared out since the process started
+// (the rest ran inline): what a test or a profile reads to see kernels go wide.
+int64_t parallelJobsRun();
+
+}  // namespace kiln::device
+
+extern "C" void kiln_parallel_for(int64_t n, int64_t work, kiln::device::ParallelTask task, void* const* buffers,
+                                  const int64_t* shapes);

@@ -1,0 +1,28 @@
+// Operator definitions: building a table entry, and running a shape rule.
+#include "kernel_ir/op.h"
+
+#include <algorithm>
+
+namespace kiln::ops {
+
+OpDef& OpTable::add(std::string name, int numInputs, OpPattern pattern, ShapeRule rule,
+                    std::initializer_list<const char*> attrNames) {
+  OpDef& d = defs_.emplace_back();
+  d.name = std::move(name);
+  d.numInputs = numInputs;
+  d.pattern = pattern;
+  d.rule = rule;
+  for (const char* a : attrNames) d.attrNames.emplace_back(a);
+  return d;
+}
+
+std::vector<TensorDesc> OpDef::infer(std::span<const TensorDesc> inputs, const AttrMap& attrs) const {
+  for (const auto& [name, value] : attrs.items()) {
+    if (std::find(attrNames.begin(), attrNames.end(), name) == attrNames.end())
+      throw OpError(this->name + ": unknown attribute '" + name + "'");
+  }
+  OpCall call{*this, inputs, AttrReader(this->name, attrs)};
+  return rule(call);
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,92 @@
+// Runtime: the kernel cache, thread pool, pools and kernel tables apps share.
+#include "kiln/runtime.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+
+#include "device/cuda_driver.h"
+#include "device/thread_pool.h"
+#include "jit/kernel.h"
+#include "runtime/kernel_table.h"
+
+namespace kiln {
+
+struct Runtime::State {
+  RuntimeOptions options;
+  std::unique_ptr<jit::KernelCache> ownCache;  // null: the process cache
+  jit::KernelCache* cache = nullptr;
+  std::shared_ptr<device::ThreadPool> pool;  // null: the process default pool
+  std::shared_ptr<MemoryPools> pools;
+  std::mutex mu;
+  // One table per live executable. The table holds its executable, so the
+  // address cannot be reused while the entry is live; expired entries are
+  // dropped as new ones are made.
+  std::unordered_map<const Executable*, std::weak_ptr<runtime::KernelTable>> tables;
+};
+
+RuntimeOptions RuntimeOptions::fromEnvironment() {
+  RuntimeOptions o;
+  if (const char* dir = std::getenv("KILN_CACHE_DIR")) o.kernelCacheDir = dir;
+  return o;
+}
+
+Runtime::Runtime(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Runtime::~Runtime() = default;
+
+std::shared_ptr<Runtime> Runtime::create(RuntimeOptions options) {
+  auto s = std::make_unique<State>();
+  s->ownCache = std::make_unique<jit::KernelCache>(options.kernelCacheDir);
+  s->cache = s->ownCache.get();
+  if (options.numThreads > 0) s->pool = std::make_shared<device::ThreadPool>(options.numThreads);
+  s->pools = std::make_shared<MemoryPools>(options.memoryLimit);
+  s->options = std::move(options);
+  return std::shared_ptr<Runtime>(new Runtime(std::move(s)));
+}
+
+std::shared_ptr<Runtime> Runtime::processDefault() {
+  static const std::shared_ptr<Runtime> runtime = [] {
+    auto s = std::make_unique<State>();
+    s->options = RuntimeOptions::fromEnvironment();
+    s->cache = &jit::KernelCache::global();
+    s->pools = std::make_shared<MemoryPools>(s->options.memoryLimit);
+    return std::shared_ptr<Runtime>(new Runtime(std::move(s)));
+  }();
+  return runtime;
+}
+
+const RuntimeOptions& Runtime::options() const { return state_->options; }
+
+RuntimeStats Runtime::stats() const {
+  RuntimeStats r;
+  r.kernelCompiles = state_->cache->compiles();
+  r.kernelCacheHits = state_->cache->hits();
+  r.diskCacheHits = state_->cache->diskHits();
+  device::ThreadPoolStats p =
+      state_->pool ? state_->pool->stats() : device::ThreadPool::processDefault()->stats();
+  r.threads = p.threads;
+  r.parallelLoops = p.shared;
+  r.busyInline = p.busyInline;
+  return r;
+}
+
+std::string Runtime::cudaUnavailableReason() const { return device::cudaUnavailableReason(); }
+
+const std::shared_ptr<MemoryPools>& Runtime::pools() const { return state_->pools; }
+
+jit::KernelCache& Runtime::kernelCache() const { return *state_->cache; }
+
+device::ThreadPool* Runtime::threadPool() const { return state_->pool.get(); }
+
+std::shared_ptr<runtime::KernelTable> Runtime::kernelTable(const std::shared_ptr<const Executable>& exe) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto& tables = state_->tables;
+  if (auto it = tables.find(exe.get()); it != tables.end())
+    if (auto t = it->second.lock()) return t;
+  for (auto it = tables.begin(); it != tables.end();) it = it->second.expired() ? tables.erase(it) : std::next(it);
+  auto table = std::make_shared<runtime::KernelTable>(exe, *state_->cache);
+  tables[exe.get()] = table;
+  return table;
+}
+
+}  // namespace kiln

@@ -1,0 +1,31 @@
+// BoundKernels: a VM's cached kernel pointers.
+#include "vm/bound_kernels.h"
+
+#include "bytecode/opcodes.h"
+
+namespace kiln::vm {
+
+BoundKernels::BoundKernels(std::shared_ptr<runtime::KernelTable> table) : table_(std::move(table)) {
+  size_t n = table_->executable().kernels().size();
+  cpu_.assign(n, nullptr);
+  for (uint32_t k = 0; k < n; ++k) scalar_.push_back(table_->scalar(k));
+}
+
+bool BoundKernels::bound(uint32_t k) const {
+  if (k >= cpu_.size()) return false;
+  if (cpu_[k]) return true;
+  for (const auto& [key, kernel] : other_)
+    if (key >> 32 == k) return true;
+  return false;
+}
+
+const jit::CompiledKernel& BoundKernels::onOtherDevice(uint32_t k, Device device) {
+  uint64_t key = static_cast<uint64_t>(k) << 32 | bytecode::encodeDevice(device);
+  auto it = other_.find(key);
+  if (it != other_.end()) return *it->second;
+  const jit::CompiledKernel* kernel = &table_->compiled(k, device);
+  other_.emplace(key, kernel);
+  return *kernel;
+}
+
+}  // namespace kiln::vm

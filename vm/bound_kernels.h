@@ -1,0 +1,41 @@
+// BoundKernels: one VM's direct pointers into its Runtime's kernel table, so a
+// kernel call on the host finds its machine code with one indexed load (no lock,
+// no hash lookup); other devices go through a small map. The table owns the
+// kernels; these are borrowed pointers, valid while the VM holds the table.
+// Used by one thread at a time, as its VM is.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/kernel_table.h"
+
+namespace kiln::vm {
+
+class BoundKernels {
+ public:
+  explicit BoundKernels(std::shared_ptr<runtime::KernelTable> table);
+
+  // Kernel `k` on `device`, compiled on first use.
+  const jit::CompiledKernel& on(uint32_t k, Device device) {
+    if (device == Device{}) {
+      if (!cpu_[k]) cpu_[k] = &table_->compiled(k);
+      return *cpu_[k];
+    }
+    return onOtherDevice(k, device);
+  }
+  const kernel_ir::ScalarKernel* scalar(uint32_t k) const { return scalar_[k]; }
+  // Whether kernel `k` has been bound on any device.
+  bool bound(uint32_t k) const;
+
+ private:
+  const jit::CompiledKernel& onOtherDevice(uint32_t k, Device device);
+  std::shared_ptr<runtime::KernelTable> table_;
+  std::vector<const jit::CompiledKernel*> cpu_;
+  std::unordered_map<uint64_t, const jit::CompiledKernel*> other_;  // (kernel << 32 | device)
+  std::vector<const kernel_ir::ScalarKernel*> scalar_;
+};
+
+}  // namespace kiln::vm
