@@ -1,5 +1,7 @@
-// The generic instruction decoder, driven by the operand strings of opcodes.def.
+// The generic instruction decoder and instruction lengths, driven by opcodes.def.
 #include "bytecode/opcodes.h"
+
+#include "bytecode/operands.h"
 
 namespace kiln::bytecode {
 
@@ -27,10 +29,40 @@ std::optional<InstructionView> InstructionView::decode(std::span<const uint32_t>
       if (at >= code.size()) return std::nullopt;
       o.value = code[at++];
     }
+    o.word = static_cast<uint32_t>(at - pc) - (k == 'W' ? 2 : k == 'L' || k == 'M' ? 1 + o.value : 1);
     v.operands[v.numOperands++] = o;
   }
   v.length = static_cast<uint32_t>(at - pc);
   return v;
+}
+
+std::vector<uint32_t> InstructionView::destinations() const {
+  std::vector<uint32_t> out;
+  int lastList = -1;
+  for (uint32_t k = 0; k < numOperands; ++k) {
+    if (operands[k].kind == 'D') out.push_back(operands[k].value);
+    if (operands[k].kind == 'L' || operands[k].kind == 'M') lastList = static_cast<int>(k);
+  }
+  if (info(op).writesLastList() && lastList >= 0)
+    for (uint32_t r : operands[lastList].list) out.push_back(r & ~kMoveBit);
+  return out;
+}
+
+std::vector<uint32_t> InstructionView::jumpOperandWords() const {
+  std::vector<uint32_t> out;
+  for (uint32_t k = 0; k < numOperands; ++k)
+    if (operands[k].kind == 'J') out.push_back(operands[k].word);
+  return out;
+}
+
+uint32_t instructionLength(const uint32_t* insn) {
+  switch (static_cast<Opcode>(insn[0])) {
+#define KILN_OPCODE(name, mnemonic, operands, flags, meaning) \
+  case Opcode::name: return Operands<Opcode::name>(insn).length();
+#include "bytecode/opcodes.def"
+#undef KILN_OPCODE
+  }
+  return 1;
 }
 
 }  // namespace kiln::bytecode

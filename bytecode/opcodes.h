@@ -13,19 +13,20 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/tensor.h"
 
 namespace kiln::bytecode {
 
 enum class Opcode : uint32_t {
-#define KILN_OPCODE(name, mnemonic, operands, meaning) name,
+#define KILN_OPCODE(name, mnemonic, operands, flags, meaning) name,
 #include "bytecode/opcodes.def"
 #undef KILN_OPCODE
 };
 
 inline constexpr uint32_t kNumOpcodes = 0
-#define KILN_OPCODE(name, mnemonic, operands, meaning) +1
+#define KILN_OPCODE(name, mnemonic, operands, flags, meaning) +1
 #include "bytecode/opcodes.def"
 #undef KILN_OPCODE
     ;
@@ -36,22 +37,31 @@ inline constexpr uint32_t kMoveBit = 0x8000'0000u;
 struct OpcodeInfo {
   std::string_view mnemonic;
   std::string_view operands;  // operand kind letters, see opcodes.def
+  std::string_view flags;     // T terminator, O writes its last list
   std::string_view meaning;
+
+  constexpr bool isTerminator() const { return flags.find('T') != std::string_view::npos; }
+  constexpr bool writesLastList() const { return flags.find('O') != std::string_view::npos; }
+  constexpr bool hasList() const { return operands.find_first_of("LM") != std::string_view::npos; }
+  // Words of an instruction without lists (opcode word included); 0 when it has lists.
+  constexpr uint32_t fixedLength() const {
+    if (hasList()) return 0;
+    uint32_t n = 1;
+    for (char k : operands) n += k == 'W' ? 2 : 1;
+    return n;
+  }
 };
 
 inline constexpr OpcodeInfo kOpcodeInfo[] = {
-#define KILN_OPCODE(name, mnemonic, operands, meaning) {mnemonic, operands, meaning},
+#define KILN_OPCODE(name, mnemonic, operands, flags, meaning) {mnemonic, operands, flags, meaning},
 #include "bytecode/opcodes.def"
 #undef KILN_OPCODE
 };
 
-inline const OpcodeInfo& info(Opcode op) { return kOpcodeInfo[static_cast<uint32_t>(op)]; }
+constexpr const OpcodeInfo& info(Opcode op) { return kOpcodeInfo[static_cast<uint32_t>(op)]; }
 
 // Instructions after which control never falls through to the next word.
-inline bool isTerminator(Opcode op) {
-  return op == Opcode::Ret || op == Opcode::TailCall || op == Opcode::TailCallClosure || op == Opcode::Goto ||
-         op == Opcode::Fatal;
-}
+constexpr bool isTerminator(Opcode op) { return info(op).isTerminator(); }
 
 // One decoded operand: its kind letter and either a single word (`value`, with
 // `value64` for W) or, for L, the list of registers.
@@ -60,9 +70,12 @@ struct Operand {
   uint32_t value = 0;
   uint64_t value64 = 0;
   std::span<const uint32_t> list;
+  uint32_t word = 0;  // where it starts, in words from the opcode word (a list: at its count)
 };
 
-// A decoded instruction. decode() returns nullopt when the words at `pc` are not a
+// A decoded instruction (the generic view the verifier, the disassembler and
+// tests use; the VM's handlers use the typed views of bytecode/operands.h).
+// decode() returns nullopt when the words at `pc` are not a
 // whole instruction (unknown opcode, or operands past the end of the code).
 struct InstructionView {
   Opcode op;
@@ -72,6 +85,12 @@ struct InstructionView {
   uint32_t numOperands = 0;
 
   static std::optional<InstructionView> decode(std::span<const uint32_t> code, uint32_t pc);
+
+  // Every register the instruction writes: its D operands and, for opcodes
+  // flagged O, the entries of its last list.
+  std::vector<uint32_t> destinations() const;
+  // The word offsets (from the opcode word) of its J operands.
+  std::vector<uint32_t> jumpOperandWords() const;
 };
 
 // Device operands (and the executable file's device words): kind (0 cpu, 1 cuda) << 16 | index.

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "bytecode/opcodes.h"
+#include "bytecode/operands.h"
 
 // Computed goto (labels as values) is a GCC/Clang extension, used on purpose.
 #if defined(__GNUC__)
@@ -54,27 +55,6 @@ Shape shapeFromTensor(const Value& v) {
   return s;
 }
 
-// The operands of the kernel instructions (layout "KLL": kernel, inputs, outputs).
-struct KernelOperands {
-  uint32_t kernel;
-  const uint32_t* in;
-  uint32_t nin;
-  const uint32_t* out;
-  uint32_t nout;
-  uint32_t length;  // of the whole instruction, in words
-};
-
-KernelOperands kernelOperands(const uint32_t* insn) {
-  KernelOperands o;
-  o.kernel = insn[1];
-  o.nin = insn[2];
-  o.in = insn + 3;
-  o.nout = insn[3 + o.nin];
-  o.out = insn + 4 + o.nin;
-  o.length = 4 + o.nin + o.nout;
-  return o;
-}
-
 const AdtObject* adtOf(const Value& v, const char* what) {
   if (!v.isObject(ObjectKind::Adt)) throw Error(std::string(what) + ": expected a tuple or ADT value, got " + v.describe());
   return v.asAdt();
@@ -100,16 +80,21 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   boost::container::small_vector<Value, 8> argTmp;
   vm::MemoryTrace* trace = memoryTrace_.get();  // null unless enableMemoryTrace()
 
-#define OPERAND(k) code[pc + (k)]
-#define REG(k) R[code[pc + (k)]]
+// Each handler opens the typed view of its own instruction (bytecode/operands.h):
+// operands by their position in the table, kinds checked at compile time,
+// offsets and lengths generated from the table (constants where no list precedes).
+#define OPS(name) const bytecode::Operands<Opcode::name> o(code + pc)
+#define REG(k) R[o.reg<k>()]
+#define IDX(k) o.index<k>()
+#define NEXT() pc += o.length()
 // An `M` list entry: moved out when marked (the value's last use), else copied.
-#define TAKE(k) (code[pc + (k)] & bytecode::kMoveBit ? std::move(R[code[pc + (k)] & ~bytecode::kMoveBit]) : Value(R[code[pc + (k)]]))
+#define TAKE(r) ((r) & bytecode::kMoveBit ? std::move(R[(r) & ~bytecode::kMoveBit]) : Value(R[r]))
 
 // A handler's locals live in its braces and DISPATCH() comes after them: a computed
 // goto out of a scope does not run destructors, so it must leave none behind.
 #if defined(__GNUC__)
   static void* const kLabels[] = {
-#define KILN_OPCODE(name, mnemonic, operands, meaning) &&L_##name,
+#define KILN_OPCODE(name, mnemonic, operands, flags, meaning) &&L_##name,
 #include "bytecode/opcodes.def"
 #undef KILN_OPCODE
   };
@@ -156,7 +141,8 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     pc = 0;
   };
   // Collects a closure's captured values and the listed registers into argTmp.
-  auto closureArgs = [&](const Value& c, const uint32_t* list, uint32_t n) -> uint32_t {
+  auto closureArgs = [&](const Value& c, bytecode::RegisterList list) -> uint32_t {
+    uint32_t n = list.size;
     if (!c.isClosure()) throw Error("call of a value that is not a function: " + c.describe());
     const ClosureObject* clo = c.asClosure();
     const BytecodeFunction& cf = exe.functions()[clo->function];
@@ -164,25 +150,22 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
       throw Error("closure of @" + cf.name + " called with " + std::to_string(n) + " arguments, expects " +
                   std::to_string(cf.numParams - clo->size));
     for (uint32_t i = 0; i < clo->size; ++i) argTmp.push_back(clo->captured()[i]);
-    for (uint32_t i = 0; i < n; ++i) {
-      uint32_t r = list[i];
-      argTmp.push_back(r & bytecode::kMoveBit ? std::move(R[r & ~bytecode::kMoveBit]) : Value(R[r]));
-    }
+    for (uint32_t i = 0; i < n; ++i) argTmp.push_back(TAKE(list[i]));
     return clo->function;
   };
-  // The `M` list of n registers starting at operand `first`, taken in order.
-  auto takeList = [&](uint32_t first, uint32_t n) {
+  // An `M` list's values, taken in order.
+  auto takeList = [&](bytecode::RegisterList list) {
     std::vector<Value> fields;
-    fields.reserve(n);
-    for (uint32_t i = 0; i < n; ++i) fields.push_back(TAKE(first + i));
+    fields.reserve(list.size);
+    for (uint32_t i = 0; i < list.size; ++i) fields.push_back(TAKE(list[i]));
     return fields;
   };
   auto traceReads = [&](const auto& ts) {
     for (const Tensor& t : ts) trace->read(t);
   };
-  auto gatherInputs = [&](const uint32_t* list, uint32_t n) {
+  auto gatherInputs = [&](bytecode::RegisterList list) {
     ins.clear();
-    for (uint32_t i = 0; i < n; ++i) ins.push_back(tensorOf(R[list[i]], "kernel input"));
+    for (uint32_t i = 0; i < list.size; ++i) ins.push_back(tensorOf(R[list[i]], "kernel input"));
   };
   auto recordKernel = [&](uint32_t k, uint64_t t0) {
     uint64_t t1 = nowNanos();
@@ -202,12 +185,14 @@ dispatch:
 #endif
 
   CASE(Move) {
-    REG(1) = REG(2);
-    pc += 3;
+    OPS(Move);
+    REG(0) = REG(1);
+    NEXT();
   }
   DISPATCH();
   CASE(Ret) {
-    Value v = std::move(REG(1));
+    OPS(Ret);
+    Value v = std::move(REG(0));
     for (uint32_t i = 0; i < fn->frameSize; ++i) R[i] = Value();
     frames_.pop_back();
     if (frames_.empty()) {
@@ -224,168 +209,180 @@ dispatch:
   }
   DISPATCH();
   CASE(Invoke) {
-    uint32_t dst = OPERAND(1), callee = OPERAND(2), n = OPERAND(3);
-    for (uint32_t i = 0; i < n; ++i) argTmp.push_back(TAKE(4 + i));
-    enter(callee, pc + 4 + n, dst);
+    OPS(Invoke);
+    bytecode::RegisterList args = o.list<2>();
+    for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
+    enter(IDX(1), pc + o.length(), o.reg<0>());
   }
   DISPATCH();
   CASE(TailCall) {
-    uint32_t callee = OPERAND(1), n = OPERAND(2);
-    for (uint32_t i = 0; i < n; ++i) argTmp.push_back(TAKE(3 + i));
-    reenter(callee);
+    OPS(TailCall);
+    bytecode::RegisterList args = o.list<1>();
+    for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
+    reenter(IDX(0));
   }
   DISPATCH();
   CASE(InvokeClosure) {
-    uint32_t dst = OPERAND(1), n = OPERAND(3);
-    uint32_t callee = closureArgs(REG(2), &code[pc + 4], n);
-    enter(callee, pc + 4 + n, dst);
+    OPS(InvokeClosure);
+    uint32_t callee = closureArgs(REG(1), o.list<2>());
+    enter(callee, pc + o.length(), o.reg<0>());
   }
   DISPATCH();
   CASE(TailCallClosure) {
-    uint32_t n = OPERAND(2);
-    uint32_t callee = closureArgs(REG(1), &code[pc + 3], n);
+    OPS(TailCallClosure);
+    uint32_t callee = closureArgs(REG(0), o.list<1>());
     reenter(callee);
   }
   DISPATCH();
   CASE(InvokeKernel) {
-    KernelOperands op = kernelOperands(&code[pc]);
-    gatherInputs(op.in, op.nin);
+    OPS(InvokeKernel);
+    uint32_t k = IDX(0);
+    gatherInputs(o.list<1>());
+    bytecode::RegisterList out = o.list<2>();
     outs.clear();
-    for (uint32_t i = 0; i < op.nout; ++i) outs.push_back(tensorOf(R[op.out[i]], "kernel output"));
-    const jit::CompiledKernel& kernel = kernels.on(op.kernel, outs.empty() ? Device{} : outs[0].device());
+    for (uint32_t i = 0; i < out.size; ++i) outs.push_back(tensorOf(R[out[i]], "kernel output"));
+    const jit::CompiledKernel& kernel = kernels.on(k, outs.empty() ? Device{} : outs[0].device());
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     // On a GPU the launch returns at once: events around it measure the kernel.
     device::CudaStream* timed = profiling_ && kernel.device().kind == Device::Kind::CUDA ? &streams_->on(kernel.device()) : nullptr;
     if (timed) timed->timeBegin();
     kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
     if (timed) {
-      timed->timeEnd(op.kernel);
-      profile_[op.kernel].calls++;
-      if (tracing_) trace_.push_back({"launch " + exe.kernels()[op.kernel].function->name, t0, nowNanos() - t0});
+      timed->timeEnd(k);
+      profile_[k].calls++;
+      if (tracing_) trace_.push_back({"launch " + exe.kernels()[k].function->name, t0, nowNanos() - t0});
     } else if (profiling_) {
-      recordKernel(op.kernel, t0);
+      recordKernel(k, t0);
     }
     if (trace) traceReads(ins);
     // The handles must not outlive the instruction: a released input dies now.
     ins.clear();
     outs.clear();
-    pc += op.length;
+    NEXT();
   }
   DISPATCH();
   CASE(InvokeScalar) {
-    KernelOperands op = kernelOperands(&code[pc]);
+    OPS(InvokeScalar);
+    bytecode::RegisterList in = o.list<1>(), out = o.list<2>();
     const Value* inPtrs[16];
     Value* outPtrs[16];
-    if (op.nin > 16 || op.nout > 16) throw Error("scalar kernel with too many operands");
-    for (uint32_t i = 0; i < op.nin; ++i) inPtrs[i] = &R[op.in[i]];
+    if (in.size > 16 || out.size > 16) throw Error("scalar kernel with too many operands");
+    for (uint32_t i = 0; i < in.size; ++i) inPtrs[i] = &R[in[i]];
     // run() reads every input before writing any output, so outputs may alias inputs.
-    for (uint32_t i = 0; i < op.nout; ++i) outPtrs[i] = &R[op.out[i]];
-    kernels.scalar(op.kernel)->run(inPtrs, outPtrs);
-    pc += op.length;
+    for (uint32_t i = 0; i < out.size; ++i) outPtrs[i] = &R[out[i]];
+    kernels.scalar(IDX(0))->run(inPtrs, outPtrs);
+    NEXT();
   }
   DISPATCH();
   CASE(InvokeDynamic) {
-    KernelOperands op = kernelOperands(&code[pc]);
-    gatherInputs(op.in, op.nin);
+    OPS(InvokeDynamic);
+    uint32_t k = IDX(0);
+    gatherInputs(o.list<1>());
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     // Placement puts a kernel's operands and results on one device.
     Device device = ins.empty() ? Device{} : ins[0].device();
-    Tensor out = vm::runDynamicKernel(*exe.kernels()[op.kernel].function, std::span<const Tensor>(ins.data(), ins.size()), *memory_, device);
-    if (profiling_) recordKernel(op.kernel, t0);
+    Tensor out = vm::runDynamicKernel(*exe.kernels()[k].function, std::span<const Tensor>(ins.data(), ins.size()), *memory_, device);
+    if (profiling_) recordKernel(k, t0);
     if (trace) {
       traceReads(ins);
       bool view = std::any_of(ins.begin(), ins.end(), [&](const Tensor& t) { return t.data() == out.data(); });
       if (!view) trace->birth(out);
     }
     ins.clear();
-    R[op.out[0]] = Value(std::move(out));  // the verifier checked: one output
-    pc += op.length;
+    R[o.list<2>()[0]] = Value(std::move(out));  // the verifier checked: one output
+    NEXT();
   }
   DISPATCH();
   CASE(ShapeFunc) {
-    KernelOperands op = kernelOperands(&code[pc]);
-    const kernel_ir::FusedFunction& f = *exe.kernels()[op.kernel].function;
+    OPS(ShapeFunc);
+    const kernel_ir::FusedFunction& f = *exe.kernels()[IDX(0)].function;
+    bytecode::RegisterList in = o.list<1>(), out = o.list<2>();
     boost::container::small_vector<Shape, 8> shapes;
-    for (uint32_t i = 0; i < op.nin; ++i) {
-      const Value& v = R[op.in[i]];
+    for (uint32_t i = 0; i < in.size; ++i) {
+      const Value& v = R[in[i]];
       if (v.isScalar()) shapes.emplace_back();
       else shapes.push_back(tensorOf(v, "shape function input").shape());
     }
     std::vector<Shape> all = kernel_ir::computeShapes(f, std::span<const Shape>(shapes.data(), shapes.size()));
-    for (uint32_t i = 0; i < op.nout; ++i) R[op.out[i]] = Value(shapeTensor(dims(all[static_cast<size_t>(f.outputs[i])])));
-    pc += op.length;
+    for (uint32_t i = 0; i < out.size; ++i) R[out[i]] = Value(shapeTensor(dims(all[static_cast<size_t>(f.outputs[i])])));
+    NEXT();
   }
   DISPATCH();
   CASE(AllocStorage) {
-    uint64_t bytes = OPERAND(2) | static_cast<uint64_t>(OPERAND(3)) << 32;
-    REG(1) = memory_->storage(bytes, OPERAND(4), bytecode::decodeDevice(OPERAND(5)));
-    pc += 6;
+    OPS(AllocStorage);
+    REG(0) = memory_->storage(o.wide<1>(), IDX(2), bytecode::decodeDevice(IDX(3)));
+    NEXT();
   }
   DISPATCH();
   CASE(AllocStorageDyn) {
-    Shape s = shapeFromTensor(REG(2));
-    DType t = static_cast<DType>(OPERAND(3));
-    REG(1) = memory_->storage(static_cast<uint64_t>(numElements(s)) * dtypeSize(t), 64, bytecode::decodeDevice(OPERAND(4)));
-    pc += 5;
+    OPS(AllocStorageDyn);
+    Shape s = shapeFromTensor(REG(1));
+    DType t = static_cast<DType>(IDX(2));
+    REG(0) = memory_->storage(static_cast<uint64_t>(numElements(s)) * dtypeSize(t), 64, bytecode::decodeDevice(IDX(3)));
+    NEXT();
   }
   DISPATCH();
   CASE(AllocTensor) {
-    const Value& st = REG(2);
-    uint64_t offset = OPERAND(3) | static_cast<uint64_t>(OPERAND(4)) << 32;
-    const Tensor& shape = exe.constants()[OPERAND(5)];
+    OPS(AllocTensor);
+    const Value& st = REG(1);
+    const Tensor& shape = exe.constants()[IDX(3)];
     const int64_t* p = shape.data<int64_t>();
-    REG(1) = vm::placeTensor(st, offset, std::span<const int64_t>(p, static_cast<size_t>(shape.shape()[0])),
-                             static_cast<DType>(OPERAND(6)));
-    if (trace) trace->birth(REG(1).asTensorObject()->tensor);
-    pc += 7;
+    REG(0) = vm::placeTensor(st, o.wide<2>(), std::span<const int64_t>(p, static_cast<size_t>(shape.shape()[0])),
+                             static_cast<DType>(IDX(4)));
+    if (trace) trace->birth(REG(0).asTensorObject()->tensor);
+    NEXT();
   }
   DISPATCH();
   CASE(AllocTensorReg) {
-    const Value& st = REG(2);
-    uint64_t offset = OPERAND(3) | static_cast<uint64_t>(OPERAND(4)) << 32;
-    Shape s = shapeFromTensor(REG(5));
-    REG(1) = vm::placeTensor(st, offset, dims(s), static_cast<DType>(OPERAND(6)));
-    if (trace) trace->birth(REG(1).asTensorObject()->tensor);
-    pc += 7;
+    OPS(AllocTensorReg);
+    const Value& st = REG(1);
+    Shape s = shapeFromTensor(REG(3));
+    REG(0) = vm::placeTensor(st, o.wide<2>(), dims(s), static_cast<DType>(IDX(4)));
+    if (trace) trace->birth(REG(0).asTensorObject()->tensor);
+    NEXT();
   }
   DISPATCH();
   CASE(AllocAdt) {
-    uint32_t n = OPERAND(3);
-    REG(1) = Value::adt(OPERAND(2), takeList(4, n));
-    pc += 4 + n;
+    OPS(AllocAdt);
+    REG(0) = Value::adt(IDX(1), takeList(o.list<2>()));
+    NEXT();
   }
   DISPATCH();
   CASE(AllocTuple) {
-    uint32_t n = OPERAND(2);
-    REG(1) = Value::tuple(takeList(3, n));
-    pc += 3 + n;
+    OPS(AllocTuple);
+    REG(0) = Value::tuple(takeList(o.list<1>()));
+    NEXT();
   }
   DISPATCH();
   CASE(AllocClosure) {
-    uint32_t n = OPERAND(3);
+    OPS(AllocClosure);
+    bytecode::RegisterList captured = o.list<2>();
     boost::container::small_vector<Value, 8> cap;
-    for (uint32_t i = 0; i < n; ++i) cap.push_back(TAKE(4 + i));
-    REG(1) = Value::closure(OPERAND(2), std::span<const Value>(cap.data(), cap.size()));
-    pc += 4 + n;
+    for (uint32_t i = 0; i < captured.size; ++i) cap.push_back(TAKE(captured[i]));
+    REG(0) = Value::closure(IDX(1), std::span<const Value>(cap.data(), cap.size()));
+    NEXT();
   }
   DISPATCH();
   CASE(GetField) {
-    const AdtObject* a = adtOf(REG(2), "get_field");
-    uint32_t i = OPERAND(3);
+    OPS(GetField);
+    const AdtObject* a = adtOf(REG(1), "get_field");
+    uint32_t i = IDX(2);
     if (i >= a->size) throw Error("field " + std::to_string(i) + " of a value with " + std::to_string(a->size) + " fields");
     Value v = a->fields()[i];  // copy first: the destination may hold the ADT itself
-    REG(1) = std::move(v);
-    pc += 4;
+    REG(0) = std::move(v);
+    NEXT();
   }
   DISPATCH();
   CASE(GetTag) {
-    const AdtObject* a = adtOf(REG(2), "get_tag");
-    REG(1) = Value::intScalar(DType::Int32, a->ctor);
-    pc += 3;
+    OPS(GetTag);
+    const AdtObject* a = adtOf(REG(1), "get_tag");
+    REG(0) = Value::intScalar(DType::Int32, a->ctor);
+    NEXT();
   }
   DISPATCH();
   CASE(BranchIfNot) {
-    const Value& c = REG(1);
+    OPS(BranchIfNot);
+    const Value& c = REG(0);
     bool t;
     if (c.isScalar()) {
       t = c.truthy();
@@ -398,66 +395,75 @@ dispatch:
       readScalar(ct.data(), ct.dtype(), i, f);
       t = isFloat(ct.dtype()) ? f != 0 : i != 0;
     }
-    pc = t ? pc + 3 : OPERAND(2);
+    pc = t ? pc + o.length() : IDX(1);
   }
   DISPATCH();
   CASE(BranchIfNotCtor) {
-    const AdtObject* a = adtOf(REG(1), "match");
-    pc = a->ctor == OPERAND(2) ? pc + 4 : OPERAND(3);
+    OPS(BranchIfNotCtor);
+    const AdtObject* a = adtOf(REG(0), "match");
+    pc = a->ctor == IDX(1) ? pc + o.length() : IDX(2);
   }
   DISPATCH();
   CASE(Goto) {
-    pc = OPERAND(1);
+    OPS(Goto);
+    pc = IDX(0);
   }
   DISPATCH();
   CASE(LoadConst) {
-    REG(1) = OPERAND(3) == 0 ? constants_[OPERAND(2)] : constantOn(OPERAND(2), OPERAND(3));
-    pc += 4;
+    OPS(LoadConst);
+    REG(0) = IDX(2) == 0 ? constants_[IDX(1)] : constantOn(IDX(1), IDX(2));
+    NEXT();
   }
   DISPATCH();
   CASE(LoadImm) {
-    DType t = static_cast<DType>(OPERAND(2));
-    uint64_t bits = OPERAND(3) | static_cast<uint64_t>(OPERAND(4)) << 32;
+    OPS(LoadImm);
+    DType t = static_cast<DType>(IDX(1));
+    uint64_t bits = o.wide<2>();
     if (isFloat(t)) {
       double d;
       std::memcpy(&d, &bits, 8);
-      REG(1) = Value::floatScalar(t, d);
+      REG(0) = Value::floatScalar(t, d);
     } else {
-      REG(1) = Value::intScalar(t, static_cast<int64_t>(bits));
+      REG(0) = Value::intScalar(t, static_cast<int64_t>(bits));
     }
-    pc += 5;
+    NEXT();
   }
   DISPATCH();
   CASE(Fatal) {
-    throw Error(exe.strings()[OPERAND(1)]);
+    OPS(Fatal);
+    throw Error(exe.strings()[IDX(0)]);
   }
   CASE(ShapeOf) {
-    const Value& v = REG(2);
+    OPS(ShapeOf);
+    const Value& v = REG(1);
     Value s = v.isScalar() ? Value(shapeTensor({})) : Value(shapeTensor(dims(tensorOf(v, "shape_of").shape())));
-    REG(1) = std::move(s);
-    pc += 3;
+    REG(0) = std::move(s);
+    NEXT();
   }
   DISPATCH();
   CASE(Reshape) {
-    Tensor t = tensorOf(REG(2), "reshape");
-    Shape s = shapeFromTensor(REG(3));
-    REG(1) = Value(t.reshaped(dims(s)));
-    pc += 4;
+    OPS(Reshape);
+    Tensor t = tensorOf(REG(1), "reshape");
+    Shape s = shapeFromTensor(REG(2));
+    REG(0) = Value(t.reshaped(dims(s)));
+    NEXT();
   }
   DISPATCH();
   CASE(DeviceCopy) {
-    Value copy = memory_->copyValue(REG(2), bytecode::decodeDevice(OPERAND(4)));
-    if (trace && REG(2).isObject(ObjectKind::Tensor) && copy.isObject(ObjectKind::Tensor)) {
-      trace->read(REG(2).asTensorObject()->tensor);
+    OPS(DeviceCopy);
+    Value copy = memory_->copyValue(REG(1), bytecode::decodeDevice(IDX(3)));
+    if (trace && REG(1).isObject(ObjectKind::Tensor) && copy.isObject(ObjectKind::Tensor)) {
+      trace->read(REG(1).asTensorObject()->tensor);
       trace->birth(copy.asTensorObject()->tensor);
     }
-    REG(1) = std::move(copy);
-    pc += 5;
+    REG(0) = std::move(copy);
+    NEXT();
   }
   DISPATCH();
   CASE(Release) {
-    REG(1) = Value();
-    pc += 2;
+    OPS(Release);
+    REG(0) = Value();
+    NEXT();
   }
   DISPATCH();
 
@@ -467,8 +473,10 @@ dispatch:
 done:
   if (trace) trace->finish(result);
   return result;
-#undef OPERAND
+#undef OPS
 #undef REG
+#undef IDX
+#undef NEXT
 #undef TAKE
 #undef DISPATCH
 #undef CASE

@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "bytecode/instruction_writer.h"
 #include "bytecode/opcodes.h"
 #include "compiler/ir/visit.h"
 #include "compiler/passes/lambda_lift.h"
@@ -229,7 +230,7 @@ class FunctionEmitter {
     }
     out.resultType = describeType(result);
     emitTail(body, functionEnd());
-    out.code = std::move(code_);
+    out.code = code_.take();
     out.frameSize = std::max<uint32_t>(frameSize_, 1);
     return out;
   }
@@ -368,43 +369,21 @@ class FunctionEmitter {
   }
 
   // ---- instruction encoding ----
-  using Word = uint64_t;  // operands; W operands are split, L operands expanded by emitList
-  void emit(Opcode op, std::initializer_list<Word> operands) {
-    code_.push_back(static_cast<uint32_t>(op));
-    auto kinds = bytecode::info(op).operands;
-    size_t k = 0;
-    for (Word w : operands) {
-      if (kinds[k] == 'W') {
-        code_.push_back(static_cast<uint32_t>(w));
-        code_.push_back(static_cast<uint32_t>(w >> 32));
-      } else {
-        code_.push_back(static_cast<uint32_t>(w));
-      }
-      ++k;
-    }
-  }
-  // An instruction with register lists: `parts` are operands in table order,
-  // each a single word or a list.
-  struct Part {
-    std::vector<uint32_t> words;
-    bool list = false;
-  };
-  static Part one(uint32_t w) { return Part{{w}, false}; }
-  static Part list(const std::vector<uint32_t>& ws) { return Part{ws, true}; }
-  void emitParts(Opcode op, std::initializer_list<Part> parts) {
-    code_.push_back(static_cast<uint32_t>(op));
-    for (const Part& p : parts) {
-      if (p.list) code_.push_back(static_cast<uint32_t>(p.words.size()));
-      code_.insert(code_.end(), p.words.begin(), p.words.end());
-    }
-  }
-  uint32_t here() const { return static_cast<uint32_t>(code_.size()); }
-  // Emits a jump whose target is patched later; returns the word to patch.
-  uint32_t emitJump(Opcode op, std::initializer_list<uint32_t> before) {
-    code_.push_back(static_cast<uint32_t>(op));
-    for (uint32_t w : before) code_.push_back(w);
-    code_.push_back(0);
-    return here() - 1;
+  // bytecode::InstructionWriter lays operands out as opcodes.def says and checks
+  // each instruction against its row.
+  using Word = uint64_t;
+  using Part = bytecode::InstructionWriter::Arg;
+  void emit(Opcode op, std::initializer_list<Word> operands) { code_.emitWords(op, operands); }
+  static Part one(uint32_t w) { return bytecode::InstructionWriter::word(w); }
+  static Part list(const std::vector<uint32_t>& ws) { return bytecode::InstructionWriter::regs(ws); }
+  void emitParts(Opcode op, std::initializer_list<Part> parts) { code_.emit(op, parts); }
+  uint32_t here() const { return code_.size(); }
+  // A jump target written as kLater is patched when the target is known.
+  static constexpr Word kLater = 0;
+  // Emits a jump; returns the word of its J operand (found through the table) to patch.
+  uint32_t emitJump(Opcode op, std::initializer_list<Word> operands) {
+    uint32_t at = code_.emitWords(op, operands);
+    return code_.jumpWords(at).at(0);
   }
   void patch(uint32_t at) { code_[at] = here(); }
 
@@ -753,7 +732,7 @@ class FunctionEmitter {
   void emitIf(const If* i, uint32_t dst, bool tail) {
     Operands ops;
     uint32_t c = atom(i->cond, ops);
-    uint32_t toElse = emitJump(Opcode::BranchIfNot, {c});
+    uint32_t toElse = emitJump(Opcode::BranchIfNot, {c, kLater});
     // What dies at the test is released at the start of both arms.
     std::vector<uint32_t> tested(ops.temps);
     for (const Var* v : live_.diesAt(testPoint(i))) tested.push_back(regOf_.at(v));
@@ -764,7 +743,7 @@ class FunctionEmitter {
       emitTail(i->thenBranch, armPoint(i, 0));
     } else {
       emitBlockInto(i->thenBranch, dst, armPoint(i, 0));
-      toEnd = emitJump(Opcode::Goto, {});
+      toEnd = emitJump(Opcode::Goto, {kLater});
     }
     restore(before);
     patch(toElse);
@@ -931,7 +910,7 @@ class FunctionEmitter {
       }
       case PatternKind::Ctor: {
         auto* c = static_cast<const PatternCtor*>(p);
-        fails.push_back(emitJump(Opcode::BranchIfNotCtor, {v, eb_.ctorId(c->ctor)}));
+        fails.push_back(emitJump(Opcode::BranchIfNotCtor, {v, eb_.ctorId(c->ctor), kLater}));
         fieldPatterns(c->args, v, fails, temps, loaded);
         return;
       }
@@ -981,7 +960,7 @@ class FunctionEmitter {
         emitTail(c.body, armPoint(m, static_cast<int>(k)));
       } else {
         emitBlockInto(c.body, dst, armPoint(m, static_cast<int>(k)));
-        ends.push_back(emitJump(Opcode::Goto, {}));
+        ends.push_back(emitJump(Opcode::Goto, {kLater}));
       }
       for (uint32_t f : fails) patch(f);
       // A failed test may leave fields loaded: drop them before the next clause.
@@ -1006,7 +985,7 @@ class FunctionEmitter {
   ExecutableBuilder& eb_;
   const GlobalFunction& g_;
   Liveness live_;
-  std::vector<uint32_t> code_;
+  bytecode::InstructionWriter code_;
   std::unordered_set<const Var*> usedVars_;
   std::unordered_set<const Var*> kernelOnly_;
   std::unordered_map<const Expr*, Planned> planned_;  // keyed by the Let whose value is planned
