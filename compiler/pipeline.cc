@@ -29,7 +29,16 @@ std::shared_ptr<const Executable> emit(const Stages& s, const CompileOptions& op
     eo.params = options.params;
     eo.planMemory = options.planMemory;
     eo.devices = &s.placed.plan;
-    return emitBytecode(*s.placed.module, eo);
+    KernelTableBuilder kernels(*s.placed.module);
+    MemoryPlan memory = manifestMemory(*s.placed.module, kernels, ManifestOptions{eo.planMemory, eo.devices});
+    return emitBytecode(*s.placed.module, eo, kernels, memory);
+  });
+}
+
+std::string printMemoryPlan(const Stages& s, const CompileOptions& options) {
+  return onCompilerStack([&] {
+    KernelTableBuilder kernels(*s.placed.module);
+    return manifestMemory(*s.placed.module, kernels, ManifestOptions{options.planMemory, &s.placed.plan}).toString();
   });
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "compiler/ir/module.h"
 #include "compiler/passes/device_placement.h"
@@ -17,7 +18,11 @@ struct Stages {
 // Runs the front end and the IR passes up to device placement (on the compiler stack).
 Stages runPasses(std::string_view source, const std::string& file, const CompileOptions& options);
 
-// Emits bytecode for the placed module.
+// Runs the memory pass (passes/manifest_memory.h) over the placed module and
+// emits bytecode with its plan.
 std::shared_ptr<const Executable> emit(const Stages& s, const CompileOptions& options);
+
+// The memory pass's plan for the placed module, as kilnc --emit memory prints it.
+std::string printMemoryPlan(const Stages& s, const CompileOptions& options);
 
 }  // namespace kiln::compiler

@@ -153,6 +153,8 @@ int main(int argc, char** argv) {
     kiln::compiler::Stages stages = kiln::compiler::runPasses(source, program, copts);
     std::shared_ptr<const kiln::Executable> exe;
     if (!out.empty() || emit == "bytecode" || emit == "memory") exe = kiln::compiler::emit(stages, copts);
+    // --emit memory: the memory pass's decisions, then the instructions that carry them out.
+    std::string memoryPlan = emit == "memory" ? kiln::compiler::printMemoryPlan(stages, copts) : "";
     std::string text = kiln::compiler::onCompilerStack([&]() -> std::string {
       kiln::ir::PrintOptions typed;
       typed.showTypes = true;
@@ -162,7 +164,7 @@ int main(int argc, char** argv) {
       if (emit == "lifted") return kiln::ir::printModule(*stages.lifted, typed);
       if (emit == "devices") return kiln::tools::devicesListing(stages.placed);
       if (emit == "bytecode") return exe->disassemble();
-      if (emit == "memory") return kiln::tools::memoryListing(*exe);
+      if (emit == "memory") return memoryPlan + kiln::tools::memoryListing(*exe);
       if (emit.empty()) return "";
       return describeKernels(*stages.fused, emit);
     });

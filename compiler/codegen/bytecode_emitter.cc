@@ -12,11 +12,9 @@
 #include "compiler/ir/visit.h"
 #include "compiler/passes/lambda_lift.h"
 #include "compiler/passes/liveness.h"
-#include "compiler/passes/to_fused_function.h"
 #include "kernel_ir/fused_function.h"
 #include "kiln/error.h"
 #include "kiln/memory.h"
-#include "kernel_ir/kernel_kind.h"
 
 namespace kiln::compiler {
 
@@ -62,41 +60,35 @@ bool isHeapType(const Type* t) {
   return t != nullptr;
 }
 
-bool isReshapeOnly(const kernel_ir::FusedFunction& f) {
-  if (f.params.size() != 1 || f.nodes.size() != 1 || f.outputs.size() != 1) return false;
-  const kernel_ir::FusedNode& n = f.nodes[0];
-  if (n.isConstant()) return false;
-  const std::string& op = n.op->name;
-  return (op == "reshape" || op == "squeeze" || op == "expand_dims") && n.inputs.size() == 1 && n.inputs[0] == 0 &&
-         f.outputs[0] == 1;
-}
-
-enum class CallKind { Compiled, Scalar, Dynamic, Reshape };
-
 // Tables shared by every function of the executable.
 class ExecutableBuilder {
  public:
   // `kept`: the globals to emit (the module's, less prelude functions nothing uses).
-  ExecutableBuilder(const Module& m, const EmitOptions& opts, const std::unordered_set<std::string_view>& kept)
-      : m_(m), opts_(opts) {
+  ExecutableBuilder(const Module& m, const EmitOptions& opts, KernelTableBuilder& kernels, const MemoryPlan& memory)
+      : m_(m), opts_(opts), kernels_(kernels), memory_(memory) {
     for (const auto& td : m.typeDefs())
       for (const Constructor* c : td.def->ctors) {
         ctorIds_[c] = static_cast<uint32_t>(contents_.constructors.size());
         contents_.constructors.push_back({std::string(c->name), std::string(td.def->name), static_cast<uint32_t>(c->fields.size())});
       }
-    for (const auto& g : m.functions()) {
-      if (!kept.count(g.var->name)) continue;
-      functionIds_[g.var->name] = static_cast<uint32_t>(contents_.functions.size());
+    for (const FunctionMemory& f : memory.functions) {
+      functionIds_[f.name] = static_cast<uint32_t>(contents_.functions.size());
       contents_.functions.emplace_back();
-      globals_[g.var->name] = g.fn;
     }
+    for (const auto& g : m.functions())
+      if (functionIds_.count(g.var->name)) globals_[g.var->name] = g.fn;
   }
 
   Executable::Contents& contents() { return contents_; }
   const Module& module() const { return m_; }
   const EmitOptions& options() const { return opts_; }
+  const FunctionMemory& memory(std::string_view function) const { return memory_.of(function); }
+  KernelRef kernel(const Function* prim) { return kernels_.kernel(prim); }
+  // The kernel table, once every function is emitted.
+  void finishKernels() { contents_.kernels.assign(kernels_.kernels().begin(), kernels_.kernels().end()); }
 
   uint32_t functionId(std::string_view name) const { return functionIds_.at(name); }
+  bool hasFunction(std::string_view name) const { return functionIds_.count(name) > 0; }
   const Function* global(std::string_view name) const { return globals_.at(name); }
   uint32_t ctorId(const Constructor* c) const { return ctorIds_.at(c); }
 
@@ -122,56 +114,17 @@ class ExecutableBuilder {
     return id;
   }
 
-  struct KernelRef {
-    uint32_t index;
-    CallKind kind;
-    const kernel_ir::FusedFunction* fn;
-  };
-
-  KernelRef kernel(const Function* prim) {
-    if (auto it = byNode_.find(prim); it != byNode_.end()) return it->second;
-    auto f = std::make_shared<kernel_ir::FusedFunction>(toFusedFunction(prim, "kernel", m_.file()));
-    std::string ops;
-    int n = 0;
-    for (const auto& node : f->nodes) {
-      if (node.isConstant() || n == 4) continue;
-      std::string name = node.op->name;
-      for (char& c : name)
-        if (c == '.') c = '_';
-      ops += (n++ ? "_" : "") + name;
-    }
-    uint64_t hash = f->contentHash();
-    KernelRef ref;
-    if (auto it = byHash_.find(hash); it != byHash_.end()) {
-      ref = it->second;
-    } else {
-      f->name = "fused_" + (ops.empty() ? std::string("const") : ops);
-      if (!kernelNames_.insert(f->name).second) f->name += "_" + std::to_string(contents_.kernels.size());
-      KernelKind k = kernel_ir::kernelKind(*f);
-      CallKind kind = k == KernelKind::Dynamic ? CallKind::Dynamic
-                      : k == KernelKind::Scalar ? CallKind::Scalar
-                      : isReshapeOnly(*f)       ? CallKind::Reshape
-                                                : CallKind::Compiled;
-      ref = KernelRef{static_cast<uint32_t>(contents_.kernels.size()), kind, f.get()};
-      contents_.kernels.push_back(f);
-      byHash_.emplace(hash, ref);
-    }
-    byNode_.emplace(prim, ref);
-    return ref;
-  }
-
  private:
   const Module& m_;
   const EmitOptions& opts_;
+  KernelTableBuilder& kernels_;
+  const MemoryPlan& memory_;
   Executable::Contents contents_;
   std::unordered_map<const Constructor*, uint32_t> ctorIds_;
   std::unordered_map<std::string_view, uint32_t> functionIds_;
   std::unordered_map<std::string_view, const Function*> globals_;
   std::unordered_map<std::string, uint32_t> strings_;
   std::map<std::vector<int64_t>, uint32_t> shapeConsts_;
-  std::unordered_map<const Function*, KernelRef> byNode_;
-  std::unordered_map<uint64_t, KernelRef> byHash_;
-  std::unordered_set<std::string> kernelNames_;
 };
 
 // Registers: a variable's value lives in one register from its definition to
@@ -183,7 +136,8 @@ class ExecutableBuilder {
 // sibling.
 class FunctionEmitter {
  public:
-  FunctionEmitter(ExecutableBuilder& eb, const GlobalFunction& g) : eb_(eb), g_(g) {}
+  FunctionEmitter(ExecutableBuilder& eb, const GlobalFunction& g)
+      : eb_(eb), g_(g), mem_(eb.memory(g.var->name)), arenaReg_(mem_.arenas.size(), 0) {}
 
   BytecodeFunction run() {
     BytecodeFunction out;
@@ -199,7 +153,6 @@ class FunctionEmitter {
       result = asFunc(inner->type) ? asFunc(inner->type)->result : body->type;
     }
     live_ = analyzeLiveness(body);
-    collectVarUses();
 
     // `main`'s parameters named in the params file become constants.
     std::vector<std::pair<const Var*, uint32_t>> bound;
@@ -239,10 +192,6 @@ class FunctionEmitter {
   // ---- devices (passes/device_placement.h) ----
   Device deviceOf(const Expr* e) const { return eb_.options().devices ? eb_.options().devices->deviceOf(e) : Device{}; }
   static bool onHost(Device d) { return d == Device{}; }
-  // A host-scalar kernel placed off the host runs compiled, on tensors there.
-  CallKind kindAt(const ExecutableBuilder::KernelRef& k, Device d) const {
-    return k.kind == CallKind::Scalar && !onHost(d) ? CallKind::Compiled : k.kind;
-  }
   // Heap values are released after their last use; 0-d values off the host are
   // tensors there, not register scalars.
   bool isHeapValue(const Var* v) const {
@@ -387,192 +336,8 @@ class FunctionEmitter {
   }
   void patch(uint32_t at) { code_[at] = here(); }
 
-  // ---- storage planning (see bytecode_emitter.h) ----
-  struct Planned {
-    uint32_t arena;
-    uint64_t offset;
-    bool first, last;  // in program order: allocates the arena / gives up its register
-  };
-
-  // Whether evaluating a let's value may allocate tensor memory.
-  bool mayAllocate(const Let* l) {
-    const Expr* v = l->value;
-    if (v->kind == ExprKind::If || v->kind == ExprKind::Match || v->kind == ExprKind::Let) return true;
-    if (v->kind != ExprKind::Call) return false;
-    auto* c = static_cast<const Call*>(v);
-    switch (c->callee->kind) {
-      case ExprKind::Function: {
-        CallKind k = kindAt(eb_.kernel(static_cast<const Function*>(c->callee)), deviceOf(c));
-        return k == CallKind::Compiled || k == CallKind::Dynamic;
-      }
-      case ExprKind::Ctor: return false;
-      default: return true;  // calls, closures, device copies
-    }
-  }
-
-  // The static output size of a let's single-output kernel, or 0.
-  uint64_t staticOutputBytes(const Let* l) {
-    if (l->value->kind != ExprKind::Call) return 0;
-    auto* c = static_cast<const Call*>(l->value);
-    if (c->callee->kind != ExprKind::Function) return 0;
-    auto* prim = static_cast<const Function*>(c->callee);
-    auto k = eb_.kernel(prim);
-    if (kindAt(k, deviceOf(c)) != CallKind::Compiled || k.fn->outputs.size() != 1 || asTuple(prim->body->type)) return 0;
-    const ops::TensorDesc& t = k.fn->typeOf(k.fn->outputs[0]);
-    for (int64_t d : t.shape)
-      if (d == ops::kAnyDim) return 0;
-    uint64_t bytes = static_cast<uint64_t>(kiln::numElements(std::span<const int64_t>(t.shape.data(), t.shape.size()))) * dtypeSize(t.dtype);
-    return std::max<uint64_t>((bytes + 63) / 64 * 64, 64);
-  }
-
-  static uint64_t pooled(uint64_t bytes) { return PooledAllocator::classBytes(PooledAllocator::classOf(bytes)); }
-
-  // Plans one block (a let chain). Members are static kernel outputs that only
-  // kernels read, dead before the next allocation of unknown size (a call, a
-  // branch, a dynamic shape: a barrier). Between barriers every allocation's size
-  // is known, so the pool-only footprint can be simulated let by let; the run's
-  // members are packed into one arena by offset (first fit, largest first, clear
-  // of every member whose lifetime overlaps) when the arena does not raise the
-  // run's peak over that simulation by more than 1/32. Otherwise members of one size class reuse a
-  // storage whenever its previous occupant died just before with no allocation
-  // in between (a ping-pong that never raises the peak).
-  void planBlock(const Expr* e) {
-    if (!eb_.options().planMemory) return;
-    std::vector<const Let*> lets;
-    for (const Expr* x = e; x->kind == ExprKind::Let; x = static_cast<const Let*>(x)->body) lets.push_back(static_cast<const Let*>(x));
-    if (lets.size() < 2) return;
-    blockLets_ = lets;
-    const Expr* tail = e;
-    while (tail->kind == ExprKind::Let) tail = static_cast<const Let*>(tail)->body;
-    // Where each variable is last read in this block: a let index, or lets.size() for the tail.
-    std::unordered_map<const Var*, size_t> lastRead;
-    auto reads = [&](const Expr* root, size_t at) {
-      std::vector<const Expr*> stack{root};
-      while (!stack.empty()) {
-        const Expr* x = stack.back();
-        stack.pop_back();
-        if (x->kind == ExprKind::Var) lastRead[static_cast<const Var*>(x)] = at;
-        if (x->kind == ExprKind::Function) continue;
-        forEachChild(x, [&](const Expr* c) { stack.push_back(c); });
-      }
-    };
-    for (size_t i = 0; i < lets.size(); ++i) reads(lets[i]->value, i);
-    reads(tail, lets.size());
-
-    size_t n = lets.size();
-    std::vector<uint64_t> bytes(n);
-    std::vector<size_t> end(n);
-    std::vector<bool> member(n), barrier(n), allocates(n);
-    for (size_t i = 0; i < n; ++i) {
-      bytes[i] = staticOutputBytes(lets[i]);
-      allocates[i] = mayAllocate(lets[i]);
-      barrier[i] = allocates[i] && bytes[i] == 0;
-      auto it = lastRead.find(lets[i]->var);
-      end[i] = it == lastRead.end() ? i : it->second;
-      member[i] = bytes[i] > 0 && kernelOnly_.count(lets[i]->var);
-    }
-    for (size_t a = 0; a < n;) {
-      size_t b = a;
-      while (b < n && !barrier[b]) ++b;
-      // Storage is shared only among tensors on one device: members by device,
-      // devices in order of first appearance.
-      std::vector<std::pair<Device, std::vector<size_t>>> byDevice;
-      for (size_t i = a; i < b; ++i) {
-        if (!member[i] || end[i] >= b) continue;
-        Device d = deviceOf(lets[i]->value);
-        auto it = std::find_if(byDevice.begin(), byDevice.end(), [&](const auto& g) { return g.first == d; });
-        if (it == byDevice.end()) it = byDevice.insert(byDevice.end(), {d, {}});
-        it->second.push_back(i);
-      }
-      for (const auto& [d, ms] : byDevice) {
-        arenaDevice_ = d;
-        if (ms.size() >= 2 && !planArena(a, b, ms, bytes, end)) planTokens(ms, bytes, end, allocates);
-      }
-      a = b + 1;
-    }
-  }
-
-  // One arena for the run [a, b); false (nothing planned) when it would raise the run's peak.
-  bool planArena(size_t a, size_t b, const std::vector<size_t>& ms, const std::vector<uint64_t>& bytes, const std::vector<size_t>& end) {
-    std::vector<size_t> bySize = ms;
-    std::stable_sort(bySize.begin(), bySize.end(), [&](size_t x, size_t y) { return bytes[x] > bytes[y]; });
-    std::unordered_map<size_t, uint64_t> offset;
-    uint64_t arena = 0;
-    for (size_t i : bySize) {
-      // Lifetimes [i, end[i]] overlap when neither ends before the other starts.
-      std::vector<std::pair<uint64_t, uint64_t>> taken;
-      for (auto& [j, off] : offset)
-        if (!(end[j] < i || end[i] < j)) taken.emplace_back(off, off + bytes[j]);
-      std::sort(taken.begin(), taken.end());
-      uint64_t at = 0;
-      for (auto& [lo, hi] : taken) {
-        if (at + bytes[i] <= lo) break;
-        at = std::max(at, hi);
-      }
-      offset[i] = at;
-      arena = std::max(arena, at + bytes[i]);
-    }
-    // Simulate the run: the pool alone holds each live member in its own block;
-    // the plan holds the arena from the first member's birth to the last death.
-    // Other static outputs born in the run count the same in both.
-    size_t first = ms.front(), last = 0;
-    for (size_t i : ms) last = std::max(last, end[i]);
-    uint64_t poolPeak = 0, planPeak = 0, others = 0;
-    for (size_t t = a; t < b; ++t) {
-      if (bytes[t] && std::find(ms.begin(), ms.end(), t) == ms.end()) others += pooled(bytes[t]);
-      uint64_t live = 0;
-      for (size_t i : ms)
-        if (i <= t && t <= end[i]) live += pooled(bytes[i]);
-      poolPeak = std::max(poolPeak, others + live);
-      planPeak = std::max(planPeak, others + (first <= t && t <= last ? pooled(arena) : 0));
-    }
-    // A little slack (1/32, less than the pool's own size-class rounding) buys
-    // one storage for the whole run where the arena outlives a member briefly.
-    if (planPeak > poolPeak + poolPeak / 32) return false;
-    addArena(arena, ms, [&](size_t i) { return offset[i]; });
-    return true;
-  }
-
-  void planTokens(const std::vector<size_t>& ms, const std::vector<uint64_t>& bytes, const std::vector<size_t>& end,
-                  const std::vector<bool>& allocates) {
-    struct Token {
-      uint32_t sizeClass;
-      uint64_t bytes = 0;
-      size_t lastEnd;
-      std::vector<size_t> members;
-    };
-    std::vector<Token> tokens;
-    for (size_t i : ms) {
-      uint32_t cls = PooledAllocator::classOf(bytes[i]);
-      Token* best = nullptr;
-      for (Token& tk : tokens) {
-        if (tk.sizeClass != cls || tk.lastEnd >= i) continue;
-        bool idleAllocation = false;  // would the storage sit idle while something else is allocated?
-        for (size_t j = tk.lastEnd + 1; j < i; ++j) idleAllocation |= allocates[j];
-        if (!idleAllocation && (!best || tk.lastEnd > best->lastEnd)) best = &tk;
-      }
-      if (!best) best = &tokens.emplace_back(Token{cls, 0, 0, {}});
-      best->bytes = std::max(best->bytes, bytes[i]);
-      best->lastEnd = end[i];
-      best->members.push_back(i);
-    }
-    for (const Token& tk : tokens)
-      if (tk.members.size() >= 2) addArena(tk.bytes, tk.members, [](size_t) { return uint64_t(0); });
-  }
-
-  template <class OffsetOf>
-  void addArena(uint64_t arenaBytes, const std::vector<size_t>& members, OffsetOf offsetOf) {
-    uint32_t id = static_cast<uint32_t>(arenaBytes_.size());
-    arenaBytes_.push_back(arenaBytes);
-    arenaDevices_.push_back(arenaDevice_);
-    arenaReg_.push_back(0);
-    for (size_t m = 0; m < members.size(); ++m)
-      planned_[blockLets_[members[m]]] = Planned{id, offsetOf(members[m]), m == 0, m + 1 == members.size()};
-  }
-
   // ---- blocks ----
   void emitLets(const Expr*& e) {
-    planBlock(e);
     while (e->kind == ExprKind::Let) {
       auto* l = static_cast<const Let*>(e);
       if (l->value->kind == ExprKind::Var) {
@@ -584,32 +349,8 @@ class FunctionEmitter {
         emitValue(l->value, r, letPoint(l));
         bindVar(l->var, r);
       }
-      if (!usedVars_.count(l->var)) kill(l->var);
+      if (!usedVar(l->var)) kill(l->var);
       e = l->body;
-    }
-  }
-
-  // One walk over the body: the variables used at all, and (when planning) those
-  // read only as kernel operands (never stored, passed, returned or reshaped).
-  void collectVarUses() {
-    bool planning = eb_.options().planMemory;
-    std::unordered_map<const Var*, uint32_t> all, asKernelOperand;
-    std::vector<const Expr*> stack{g_.fn->body};
-    while (!stack.empty()) {
-      const Expr* e = stack.back();
-      stack.pop_back();
-      if (e->kind == ExprKind::Var) all[static_cast<const Var*>(e)]++;
-      if (planning && e->kind == ExprKind::Call) {
-        auto* c = static_cast<const Call*>(e);
-        if (c->callee->kind == ExprKind::Function && eb_.kernel(static_cast<const Function*>(c->callee)).kind != CallKind::Reshape)
-          for (const Expr* a : c->args)
-            if (a->kind == ExprKind::Var) asKernelOperand[static_cast<const Var*>(a)]++;
-      }
-      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
-    }
-    for (auto& [v, n] : all) {
-      usedVars_.insert(v);
-      if (planning && asKernelOperand[v] == n) kernelOnly_.insert(v);
     }
   }
 
@@ -808,16 +549,15 @@ class FunctionEmitter {
     }
   }
 
+  // Emits a kernel call as the memory pass decided it (passes/manifest_memory.h).
   void emitKernelCall(const Call* call, uint32_t dst, LivenessPoint at) {
     auto* prim = static_cast<const Function*>(call->callee);
-    std::span<const Expr* const> argExprs = call->args;
-    auto k = eb_.kernel(prim);
-    Device device = deviceOf(call);
-    uint32_t dev = bytecode::encodeDevice(device);
-    CallKind kind = kindAt(k, device);
+    const KernelCallMemory& m = mem_.calls.at(call);
+    const KernelRef& k = m.kernel;
+    uint32_t dev = bytecode::encodeDevice(m.device);
     const kernel_ir::FusedFunction& f = *k.fn;
     Operands ops;
-    auto ins = atoms(argExprs, ops);
+    auto ins = atoms(call->args, ops);
     size_t nout = f.outputs.size();
     bool tuple = asTuple(prim->body->type) != nullptr;
     std::vector<uint32_t> outs;
@@ -826,65 +566,68 @@ class FunctionEmitter {
     } else {
       for (size_t i = 0; i < nout; ++i) outs.push_back(temp());
     }
-    switch (kind) {
+    auto shapeConstant = [&](const ops::TensorDesc& t) {
+      return eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size()));
+    };
+    switch (m.kind) {
       case CallKind::Scalar: emitParts(Opcode::InvokeScalar, {one(k.index), list(ins), list(outs)}); break;
       case CallKind::Dynamic:
         emitParts(Opcode::InvokeDynamic, {one(k.index), list(ins), list(outs)});
         // It runs where its operands are; one with none makes its result on the host.
-        if (ins.empty() && !onHost(device)) emit(Opcode::DeviceCopy, {outs[0], outs[0], kCpu, dev});
+        if (ins.empty() && !onHost(m.device)) emit(Opcode::DeviceCopy, {outs[0], outs[0], kCpu, dev});
         break;
       case CallKind::Reshape: {
         const ops::TensorDesc& t = f.typeOf(f.outputs[0]);
         uint32_t shape = temp();
         bool dynamic = std::find(t.shape.begin(), t.shape.end(), ops::kAnyDim) != t.shape.end();
         if (dynamic) emitParts(Opcode::ShapeFunc, {one(k.index), list(ins), list({shape})});
-        else emit(Opcode::LoadConst, {shape, eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size())), kCpu});
+        else emit(Opcode::LoadConst, {shape, shapeConstant(t), kCpu});
         emit(Opcode::Reshape, {outs[0], ins[0], shape});
         dropReg(shape);
         break;
       }
-      case CallKind::Compiled: {
-        bool anyDynamic = false;
-        for (int32_t o : f.outputs)
-          for (int64_t d : f.typeOf(o).shape) anyDynamic |= d == ops::kAnyDim;
-        std::vector<uint32_t> shapes;
-        if (anyDynamic) {
-          for (size_t i = 0; i < nout; ++i) shapes.push_back(temp());
-          emitParts(Opcode::ShapeFunc, {one(k.index), list(ins), list(shapes)});
-        }
-        auto plan = planned_.find(at.owner);
-        if (at.slot == 0 && plan != planned_.end() && !anyDynamic) {
-          const Planned& p = plan->second;
-          const ops::TensorDesc& t = f.typeOf(f.outputs[0]);
-          if (p.first) {
-            arenaReg_[p.arena] = temp();
-            emit(Opcode::AllocStorage, {arenaReg_[p.arena], arenaBytes_[p.arena], 64, bytecode::encodeDevice(arenaDevices_[p.arena])});
+      case CallKind::Compiled:
+        switch (m.source) {
+          case OutputMemory::Arena: {
+            const ops::TensorDesc& t = f.typeOf(f.outputs[0]);
+            uint32_t a = m.slot.arena;
+            if (m.slot.first) {
+              arenaReg_[a] = temp();
+              emit(Opcode::AllocStorage, {arenaReg_[a], mem_.arenas[a].bytes, 64, bytecode::encodeDevice(mem_.arenas[a].device)});
+            }
+            emit(Opcode::AllocTensor, {outs[0], arenaReg_[a], m.slot.offset, shapeConstant(t), static_cast<uint32_t>(t.dtype)});
+            if (m.slot.last) dropReg(arenaReg_[a]);
+            break;
           }
-          emit(Opcode::AllocTensor, {outs[0], arenaReg_[p.arena], p.offset,
-                                     eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size())),
-                                     static_cast<uint32_t>(t.dtype)});
-          if (p.last) dropReg(arenaReg_[p.arena]);
-          emitParts(Opcode::InvokeKernel, {one(k.index), list(ins), list(outs)});
-          break;
-        }
-        uint32_t storage = temp();
-        for (size_t i = 0; i < nout; ++i) {
-          const ops::TensorDesc& t = f.typeOf(f.outputs[i]);
-          uint32_t dt = static_cast<uint32_t>(t.dtype);
-          if (anyDynamic) {
-            emit(Opcode::AllocStorageDyn, {storage, shapes[i], dt, dev});
-            emit(Opcode::AllocTensorReg, {outs[i], storage, 0, shapes[i], dt});
-          } else {
-            uint64_t bytes = static_cast<uint64_t>(kiln::numElements(std::span<const int64_t>(t.shape.data(), t.shape.size()))) * dtypeSize(t.dtype);
-            emit(Opcode::AllocStorage, {storage, bytes, 64, dev});
-            emit(Opcode::AllocTensor, {outs[i], storage, 0, eb_.shapeConstant(std::span<const int64_t>(t.shape.data(), t.shape.size())), dt});
+          case OutputMemory::ShapeFunction: {
+            std::vector<uint32_t> shapes;
+            for (size_t i = 0; i < nout; ++i) shapes.push_back(temp());
+            emitParts(Opcode::ShapeFunc, {one(k.index), list(ins), list(shapes)});
+            uint32_t storage = temp();
+            for (size_t i = 0; i < nout; ++i) {
+              uint32_t dt = static_cast<uint32_t>(f.typeOf(f.outputs[i]).dtype);
+              emit(Opcode::AllocStorageDyn, {storage, shapes[i], dt, dev});
+              emit(Opcode::AllocTensorReg, {outs[i], storage, 0, shapes[i], dt});
+            }
+            dropReg(storage);
+            for (uint32_t s : shapes) dropReg(s);
+            break;
+          }
+          case OutputMemory::Static:
+          case OutputMemory::None: {
+            uint32_t storage = temp();
+            for (size_t i = 0; i < nout; ++i) {
+              const ops::TensorDesc& t = f.typeOf(f.outputs[i]);
+              uint64_t bytes = static_cast<uint64_t>(kiln::numElements(std::span<const int64_t>(t.shape.data(), t.shape.size()))) * dtypeSize(t.dtype);
+              emit(Opcode::AllocStorage, {storage, bytes, 64, dev});
+              emit(Opcode::AllocTensor, {outs[i], storage, 0, shapeConstant(t), static_cast<uint32_t>(t.dtype)});
+            }
+            dropReg(storage);
+            break;
           }
         }
-        dropReg(storage);
-        for (uint32_t s : shapes) dropReg(s);
         emitParts(Opcode::InvokeKernel, {one(k.index), list(ins), list(outs)});
         break;
-      }
     }
     finish(at, ops);
     if (tuple || nout != 1) {
@@ -939,7 +682,7 @@ class FunctionEmitter {
     }
   }
 
-  bool usedVar(const Var* v) const { return usedVars_.count(v) > 0; }
+  bool usedVar(const Var* v) const { return mem_.used.count(v) > 0; }
 
   void emitMatch(const Match* m, uint32_t dst, bool tail) {
     Operands ops;
@@ -986,14 +729,8 @@ class FunctionEmitter {
   const GlobalFunction& g_;
   Liveness live_;
   bytecode::InstructionWriter code_;
-  std::unordered_set<const Var*> usedVars_;
-  std::unordered_set<const Var*> kernelOnly_;
-  std::unordered_map<const Expr*, Planned> planned_;  // keyed by the Let whose value is planned
-  std::vector<const Let*> blockLets_;  // the block being planned
-  std::vector<uint64_t> arenaBytes_;
-  std::vector<Device> arenaDevices_;
-  Device arenaDevice_;  // of the arenas being planned
-  std::vector<uint32_t> arenaReg_;
+  const FunctionMemory& mem_;      // the memory pass's decisions for this function
+  std::vector<uint32_t> arenaReg_;  // the register holding each arena, while it is held
   std::unordered_map<const Var*, uint32_t> regOf_;
   std::vector<uint32_t> refs_;
   std::vector<bool> heap_;
@@ -1003,44 +740,23 @@ class FunctionEmitter {
 
 }  // namespace
 
-// Every function of the program itself, and the prelude functions they reach:
-// an executable carries no unused prelude code.
-std::unordered_set<std::string_view> reachableGlobals(const Module& m) {
-  std::unordered_map<std::string_view, const Function*> byName;
-  std::vector<std::string_view> work;
-  std::unordered_set<std::string_view> kept;
-  for (const auto& g : m.functions()) {
-    byName[g.var->name] = g.fn;
-    if (!g.fromPrelude && !g.lifted && kept.insert(g.var->name).second) work.push_back(g.var->name);
+std::shared_ptr<const Executable> emitBytecode(const Module& lifted, const EmitOptions& opts, KernelTableBuilder& kernels,
+                                               const MemoryPlan& memory) {
+  ExecutableBuilder eb(lifted, opts, kernels, memory);
+  size_t i = 0;
+  for (const auto& g : lifted.functions()) {
+    if (!eb.hasFunction(g.var->name)) continue;
+    eb.contents().functions[i++] = FunctionEmitter(eb, g).run();
   }
-  while (!work.empty()) {
-    const Function* fn = byName.at(work.back());
-    work.pop_back();
-    std::vector<const Expr*> stack{fn->body};
-    while (!stack.empty()) {
-      const Expr* e = stack.back();
-      stack.pop_back();
-      if (e->kind == ExprKind::GlobalVar) {
-        std::string_view name = static_cast<const GlobalVar*>(e)->name;
-        if (byName.count(name) && kept.insert(name).second) work.push_back(name);
-      }
-      if (e->kind == ExprKind::Function && isPrimitiveFunction(static_cast<const Function*>(e))) continue;
-      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
-    }
-  }
-  return kept;
+  eb.finishKernels();
+  if (opts.devices) eb.contents().devices = opts.devices->devices;
+  return Executable::build(std::move(eb.contents()));
 }
 
 std::shared_ptr<const Executable> emitBytecode(const Module& lifted, const EmitOptions& opts) {
-  auto kept = reachableGlobals(lifted);
-  ExecutableBuilder eb(lifted, opts, kept);
-  size_t i = 0;
-  for (const auto& g : lifted.functions()) {
-    if (!kept.count(g.var->name)) continue;
-    eb.contents().functions[i++] = FunctionEmitter(eb, g).run();
-  }
-  if (opts.devices) eb.contents().devices = opts.devices->devices;
-  return Executable::build(std::move(eb.contents()));
+  KernelTableBuilder kernels(lifted);
+  MemoryPlan memory = manifestMemory(lifted, kernels, ManifestOptions{opts.planMemory, opts.devices});
+  return emitBytecode(lifted, opts, kernels, memory);
 }
 
 }  // namespace kiln::compiler

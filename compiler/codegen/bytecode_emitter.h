@@ -1,12 +1,13 @@
-// Bytecode emission: a lambda-lifted module in A-normal form to an Executable.
+// Bytecode emission: a lambda-lifted module in A-normal form, with its memory
+// made explicit (passes/manifest_memory.h), to an Executable.
 //
 // Each global function becomes one bytecode function; a lifted closure global
 // `def @g(captured...) { /* closure */ fn (params...) {...} }` becomes one function
-// over captured values then parameters. Memory is explicit in the output: each
-// kernel call allocates its outputs' storage and tensors first (static shapes as
-// constants, `?` shapes from the kernel's shape function) and then invokes the
-// kernel in destination-passing style; host-scalar kernels run on registers with
-// no allocation; data-dependent kernels allocate their true-extent outputs; a
+// over captured values then parameters. Each kernel call becomes the instructions
+// the memory pass decided: storage and tensors for its outputs (static shapes as
+// constants, `?` shapes from the kernel's shape function, or a place in a shared
+// arena), then the kernel in destination-passing style; host-scalar kernels run
+// on registers; data-dependent kernels allocate their true-extent outputs; a
 // kernel that only reshapes its input becomes a zero-copy `reshape`.
 //
 // Registers: parameters take registers 0..n-1; every other value gets a register
@@ -14,13 +15,6 @@
 // used on one branch of an `if` is released on entry to the other), and a heap
 // value is released right after its last use, or moved into the call or
 // constructor that uses it last. Calls in tail position become tail calls.
-//
-// Storage planning: within a block, statically sized kernel outputs that only
-// kernels read (no escape into data structures, calls or results) share one
-// storage when their lifetimes do not overlap, their sizes fall in one pool size
-// class, and no allocation happens while the storage would sit idle between
-// them; so sharing never raises the peak above what the pool alone would need,
-// and a chain of kernels ping-pongs between two storages.
 #pragma once
 
 #include <map>
@@ -29,6 +23,7 @@
 
 #include "compiler/ir/module.h"
 #include "compiler/passes/device_placement.h"
+#include "compiler/passes/manifest_memory.h"
 #include "kiln/executable.h"
 
 namespace kiln::compiler {
@@ -41,6 +36,10 @@ struct EmitOptions {
   const DevicePlan* devices = nullptr;
 };
 
+// Emits with the memory pass's plan, made over `kernels` (which numbers the kernels).
+std::shared_ptr<const Executable> emitBytecode(const ir::Module& lifted, const EmitOptions& opts, KernelTableBuilder& kernels,
+                                               const MemoryPlan& memory);
+// Runs the memory pass, then emits.
 std::shared_ptr<const Executable> emitBytecode(const ir::Module& lifted, const EmitOptions& opts = {});
 
 }  // namespace kiln::compiler
