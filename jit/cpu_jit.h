@@ -3,7 +3,9 @@
 //
 // One LLJIT serves the whole process; each kernel arrives as its own
 // ThreadSafeModule (own LLVMContext), so compiles on different threads never
-// share LLVM state. Compiled code lives as long as the process.
+// share LLVM state. Compiled code lives as long as the process. A symbol is
+// defined once: kernel caches of different Runtimes that ask for the same symbol
+// get the first one's entry point (a concurrent request waits for it).
 #pragma once
 
 #include <memory>

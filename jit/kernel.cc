@@ -77,9 +77,13 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   auto t0 = std::chrono::steady_clock::now();
   std::string key = kernelKey(f_, device);
   uint64_t hash = hashText(key);
-  // One symbol per key (the kernel cache compiles a key once per process); a
-  // kernel kept with its IR is a separate compile under its own name.
+  // One symbol per key: machine code is process-wide, so caches of different
+  // Runtimes asking for one key share it (cpu_jit.h). A kernel kept with its IR
+  // is a separate compile under its own name, and so is one whose object goes to
+  // a disk cache: that cache's directory is in the name, so its object is
+  // written even when a cache without it compiled the key first.
   std::string symbol = "kiln_" + hex(hash) + (keepIR ? "_ir" : "");
+  if (disk && !keepIR && device.kind == Device::Kind::CPU) symbol += "_d" + hex(hashText(disk->dir())).substr(0, 8);
   loops_ = lowerToLoops(f_);
   if (device.kind == Device::Kind::CUDA) {
     compileForGpu(symbol, key, hash, keepIR, disk);

@@ -7,3 +7,5 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 out=$("$embed" "$tmp/mlp.kx")
 echo "$out"
 [ "$(echo "$out" | grep -c '^input [0-3]: class [0-9]$')" = 4 ]
+# The four VMs share the Runtime's kernel table: the MLP's three kernels compile once.
+echo "$out" | grep -q '^kernels compiled: 3 (for all four VMs)$'

@@ -1,0 +1,141 @@
+// kiln::Runtime: caches, thread pools and kernel tables per Runtime; the default
+// Runtime; contention for a pool counted, not blocking.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "device/thread_pool.h"
+#include "jit/kernel.h"
+#include "kiln/compile.h"
+#include "kiln/runtime.h"
+#include "kiln/vm.h"
+#include "runtime/kernel_table.h"
+
+namespace {
+
+using kiln::Runtime;
+using kiln::RuntimeOptions;
+using kiln::Tensor;
+using kiln::Value;
+
+// One element-wise kernel over 512x512: large enough to share out among threads.
+constexpr const char* kWide = R"(
+def @main(%x: Tensor[(512, 512), float32]) { tanh(%x) * 2f + 1f }
+)";
+
+Tensor ramp() {
+  Tensor t = Tensor::empty(kiln::DType::Float32, {512, 512});
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(i % 97) * 0.01f;
+  return t;
+}
+
+std::atomic<bool> gHold{false}, gHeld{false};
+// A task that keeps the pool busy until released.
+void holdPool(void* const*, const int64_t*, int64_t, int64_t) {
+  gHeld = true;
+  while (gHold.load()) std::this_thread::yield();
+}
+
+}  // namespace
+
+TEST_CASE("runtime: two runtimes keep their own caches; VMs of one runtime share its kernel table") {
+  auto exe = kiln::compile(kWide, "wide.relay");
+  auto a = Runtime::create(), b = Runtime::create();
+  kiln::VMOptions oa, ob;
+  oa.runtime = a;
+  ob.runtime = b;
+  kiln::VirtualMachine va(exe, oa), va2(exe, oa), vb(exe, ob);
+  Value x(ramp());
+  Value ra = va.invoke("main", {x}), rb = vb.invoke("main", {x});
+  CHECK(ra.tensor().data<float>()[1000] == doctest::Approx(std::tanh(static_cast<float>(1000 % 97) * 0.01f) * 2 + 1));
+  CHECK(rb.tensor().data<float>()[1000] == ra.tensor().data<float>()[1000]);
+  CHECK(a->stats().kernelCompiles == 1);
+  CHECK(b->stats().kernelCompiles == 1);
+  // The second VM of `a` finds the kernel in the shared table: no new request reaches the cache.
+  uint64_t hits = a->stats().kernelCacheHits;
+  va2.invoke("main", {x});
+  CHECK(a->stats().kernelCompiles == 1);
+  CHECK(a->stats().kernelCacheHits == hits);
+  CHECK(a->kernelTable(exe) == a->kernelTable(exe));
+  CHECK(a->kernelTable(exe) != b->kernelTable(exe));
+  CHECK(&va.runtime() == a.get());
+}
+
+TEST_CASE("runtime: a VM without one uses the process default, whose cache is the global one") {
+  auto exe = kiln::compile(kWide, "wide.relay");
+  kiln::VirtualMachine vm(exe);
+  CHECK(&vm.runtime() == Runtime::processDefault().get());
+  CHECK(&Runtime::processDefault()->kernelCache() == &kiln::jit::KernelCache::global());
+  CHECK(Runtime::processDefault()->threadPool() == nullptr);  // the process default pool
+}
+
+TEST_CASE("runtime: each runtime's parallel loops run on its own pool") {
+  auto exe = kiln::compile(kWide, "wide.relay");
+  RuntimeOptions two, one;
+  two.numThreads = 2;
+  one.numThreads = 1;
+  auto wide = Runtime::create(two), narrow = Runtime::create(one);
+  CHECK(wide->stats().threads == 2);
+  CHECK(narrow->stats().threads == 1);
+  kiln::VMOptions ow, on;
+  ow.runtime = wide;
+  on.runtime = narrow;
+  kiln::VirtualMachine vw(exe, ow), vn(exe, on);
+  Value x(ramp());
+  Value rw = vw.invoke("main", {x}), rn = vn.invoke("main", {x});
+  CHECK(rw.tensor().data<float>()[262143] == rn.tensor().data<float>()[262143]);
+  CHECK(wide->stats().parallelLoops >= 1);
+  CHECK(narrow->stats().parallelLoops == 0);
+}
+
+TEST_CASE("runtime: a loop that finds the pool busy runs inline and is counted") {
+  auto exe = kiln::compile(kWide, "wide.relay");
+  RuntimeOptions two;
+  two.numThreads = 2;
+  auto rt = Runtime::create(two);
+  kiln::VMOptions o;
+  o.runtime = rt;
+  kiln::VirtualMachine vm(exe, o);
+  Value x(ramp());
+  vm.invoke("main", {x});  // compiled, and run once with the pool free
+  int64_t before = rt->stats().busyInline;
+  gHold = true;
+  gHeld = false;
+  std::thread holder([&] { rt->threadPool()->parallelFor(8, int64_t(1) << 20, holdPool, nullptr, nullptr); });
+  while (!gHeld.load()) std::this_thread::yield();
+  Value r = vm.invoke("main", {x});  // the pool is busy: the loop runs on this thread, never waiting
+  gHold = false;
+  holder.join();
+  CHECK(rt->stats().busyInline == before + 1);
+  CHECK(r.tensor().data<float>()[5] == doctest::Approx(std::tanh(0.05f) * 2 + 1));
+}
+
+TEST_CASE("runtime: a runtime's disk cache is its own directory") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("kiln_runtime_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  RuntimeOptions withDisk;
+  withDisk.kernelCacheDir = dir.string();
+  auto rt = Runtime::create(withDisk);
+  CHECK(rt->options().kernelCacheDir == dir.string());
+  auto exe = kiln::compile(kWide, "wide.relay");
+  kiln::VMOptions o;
+  o.runtime = rt;
+  kiln::VirtualMachine vm(exe, o);
+  vm.invoke("main", {Value(ramp())});
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+  CHECK(files >= 1);
+  // A fresh runtime over the same directory loads the kernel instead of compiling it.
+  auto again = Runtime::create(withDisk);
+  o.runtime = again;
+  kiln::VirtualMachine vm2(exe, o);
+  vm2.invoke("main", {Value(ramp())});
+  CHECK(again->stats().diskCacheHits == 1);
+  fs::remove_all(dir);
+}
