@@ -45,24 +45,10 @@ uint32_t InstructionWriter::emit(Opcode op, std::span<const Arg> args) {
 }
 
 uint32_t InstructionWriter::emitWords(Opcode op, std::initializer_list<uint64_t> values) {
-  std::string_view kinds = info(op).operands;
-  if (values.size() != kinds.size())
-    mismatch(op, std::to_string(values.size()) + " operands for " + std::to_string(kinds.size()));
-  uint32_t at = size();
-  auto fail = [&](const std::string& what) {
-    code_.resize(at);
-    mismatch(op, what);
-  };
-  code_.push_back(static_cast<uint32_t>(op));
-  size_t k = 0;
-  for (uint64_t v : values) {
-    char kind = kinds[k++];
-    if (kind == 'L' || kind == 'M') fail("operand " + std::to_string(k - 1) + " must be a list");
-    code_.push_back(static_cast<uint32_t>(v));
-    if (kind == 'W') code_.push_back(static_cast<uint32_t>(v >> 32));
-    else if (v > UINT32_MAX) fail("operand " + std::to_string(k - 1) + " does not fit 32 bits");
-  }
-  return at;
+  std::vector<Arg> args;
+  args.reserve(values.size());
+  for (uint64_t v : values) args.push_back(word(v));
+  return emit(op, args);
 }
 
 std::vector<uint32_t> InstructionWriter::jumpWords(uint32_t pc) const {
