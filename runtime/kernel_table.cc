@@ -8,8 +8,8 @@
 
 namespace kiln::runtime {
 
-KernelTable::KernelTable(std::shared_ptr<const Executable> exe, jit::KernelCache& cache)
-    : exe_(std::move(exe)), cache_(cache) {
+KernelTable::KernelTable(std::shared_ptr<const Executable> exe, std::shared_ptr<jit::KernelCache> cache)
+    : exe_(std::move(exe)), cache_(std::move(cache)) {
   for (const KernelInfo& k : exe_->kernels()) {
     std::unique_ptr<const kernel_ir::ScalarKernel> s;
     if (k.kind == KernelKind::Scalar) {
@@ -32,7 +32,7 @@ const jit::CompiledKernel& KernelTable::compiled(uint32_t k, Device device) {
     if (it != compiled_.end()) return *it->second;
   }
   // The cache compiles each kernel once even when many threads ask at once.
-  auto kernel = cache_.get(*exe_->kernels()[k].function, device);
+  auto kernel = cache_->get(*exe_->kernels()[k].function, device);
   std::lock_guard<std::mutex> lock(mu_);
   return *compiled_.emplace(key, std::move(kernel)).first->second;
 }

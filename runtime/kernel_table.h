@@ -29,7 +29,8 @@ namespace kiln::runtime {
 
 class KernelTable {
  public:
-  KernelTable(std::shared_ptr<const Executable> exe, jit::KernelCache& cache);
+  // `cache` compiles for this table; the table keeps it (and `exe`) alive.
+  KernelTable(std::shared_ptr<const Executable> exe, std::shared_ptr<jit::KernelCache> cache);
   ~KernelTable();
 
   const Executable& executable() const { return *exe_; }
@@ -40,7 +41,7 @@ class KernelTable {
 
  private:
   std::shared_ptr<const Executable> exe_;
-  jit::KernelCache& cache_;
+  std::shared_ptr<jit::KernelCache> cache_;
   std::vector<std::unique_ptr<const kernel_ir::ScalarKernel>> scalar_;
   std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<const jit::CompiledKernel>> compiled_;  // (kernel << 32 | device)

@@ -14,8 +14,8 @@ namespace kiln {
 
 struct Runtime::State {
   RuntimeOptions options;
-  std::unique_ptr<jit::KernelCache> ownCache;  // null: the process cache
-  jit::KernelCache* cache = nullptr;
+  // A cache of its own, or the process cache (held without ownership).
+  std::shared_ptr<jit::KernelCache> cache;
   std::shared_ptr<device::ThreadPool> pool;  // null: the process default pool
   std::shared_ptr<MemoryPools> pools;
   std::mutex mu;
@@ -36,8 +36,7 @@ Runtime::~Runtime() = default;
 
 std::shared_ptr<Runtime> Runtime::create(RuntimeOptions options) {
   auto s = std::make_unique<State>();
-  s->ownCache = std::make_unique<jit::KernelCache>(options.kernelCacheDir);
-  s->cache = s->ownCache.get();
+  s->cache = std::make_shared<jit::KernelCache>(options.kernelCacheDir);
   if (options.numThreads > 0) s->pool = std::make_shared<device::ThreadPool>(options.numThreads);
   s->pools = std::make_shared<MemoryPools>(options.memoryLimit);
   s->options = std::move(options);
@@ -48,7 +47,7 @@ std::shared_ptr<Runtime> Runtime::processDefault() {
   static const std::shared_ptr<Runtime> runtime = [] {
     auto s = std::make_unique<State>();
     s->options = RuntimeOptions::fromEnvironment();
-    s->cache = &jit::KernelCache::global();
+    s->cache = std::shared_ptr<jit::KernelCache>(&jit::KernelCache::global(), [](jit::KernelCache*) {});
     s->pools = std::make_shared<MemoryPools>(s->options.memoryLimit);
     return std::shared_ptr<Runtime>(new Runtime(std::move(s)));
   }();
@@ -84,7 +83,7 @@ std::shared_ptr<runtime::KernelTable> Runtime::kernelTable(const std::shared_ptr
   if (auto it = tables.find(exe.get()); it != tables.end())
     if (auto t = it->second.lock()) return t;
   for (auto it = tables.begin(); it != tables.end();) it = it->second.expired() ? tables.erase(it) : std::next(it);
-  auto table = std::make_shared<runtime::KernelTable>(exe, *state_->cache);
+  auto table = std::make_shared<runtime::KernelTable>(exe, state_->cache);
   tables[exe.get()] = table;
   return table;
 }
