@@ -1,5 +1,10 @@
 // Host memory for the pooled allocator, from mimalloc.
 #include <mimalloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
 
 #include "kiln/memory.h"
 
@@ -19,5 +24,31 @@ class HostMemory final : public DeviceMemory {
 }  // namespace
 
 std::unique_ptr<DeviceMemory> hostMemory(Device device) { return std::make_unique<HostMemory>(device); }
+
+namespace {
+// A cgroup limit in bytes from `path` (v2 memory.max, v1 memory.limit_in_bytes);
+// 0 when there is none ("max", absent, or unreadable).
+uint64_t cgroupLimit(const char* path) {
+  std::ifstream f(path);
+  std::string v;
+  if (!(f >> v) || v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 19) return 0;
+  return std::stoull(v);
+}
+}  // namespace
+
+uint64_t hostMemoryLimit() {
+  static const uint64_t limit = [] {
+    long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    uint64_t physical = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+    uint64_t limit = physical;
+    for (const char* p : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+      uint64_t c = cgroupLimit(p);
+      // cgroup v1 reports "no limit" as a huge number; only a real bound counts.
+      if (c > 0 && (limit == 0 || c < limit)) limit = c;
+    }
+    return limit;
+  }();
+  return limit;
+}
 
 }  // namespace kiln

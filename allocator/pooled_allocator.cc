@@ -225,8 +225,9 @@ PooledAllocator& MemoryPools::forDevice(Device device) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [d, pool] : pools_)
     if (d == device) return *pool;
-  pools_.emplace_back(device, std::make_unique<PooledAllocator>(
-                                  device.kind == Device::Kind::CPU ? hostMemory(device) : cudaMemory(device), limit_));
+  bool host = device.kind == Device::Kind::CPU;
+  uint64_t limit = limit_ ? limit_ : host ? hostMemoryLimit() : 0;
+  pools_.emplace_back(device, std::make_unique<PooledAllocator>(host ? hostMemory(device) : cudaMemory(device), limit));
   return *pools_.back().second;
 }
 

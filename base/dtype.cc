@@ -1,6 +1,9 @@
 // Names and sizes of element types.
 #include "kiln/dtype.h"
 
+#include <cmath>
+#include <cstdint>
+
 namespace kiln {
 
 namespace {
@@ -24,6 +27,29 @@ std::optional<DType> parseDType(std::string_view name) {
     if (kInfo[i].name == name || kInfo[i].shortName == name) return static_cast<DType>(i);
   }
   return std::nullopt;
+}
+
+bool intFits(DType t, int64_t v) {
+  switch (t) {
+    case DType::Int8: return v >= INT8_MIN && v <= INT8_MAX;
+    case DType::Int16: return v >= INT16_MIN && v <= INT16_MAX;
+    case DType::Int32: return v >= INT32_MIN && v <= INT32_MAX;
+    case DType::UInt8: return v >= 0 && v <= UINT8_MAX;
+    case DType::Bool: return v == 0 || v == 1;
+    case DType::Int64:
+    case DType::Float16:
+    case DType::Float32:
+    case DType::Float64: return true;
+  }
+  return false;
+}
+
+bool floatFits(DType t, double v) {
+  if (!std::isfinite(v)) return true;
+  double max = t == DType::Float16 ? 65504.0 : t == DType::Float32 ? 3.4028234663852886e38 : 1.7976931348623157e308;
+  // Values that round to the largest finite value still fit (half a unit in the last place above it).
+  double slack = t == DType::Float16 ? 16.0 : t == DType::Float32 ? 1.0141204801825835e31 : 0.0;
+  return std::fabs(v) < max + slack || std::fabs(v) == max;
 }
 
 }  // namespace kiln

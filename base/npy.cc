@@ -1,22 +1,17 @@
 // .npy / .npz reading and writing.
 #include "kiln/npy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "base/read_file.h"
 #include "kiln/error.h"
 
 namespace kiln {
 
 namespace {
-
-std::vector<uint8_t> readAll(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot open '" + path + "'");
-  std::vector<uint8_t> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return b;
-}
 
 const char* descrOf(DType t) {
   switch (t) {
@@ -56,6 +51,10 @@ std::string headerField(const std::string& h, const std::string& key) {
   return h.substr(start, end - start);
 }
 
+// Whether [offset, offset + length) lies inside a buffer of `size` bytes, for
+// offsets and lengths read from a file (any value, so no addition may wrap).
+bool within(uint64_t offset, uint64_t length, uint64_t size) { return offset <= size && length <= size - offset; }
+
 uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 uint32_t le32(const uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24; }
 uint64_t le64(const uint8_t* p) { return le32(p) | static_cast<uint64_t>(le32(p + 4)) << 32; }
@@ -74,7 +73,7 @@ Tensor parseNpy(const uint8_t* data, size_t size, const std::string& what) {
     hlen = le32(data + 8);
     off = 12;
   }
-  if (off + hlen > size) throw Error(what + ": truncated .npy header");
+  if (!within(off, hlen, size)) throw Error(what + ": truncated .npy header");
   std::string h(reinterpret_cast<const char*>(data + off), hlen);
   std::string descr = headerField(h, "descr");
   if (descr.size() >= 2) descr = descr.substr(1, descr.size() - 2);
@@ -82,35 +81,47 @@ Tensor parseNpy(const uint8_t* data, size_t size, const std::string& what) {
   if (!dt) throw Error(what + ": unsupported array type '" + descr + "'");
   if (headerField(h, "fortran_order").rfind("True", 0) == 0) throw Error(what + ": Fortran-order arrays are not supported");
   std::string shapeText = headerField(h, "shape");
+  auto badShape = [&](const std::string& why) {
+    return Error(what + ": bad shape " + shapeText.substr(0, 80) + (shapeText.size() > 80 ? "..." : "") + ": " + why);
+  };
   Shape shape;
+  // The data's size from the header, checked for overflow, before anything is allocated.
+  uint64_t bytes = dtypeSize(*dt);
   for (size_t i = 1; i + 1 < shapeText.size();) {
     size_t j = shapeText.find_first_of(",)", i);
     std::string part = shapeText.substr(i, j - i);
     size_t a = part.find_first_not_of(' ');
     if (a != std::string::npos) {
-      part = part.substr(a);
-      if (part.find_first_not_of("0123456789 L") != std::string::npos || part.empty()) throw Error(what + ": bad shape " + shapeText);
-      shape.push_back(std::stoll(part));
+      part = part.substr(a, part.find_last_not_of(" L") + 1 - a);
+      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) throw badShape("not a list of sizes");
+      if (part.size() > 18) throw badShape("a dimension is too large");
+      int64_t d = std::stoll(part);
+      if (shape.size() == 32) throw badShape("more than 32 dimensions");
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) throw badShape("more bytes than memory can hold");
+      shape.push_back(d);
     }
     if (j == std::string::npos) break;
     i = j + 1;
   }
+  if (!within(off + hlen, bytes, size))
+    throw Error(what + ": array data is truncated (the header declares " + std::to_string(bytes) + " bytes, the file holds " +
+                std::to_string(size - off - hlen) + ")");
   Tensor t = Tensor::empty(*dt, shape);
-  size_t bytes = t.nbytes();
-  if (off + hlen + bytes > size) throw Error(what + ": array data is truncated");
   if (bytes) std::memcpy(t.data(), data + off + hlen, bytes);
   return t;
 }
 
 Tensor readNpy(const std::string& path) {
-  std::vector<uint8_t> b = readAll(path);
+  std::vector<uint8_t> b = readFileBytes(path);
   return parseNpy(b.data(), b.size(), path);
 }
 
 std::map<std::string, Tensor> readNpz(const std::string& path) {
-  std::vector<uint8_t> b = readAll(path);
-  const uint8_t* p = b.data();
-  size_t n = b.size();
+  std::vector<uint8_t> b = readFileBytes(path);
+  return parseNpz(b.data(), b.size(), path);
+}
+
+std::map<std::string, Tensor> parseNpz(const uint8_t* p, size_t n, const std::string& path) {
   // End of central directory: the last "PK\5\6" within the final 64 KiB + 22 bytes.
   size_t eocd = std::string::npos;
   for (size_t i = n >= 22 ? n - 22 : 0; n >= 22; --i) {
@@ -126,36 +137,39 @@ std::map<std::string, Tensor> readNpz(const std::string& path) {
     // Zip64: the locator sits just before the end record.
     if (eocd < 20 || le32(p + eocd - 20) != 0x07064b50) throw Error(path + ": bad zip64 archive");
     uint64_t rec = le64(p + eocd - 20 + 8);
-    if (rec + 56 > n || le32(p + rec) != 0x06064b50) throw Error(path + ": bad zip64 archive");
+    if (!within(rec, 56, n) || le32(p + rec) != 0x06064b50) throw Error(path + ": bad zip64 archive");
     count = le64(p + rec + 32);
     cdOffset = le64(p + rec + 48);
   }
   std::map<std::string, Tensor> out;
-  size_t at = cdOffset;
+  uint64_t at = cdOffset;
   for (uint64_t e = 0; e < count; ++e) {
-    if (at + 46 > n || le32(p + at) != 0x02014b50) throw Error(path + ": corrupt zip directory");
+    if (!within(at, 46, n) || le32(p + at) != 0x02014b50) throw Error(path + ": corrupt zip directory");
     uint16_t method = le16(p + at + 10);
     uint64_t csize = le32(p + at + 20), usize = le32(p + at + 24);
     uint16_t nameLen = le16(p + at + 28), extraLen = le16(p + at + 30), commentLen = le16(p + at + 32);
     uint64_t local = le32(p + at + 42);
-    if (at + 46 + nameLen + extraLen > n) throw Error(path + ": corrupt zip directory");
+    if (!within(at + 46, uint64_t(nameLen) + extraLen, n)) throw Error(path + ": corrupt zip directory");
     std::string name(reinterpret_cast<const char*>(p + at + 46), nameLen);
     // Zip64 extra field: the 64-bit values replace whichever 32-bit ones are saturated.
-    for (size_t x = at + 46 + nameLen; x + 4 <= at + 46 + nameLen + extraLen;) {
+    // A field's declared length is trusted only as far as the extra area goes.
+    uint64_t extraEnd = at + 46 + nameLen + extraLen;
+    for (uint64_t x = at + 46 + nameLen; x + 4 <= extraEnd;) {
       uint16_t id = le16(p + x), len = le16(p + x + 2);
+      uint64_t fieldEnd = std::min<uint64_t>(x + 4 + len, extraEnd);
       if (id == 1) {
-        size_t q = x + 4;
-        if (usize == 0xFFFFFFFFu && q + 8 <= x + 4 + len) usize = le64(p + q), q += 8;
-        if (csize == 0xFFFFFFFFu && q + 8 <= x + 4 + len) csize = le64(p + q), q += 8;
-        if (local == 0xFFFFFFFFu && q + 8 <= x + 4 + len) local = le64(p + q);
+        uint64_t q = x + 4;
+        if (usize == 0xFFFFFFFFu && q + 8 <= fieldEnd) usize = le64(p + q), q += 8;
+        if (csize == 0xFFFFFFFFu && q + 8 <= fieldEnd) csize = le64(p + q), q += 8;
+        if (local == 0xFFFFFFFFu && q + 8 <= fieldEnd) local = le64(p + q);
       }
       x += 4 + len;
     }
     at += 46 + nameLen + extraLen + commentLen;
     if (method != 0) throw Error(path + ": entry '" + name + "' is compressed; save weights with numpy.savez, not savez_compressed");
-    if (local + 30 > n || le32(p + local) != 0x04034b50) throw Error(path + ": corrupt zip entry '" + name + "'");
-    size_t data = local + 30 + le16(p + local + 26) + le16(p + local + 28);
-    if (data + csize > n || csize != usize) throw Error(path + ": truncated zip entry '" + name + "'");
+    if (!within(local, 30, n) || le32(p + local) != 0x04034b50) throw Error(path + ": corrupt zip entry '" + name + "'");
+    uint64_t data = local + 30 + le16(p + local + 26) + le16(p + local + 28);
+    if (!within(data, csize, n) || csize != usize) throw Error(path + ": truncated zip entry '" + name + "'");
     if (name.size() > 4 && name.substr(name.size() - 4) == ".npy") name.resize(name.size() - 4);
     out[name] = parseNpy(p + data, csize, path + ":" + name);
   }

@@ -432,9 +432,10 @@ std::shared_ptr<const Executable> Executable::load(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw Error("cannot open '" + path + "'");
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+    bool dir = S_ISDIR(st.st_mode);
     ::close(fd);
-    throw Error("'" + path + "' is empty or unreadable");
+    throw Error("'" + path + "' " + (dir ? "is a directory" : "is empty or unreadable"));
   }
   size_t size = static_cast<size_t>(st.st_size);
   // Private, writable mapping: pages are shared until someone writes a constant.

@@ -4,9 +4,8 @@
 #include <pthread.h>
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
+#include "base/read_file.h"
 #include "compiler/parser/parser.h"
 #include "compiler/parser/prelude.h"
 #include "compiler/typecheck/infer.h"
@@ -72,12 +71,6 @@ std::unique_ptr<ir::Module> loadProgram(std::string_view source, const std::stri
   });
 }
 
-std::string readSourceFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string readSourceFile(const std::string& path) { return readFileText(path); }
 
 }  // namespace kiln::compiler

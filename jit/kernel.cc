@@ -13,6 +13,7 @@
 
 #include "device/cuda_driver.h"
 #include "kernel_ir/lower.h"
+#include "jit/llvm_diagnostics.h"
 #include "jit/nvptx_codegen.h"
 #include "kiln/error.h"
 #include "kernel_ir/shape_util.h"
@@ -99,6 +100,7 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
     }
   }
   auto ctx = std::make_unique<llvm::LLVMContext>();
+  quietDiagnostics(*ctx);
   auto module = emitCpuModule(loops_, *ctx, symbol, hostTarget());
   DiskEntry entry;
   if (disk && !keepIR) entry = DiskEntry{disk, hash, key};

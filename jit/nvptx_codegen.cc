@@ -2,6 +2,8 @@
 // NVPTX target machine that optimizes the module and prints PTX.
 #include "jit/nvptx_codegen.h"
 
+#include "jit/llvm_diagnostics.h"
+
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/LegacyPassManager.h>
@@ -531,6 +533,7 @@ PtxModule emitPtx(const loop::LoopKernel& k, const std::string& symbol, int sm) 
   out.sm = std::min(sm, kMaxPtxSm);
   auto tm = nvptxMachine(out.sm);
   llvm::LLVMContext ctx;
+  quietDiagnostics(ctx);
   std::unique_ptr<llvm::Module> m = NvptxCodegen(k, ctx).run(symbol, out);
   m->setDataLayout(tm->createDataLayout());
   std::string problems;

@@ -1,6 +1,8 @@
 // Operator definitions: building a table entry, and running a shape rule.
 #include "kernel_ir/op.h"
 
+#include "kernel_ir/shape_util.h"
+
 #include <algorithm>
 
 namespace kiln::ops {
@@ -22,7 +24,14 @@ std::vector<TensorDesc> OpDef::infer(std::span<const TensorDesc> inputs, const A
       throw OpError(this->name + ": unknown attribute '" + name + "'");
   }
   OpCall call{*this, inputs, AttrReader(this->name, attrs)};
-  return rule(call);
+  std::vector<TensorDesc> outs = rule(call);
+  // Every result fits the bounds of a tensor type, so no size computed from it
+  // (elements, bytes, offsets) can overflow: checked here once for the type
+  // checker (static shapes) and for shape functions at run time (`?` shapes).
+  for (const TensorDesc& o : outs)
+    if (!shapeInBounds(std::span<const int64_t>(o.shape.data(), o.shape.size())))
+      throw OpError(this->name + ": the result " + descToString(o) + " has more than 2^40 elements");
+  return outs;
 }
 
 }  // namespace kiln::ops

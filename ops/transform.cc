@@ -265,11 +265,23 @@ std::vector<TensorDesc> takeRule(const OpCall& call) {
   requireDType(call, idx, DTypeClass::Int, "indices");
   call.attrs.getChoice("mode", {"clip", "wrap", "fast"});
   if (call.attrs.getInt("batch_dims", 0) != 0) call.attrs.fail("batch_dims", "other than 0 is not supported");
-  if (!call.attrs.has("axis")) return {TensorDesc{x.dtype, idx.shape}};
+  // Taking anything from nothing has no element to read, whatever the mode
+  // (checked with concrete shapes at run time when a dimension is `?`).
+  auto nonEmptyFromEmpty = [&](int64_t extent, const Shape& out) {
+    int64_t n = numElements(out);
+    if (extent == 0 && n != kAnyDim && n > 0)
+      opFail(call, "takes " + std::to_string(n) + " element(s) from an empty " + (call.attrs.has("axis") ? "axis" : "tensor") +
+                       " of " + shapeToString(x.shape));
+  };
+  if (!call.attrs.has("axis")) {
+    nonEmptyFromEmpty(numElements(x.shape), idx.shape);
+    return {TensorDesc{x.dtype, idx.shape}};
+  }
   int64_t axis = normalizeAxis(call, call.attrs.getInt("axis", 0), x.rank());
   Shape out(x.shape.begin(), x.shape.begin() + axis);
   out.insert(out.end(), idx.shape.begin(), idx.shape.end());
   out.insert(out.end(), x.shape.begin() + axis + 1, x.shape.end());
+  nonEmptyFromEmpty(x.shape[static_cast<size_t>(axis)], out);
   return {TensorDesc{x.dtype, out}};
 }
 

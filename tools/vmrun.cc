@@ -64,7 +64,9 @@ uint64_t parseByteSize(const std::string& flag, const std::string& v) {
   uint64_t scale = unit.empty() ? 1 : unit == "K" || unit == "k" ? 1ull << 10 : unit == "M" || unit == "m" ? 1ull << 20
                                    : unit == "G" || unit == "g" ? 1ull << 30 : 0;
   if (digits == 0 || digits > 12 || scale == 0) throw Usage(flag + " needs a size such as 1048576, 512M or 2G, got '" + v + "'");
-  return std::stoull(v.substr(0, digits)) * scale;
+  uint64_t n = std::stoull(v.substr(0, digits)), bytes;
+  if (__builtin_mul_overflow(n, scale, &bytes)) throw Usage(flag + " " + v + " is more bytes than a 64-bit size holds");
+  return bytes;
 }
 
 // A scalar input is a register value: loops over it allocate nothing.
@@ -127,8 +129,10 @@ Value parseSpec(const std::string& spec, uint64_t seed) {
         else parsed.emplace_back(std::stoll(s, &used), 0.0);
         if (used && used != s.size()) throw std::invalid_argument(s);
       } catch (const std::exception&) {
-        throw Usage("input '" + spec + "': bad value '" + s + "'");
+        throw Usage("input '" + spec + "': bad value '" + s.substr(0, 40) + (s.size() > 40 ? "...'" : "'"));
       }
+      bool fits = kiln::isFloat(*dt) ? kiln::floatFits(*dt, parsed.back().second) : kiln::intFits(*dt, parsed.back().first);
+      if (!fits) throw Usage("input '" + spec.substr(0, 60) + "': " + s.substr(0, 40) + " is out of the range of " + std::string(kiln::dtypeName(*dt)));
     }
     for (int64_t i = 0; i < n; ++i) {
       auto& v = parsed[items.size() == 1 ? 0 : static_cast<size_t>(i)];

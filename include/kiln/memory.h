@@ -56,6 +56,12 @@ class DeviceMemory {
 
 // Host memory from mimalloc, for `cpu` and `cpu:N`.
 std::unique_ptr<DeviceMemory> hostMemory(Device device);
+// The bytes of memory this process may use: the machine's physical memory, or
+// its cgroup's limit where that is lower (0 when neither can be read). A host
+// pool made without a limit of its own takes this one, so a tensor that cannot
+// fit is an error at once instead of growing until the system kills the process.
+uint64_t hostMemoryLimit();
+
 // GPU memory from the CUDA driver (cuMemAlloc in the device's primary context),
 // for `cuda:N`; throws kiln::Error saying why when CUDA is unusable here.
 std::unique_ptr<DeviceMemory> cudaMemory(Device device);
@@ -98,6 +104,7 @@ class PooledAllocator {
 
 // One pooled allocator per device, created on first use. A `cuda` pool needs the
 // CUDA driver; asking for one where there is none is a kiln::Error saying so.
+// `limitPerDevice` 0: host pools take hostMemoryLimit(), GPU pools the device's own.
 class MemoryPools {
  public:
   explicit MemoryPools(uint64_t limitPerDevice = 0) : limit_(limitPerDevice) {}

@@ -18,6 +18,9 @@ namespace kiln {
 Tensor readNpy(const std::string& path);
 Tensor parseNpy(const uint8_t* data, size_t size, const std::string& what);
 std::map<std::string, Tensor> readNpz(const std::string& path);
+// An archive in memory; every offset and size in it is checked against `size`
+// before use (`what` names it in errors).
+std::map<std::string, Tensor> parseNpz(const uint8_t* data, size_t size, const std::string& what);
 
 std::vector<uint8_t> encodeNpy(const Tensor& t);
 void writeNpy(const std::string& path, const Tensor& t);

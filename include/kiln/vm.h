@@ -52,7 +52,8 @@ struct VMOptions {
   // one MemoryPools between VMs to share cached memory (it is thread-safe).
   std::shared_ptr<MemoryPools> pools;
   // Most bytes each device's pool may hold (in use + cached) when the VM makes
-  // its own pools; 0: no limit. Exceeding it is a kiln::Error naming the device.
+  // its own pools; 0: the machine's (hostMemoryLimit() for the host). Exceeding
+  // it is a kiln::Error naming the device.
   uint64_t memoryLimit = 0;
 };
 
