@@ -46,10 +46,10 @@ bool intFits(DType t, int64_t v) {
 
 bool floatFits(DType t, double v) {
   if (!std::isfinite(v)) return true;
-  double max = t == DType::Float16 ? 65504.0 : t == DType::Float32 ? 3.4028234663852886e38 : 1.7976931348623157e308;
-  // Values that round to the largest finite value still fit (half a unit in the last place above it).
-  double slack = t == DType::Float16 ? 16.0 : t == DType::Float32 ? 1.0141204801825835e31 : 0.0;
-  return std::fabs(v) < max + slack || std::fabs(v) == max;
+  // The largest finite value as it is usually written (float32's 3.40282347e38
+  // printed to 8 digits is 3.4028235e38); anything larger overflows.
+  double max = t == DType::Float16 ? 65504.0 : t == DType::Float32 ? 3.4028235e38 : 1.7976931348623157e308;
+  return std::fabs(v) <= max;
 }
 
 }  // namespace kiln

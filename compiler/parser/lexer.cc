@@ -1,8 +1,10 @@
 // The Relay text lexer.
 #include "compiler/parser/lexer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 
 namespace kiln::parser {
@@ -80,6 +82,7 @@ class Lexer {
       bool afterDot = !out.empty() && out.back().kind == Tok::Dot;
       lexOne(t, afterDot);
       out.push_back(t);
+      tokensSeen_ = true;
     }
   }
 
@@ -90,6 +93,29 @@ class Lexer {
   void newline() {
     ++line_;
     lineStart_ = i_;
+  }
+
+  // `#[version = "0.0.5"]`: only before the first token, and only in that form
+  // (the version a dotted number); it carries nothing else.
+  void versionHeader() {
+    SourceLoc start = loc();
+    if (tokensSeen_) fail(start, "a '#[version = \"...\"]' line may only begin the program");
+    size_t end = s_.find_first_of("]\n", i_);
+    if (end == std::string_view::npos || s_[end] != ']') fail(start, "unterminated '#[' attribute");
+    std::string_view body = s_.substr(i_ + 2, end - i_ - 2);
+    auto trim = [](std::string_view v) {
+      size_t a = v.find_first_not_of(" \t"), b = v.find_last_not_of(" \t");
+      return a == std::string_view::npos ? std::string_view() : v.substr(a, b - a + 1);
+    };
+    size_t eq = body.find('=');
+    std::string_view key = trim(body.substr(0, eq)), value = eq == std::string_view::npos ? "" : trim(body.substr(eq + 1));
+    bool ok = key == "version" && value.size() >= 3 && value.front() == '"' && value.back() == '"' &&
+              value.substr(1, value.size() - 2).find_first_not_of("0123456789.") == std::string_view::npos;
+    if (!ok) {
+      std::string shown(s_.substr(i_, std::min<size_t>(end + 1 - i_, 60)));
+      fail(start, "expected '#[version = \"0.0.5\"]', but found '" + shown + "'");
+    }
+    i_ = end + 1;
   }
 
   void skipSpaceAndComments() {
@@ -120,14 +146,7 @@ class Lexer {
           }
         } while (depth > 0);
       } else if (i_ + 1 < s_.size() && s_[i_] == '#' && s_[i_ + 1] == '[') {
-        // `#[version = "0.0.5"]` and other attribute lines carry nothing we use.
-        SourceLoc start = loc();
-        while (i_ < s_.size() && s_[i_] != ']') {
-          if (s_[i_] == '\n') fail(start, "unterminated '#[' attribute");
-          ++i_;
-        }
-        if (i_ >= s_.size()) fail(start, "unterminated '#[' attribute");
-        ++i_;
+        versionHeader();
       } else {
         return;
       }
@@ -256,21 +275,29 @@ class Lexer {
         fail(t.loc, "the float literal '" + std::string(t.text) + "' has an integer suffix");
     }
     t.litType = dt;
+    // A literal must be a value of its type, as in TVM: an unsuffixed integer
+    // too large for int32 is an int64; a float that overflows its type is an error.
+    auto shown = [&] { return t.text.size() > 40 ? std::string(t.text.substr(0, 40)) + "..." : std::string(t.text); };
     if (isFloat(dt)) {
       t.kind = Tok::Float;
       std::string tmp(body);
       t.floatValue = std::strtod(tmp.c_str(), nullptr);
+      if (!std::isfinite(t.floatValue) || !floatFits(dt, t.floatValue))
+        fail(t.loc, "the literal '" + shown() + "' does not fit " + std::string(dtypeName(dt)));
     } else {
       t.kind = Tok::Int;
       auto [p, ec] = std::from_chars(body.data(), body.data() + body.size(), t.intValue);
       (void)p;
-      if (ec != std::errc()) fail(t.loc, "integer literal '" + std::string(t.text) + "' is too large");
+      if (ec != std::errc()) fail(t.loc, "integer literal '" + shown() + "' is too large for int64");
+      // (A suffixed literal's range is checked where its sign is known: the parser.)
+      if (suffix.empty() && t.intValue > INT32_MAX) t.litType = DType::Int64;
     }
   }
 
   std::string_view s_;
   const std::string& file_;
   size_t i_ = 0;
+  bool tokensSeen_ = false;
   size_t lineStart_ = 0;
   uint32_t line_ = 1;
 };

@@ -181,7 +181,7 @@ class Parser {
   void parseConstructors(TypeDecl& d) {
     pos_ = d.bodyPos;
     size_t mark = pushTypeParams(d.params);
-    expect(Tok::LBrace);
+    SourceLoc open = expect(Tok::LBrace).loc;
     std::vector<const Constructor*> ctors;
     while (!at(Tok::RBrace)) {
       const Token& n = expect(Tok::Ident, "(a constructor name)");
@@ -207,6 +207,8 @@ class Parser {
       if (!accept(Tok::Comma)) break;
     }
     expect(Tok::RBrace, "to end the constructor list");
+    // A value of a type without constructors could never be made or matched.
+    if (ctors.empty()) failAt(open, "type '" + std::string(d.def->name) + "' has no constructors");
     d.def->ctors = b_.arena().copy(ctors);
     popTypeParams(mark);
   }
@@ -484,7 +486,12 @@ class Parser {
       return b_.floatConst(t.litType, v, loc);
     }
     if (negate && t.litType == DType::UInt8) failAt(loc, "a uint8 literal cannot be negative");
-    return b_.intConst(t.litType, negate ? -t.intValue : t.intValue, loc);
+    int64_t v = negate ? -t.intValue : t.intValue;
+    if (!intFits(t.litType, v)) {
+      std::string text = t.text.size() > 40 ? std::string(t.text.substr(0, 40)) + "..." : std::string(t.text);
+      failAt(loc, "the literal '" + std::string(negate ? "-" : "") + text + "' does not fit " + std::string(dtypeName(t.litType)));
+    }
+    return b_.intConst(t.litType, v, loc);
   }
 
   const Expr* parsePostfix() {

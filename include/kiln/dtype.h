@@ -42,8 +42,9 @@ inline bool isBool(DType t) { return t == DType::Bool; }
 // Whether integer `v` is a value of `t` without wrapping (bool: 0 or 1; float
 // types: any integer, rounded). Readers of user input check it before storing.
 bool intFits(DType t, int64_t v);
-// Whether `v` is a value of the float type `t` without overflowing to infinity
-// (infinities and NaN themselves fit).
+// Whether `v` is a value of the float type `t` without overflowing to infinity:
+// at most its largest finite value, as that is usually written (65504 for
+// float16, 3.4028235e38 for float32). Infinities and NaN themselves fit.
 bool floatFits(DType t, double v);
 
 }  // namespace kiln

@@ -242,3 +242,11 @@ TEST_CASE("every expression and variable gets a checked type") {
   CHECK(kiln::ir::typeToString(let->body->type) == "Tensor[(2,), float32]");
   CHECK(kiln::ir::typeToString(let->type) == "Tensor[(2,), float32]");
 }
+
+TEST_CASE("typecheck: literals take the type TVM gives them") {
+  CHECK(mainResult("def @main() { 2147483647 }") == "int32");
+  CHECK(mainResult("def @main() { 2147483648 }") == "int64");  // too large for int32: an int64, not a wrapped int32
+  CHECK(mainResult("def @main() { -2147483648i32 }") == "int32");
+  CHECK(mainResult("def @main() { -128i8 }") == "int8");
+  CHECK(mainResult("def @main() { 3.4028235e38f32 }") == "float32");  // float32's maximum as usually written
+}
