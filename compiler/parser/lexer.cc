@@ -47,13 +47,15 @@ const char* tokName(Tok t) {
 }
 
 std::string describe(const Token& t) {
+  // An error line quotes at most the start of a long token (a 10 MB literal is not echoed).
+  std::string text = t.text.size() > 40 ? std::string(t.text.substr(0, 40)) + "..." : std::string(t.text);
   switch (t.kind) {
-    case Tok::Local: return "'%" + std::string(t.text) + "'";
-    case Tok::Global: return "'@" + std::string(t.text) + "'";
+    case Tok::Local: return "'%" + text + "'";
+    case Tok::Global: return "'@" + text + "'";
     case Tok::Ident:
     case Tok::Int:
-    case Tok::Float: return "'" + std::string(t.text) + "'";
-    case Tok::String: return "string \"" + std::string(t.text) + "\"";
+    case Tok::Float: return "'" + text + "'";
+    case Tok::String: return "string \"" + text + "\"";
     default: return tokName(t.kind);
   }
 }

@@ -106,15 +106,28 @@ class Parser {
   };
 
   // Skips a balanced bracket group starting at pos_ (which is an opening bracket).
+  // A closing bracket of the wrong kind, or the end of the input, is reported
+  // where it is, naming the bracket still open and where it was opened.
   void skipGroup() {
-    int depth = 0;
+    struct Open {
+      Tok kind;
+      SourceLoc loc;
+    };
+    std::vector<Open> open;
+    auto closer = [](Tok k) { return k == Tok::LParen ? Tok::RParen : k == Tok::LBracket ? Tok::RBracket : Tok::RBrace; };
     do {
-      Tok k = tok().kind;
-      if (k == Tok::End) fail("expected a closing bracket");
-      if (k == Tok::LParen || k == Tok::LBracket || k == Tok::LBrace) ++depth;
-      if (k == Tok::RParen || k == Tok::RBracket || k == Tok::RBrace) --depth;
+      const Token& t = tok();
+      Tok k = t.kind;
+      bool closing = k == Tok::RParen || k == Tok::RBracket || k == Tok::RBrace;
+      if (k == Tok::End || (closing && closer(open.back().kind) != k)) {
+        const Open& o = open.back();
+        fail(std::string("expected ") + tokName(closer(o.kind)) + " to close the " + tokName(o.kind) + " opened at " +
+             std::to_string(o.loc.line) + ":" + std::to_string(o.loc.col));
+      }
+      if (k == Tok::LParen || k == Tok::LBracket || k == Tok::LBrace) open.push_back({k, t.loc});
+      if (closing) open.pop_back();
       next();
-    } while (depth > 0);
+    } while (!open.empty());
   }
 
   void declare() {
