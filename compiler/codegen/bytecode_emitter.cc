@@ -299,12 +299,13 @@ class FunctionEmitter {
 
   // Sets the move bit on the last occurrence in `list` of each register in
   // `movable` (earlier occurrences must still copy). Returns those moved.
+  // Linear in the list (a tuple may have hundreds of thousands of fields).
   static std::vector<uint32_t> mark(std::vector<uint32_t>& list, const std::vector<uint32_t>& movable) {
     std::vector<uint32_t> moved;
+    std::unordered_set<uint32_t> canMove(movable.begin(), movable.end()), done;
     for (size_t i = list.size(); i-- > 0;) {
       uint32_t r = list[i];
-      if (std::find(movable.begin(), movable.end(), r) == movable.end()) continue;
-      if (std::find(moved.begin(), moved.end(), r) != moved.end()) continue;
+      if (!canMove.count(r) || !done.insert(r).second) continue;
       moved.push_back(r);
       list[i] = r | bytecode::kMoveBit;
     }
@@ -312,7 +313,8 @@ class FunctionEmitter {
   }
 
   void finish(LivenessPoint at, const Operands& ops, const std::vector<uint32_t>& moved = {}) {
-    auto wasMoved = [&](uint32_t r) { return std::find(moved.begin(), moved.end(), r) != moved.end(); };
+    std::unordered_set<uint32_t> movedSet(moved.begin(), moved.end());
+    auto wasMoved = [&](uint32_t r) { return movedSet.count(r) > 0; };
     for (const Var* v : live_.diesAt(at)) kill(v, wasMoved(regOf_.at(v)));
     for (uint32_t t : ops.temps) dropReg(t, wasMoved(t));
   }

@@ -101,12 +101,13 @@ class Analysis {
   }
 
   // Operands of a consumer: those not live after it die here.
+  // Linear in the operands (a tuple may have hundreds of thousands): a variable
+  // is dead here the first time it is met and is live from then on.
   void uses(const Expr* e, VarSet& live, LivenessPoint at) {
     std::vector<const Var*> dead;
     forEachOperandVar(e, [&](const Var* v) {
-      if (!live.count(v) && std::find(dead.begin(), dead.end(), v) == dead.end()) dead.push_back(v);
+      if (live.insert(v).second) dead.push_back(v);
     });
-    for (const Var* v : dead) live.insert(v);
     if (!dead.empty()) result.dying[at] = std::move(dead);
   }
 
