@@ -1,9 +1,12 @@
 // A bounded mutation driver for LLVMFuzzerTestOneInput, for builds without
-// libFuzzer (GCC): runs every seed, then byte flips, insertions, truncations and
-// word overwrites of the seeds for the given time. Deterministic for a seed and
-// a number of runs. On a crash the input being run is written to
-// ./fuzz-crash.bin, so the failure can be replayed (executable_fuzz FILE 0).
-//   executable_fuzz SEED_DIR|FILE SECONDS [RNG_SEED]
+// libFuzzer (GCC): runs every seed, then byte flips, insertions, truncations,
+// word overwrites and splices of one seed's bytes into another for the given
+// time. Deterministic for a seed and a number of runs. On a crash the input
+// being run is written to ./fuzz-crash.bin, so the failure can be replayed
+// (TARGET FILE 0). Each target defines kiln_fuzz_odd_last_byte: whether the
+// driver makes every input's last byte odd (the executable target reseals the
+// checksum of such inputs, so mutations reach the verifier).
+//   TARGET SEED_DIR|FILE SECONDS [RNG_SEED]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -17,6 +20,7 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+extern "C" const bool kiln_fuzz_odd_last_byte;
 
 namespace {
 const uint8_t* g_current = nullptr;
@@ -34,7 +38,7 @@ void saveCrashingInput(int sig) {
     }
     ::close(fd);
   }
-  static const char msg[] = "executable_fuzz: crashed; input saved to fuzz-crash.bin\n";
+  static const char msg[] = "fuzz target crashed; input saved to fuzz-crash.bin\n";
   (void)!::write(2, msg, sizeof msg - 1);
   std::signal(sig, SIG_DFL);
   std::raise(sig);
@@ -49,7 +53,7 @@ void run(const std::vector<uint8_t>& x) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: executable_fuzz SEED_DIR SECONDS [RNG_SEED]\n");
+    std::fprintf(stderr, "usage: %s SEED_DIR SECONDS [RNG_SEED]\n", argv[0]);
     return 2;
   }
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, saveCrashingInput);
@@ -79,11 +83,19 @@ int main(int argc, char** argv) {
     int edits = 1 + static_cast<int>(rng() % 4);
     for (int k = 0; k < edits && !x.empty(); ++k) {
       size_t at = rng() % x.size();
-      switch (rng() % 5) {
+      switch (rng() % 6) {
         case 0: x[at] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
         case 1: x[at] = static_cast<uint8_t>(rng()); break;
         case 2: x.resize(at); break;
         case 3: x.insert(x.begin() + static_cast<long>(at), static_cast<uint8_t>(rng())); break;
+        case 4: {
+          // A run of some seed's bytes (tokens, lines, records) spliced in here.
+          const std::vector<uint8_t>& from = seeds[rng() % seeds.size()];
+          if (from.empty()) break;
+          size_t a = rng() % from.size(), len = std::min<size_t>(1 + rng() % 64, from.size() - a);
+          x.insert(x.begin() + static_cast<long>(at), from.begin() + static_cast<long>(a), from.begin() + static_cast<long>(a + len));
+          break;
+        }
         default:
           if (at + 4 <= x.size()) {
             uint32_t w = (rng() % 2) ? static_cast<uint32_t>(rng() % 64) : static_cast<uint32_t>(rng());
@@ -91,7 +103,7 @@ int main(int argc, char** argv) {
           }
       }
     }
-    if (!x.empty()) x.back() |= 1;  // odd last byte: reseal the checksum
+    if (kiln_fuzz_odd_last_byte && !x.empty()) x.back() |= 1;
     run(x);
     ++runs;
   }
