@@ -278,6 +278,24 @@ class FuseRewriter : public ExprMutator {
         Tuple* t = b.tuple(fields, e->loc);
         t->type = e->type;
         r = t;
+      } else if (auto* tt = asTuple(e->type); tt && e->kind == ExprKind::Var) {
+        // A tuple held in a variable (`%t = (%x, %y); concatenate(%t)`): its
+        // fields become the kernel's parameters, as TVM's FuseOps flattens
+        // tuple parameters, so a kernel only ever takes tensors.
+        const Expr* outside = mutate(e);
+        std::vector<const Expr*> fields;
+        for (size_t i = 0; i < tt->fields.size(); ++i) {
+          Var* v = b.var("p" + std::to_string(params.size()), nullptr, e->loc);
+          v->type = tt->fields[i];
+          params.push_back(v);
+          TupleGet* get = b.tupleGet(outside, static_cast<uint32_t>(i), e->loc);
+          get->type = tt->fields[i];
+          args.push_back(get);
+          fields.push_back(v);
+        }
+        Tuple* t = b.tuple(fields, e->loc);
+        t->type = e->type;
+        r = t;
       } else {
         // An input from outside the kernel: a parameter of the primitive function.
         auto p = paramOf.find(e);

@@ -97,7 +97,12 @@ class Inferer {
     std::vector<const Type*> args;
     for (uint32_t i = 0; i < ft->typeParams.size(); ++i)
       args.push_back(s_.meta({site.site, site.slot * 64 + 1000 + i}));
-    auto* mono = funcType(a_, ft->params, ft->result);
+    // Through what is solved so far: a result inferred from the body (no return
+    // annotation) is an unknown bound to, say, the type parameter A, and A must
+    // be replaced there too.
+    std::vector<const Type*> params;
+    for (const Type* p : ft->params) params.push_back(s_.zonk(p));
+    auto* mono = funcType(a_, params, s_.zonk(ft->result));
     return substitute(a_, mono, ft->typeParams, args);
   }
 

@@ -250,3 +250,9 @@ TEST_CASE("typecheck: literals take the type TVM gives them") {
   CHECK(mainResult("def @main() { -128i8 }") == "int8");
   CHECK(mainResult("def @main() { 3.4028235e38f32 }") == "float32");  // float32's maximum as usually written
 }
+
+TEST_CASE("typecheck: a polymorphic global without a return annotation is instantiated at each call") {
+  // TVM's prelude writes its polymorphic functions this way.
+  CHECK(mainResult("def @k[A](%x: A) { %x }\ndef @main(%a: float32) -> float32 { @k(%a) }") == "float32");
+  CHECK(mainResult("def @k[A](%x: A) { %x }\ndef @main(%a: float32, %b: int32) { (@k(%a), @k(%b)) }") == "(float32, int32)");
+}
