@@ -23,6 +23,7 @@ std::string_view dtypeShortName(DType t) { return kInfo[static_cast<int>(t)].sho
 size_t dtypeSize(DType t) { return kInfo[static_cast<int>(t)].size; }
 
 std::optional<DType> parseDType(std::string_view name) {
+  if (name == "int") return DType::Int32;  // TVM's alias
   for (int i = 0; i < kNumDTypes; ++i) {
     if (kInfo[i].name == name || kInfo[i].shortName == name) return static_cast<DType>(i);
   }

@@ -1,5 +1,5 @@
 // Element-wise operators: unary math, binary arithmetic and comparison with numpy
-// broadcasting, where, clip and cast.
+// broadcasting, where, clip, leaky_relu and cast.
 #include <cmath>
 
 #include "kernel_ir/compute.h"
@@ -21,6 +21,13 @@ std::vector<TensorDesc> clipRule(const OpCall& call) {
   if (!call.attrs.has("a_max")) call.attrs.fail("a_max", "is required");
   double lo = call.attrs.getFloat("a_min", 0), hi = call.attrs.getFloat("a_max", 0);
   if (lo > hi) opFail(call, "a_min must not exceed a_max");
+  return {call.inputs[0]};
+}
+
+// TVM's nn.leaky_relu: alpha (default 0.01) scales the negative part.
+std::vector<TensorDesc> leakyReluRule(const OpCall& call) {
+  requireDType(call, call.inputs[0], DTypeClass::Float, "operand");
+  (void)call.attrs.getFloat("alpha", 0.01);
   return {call.inputs[0]};
 }
 
@@ -76,6 +83,13 @@ int32_t reluCompute(const ComputeCall& c) {
 
 int32_t copyCompute(const ComputeCall& c) { return operand(c, 0); }
 
+int32_t leakyReluCompute(const ComputeCall& c) {
+  ExprId x = operand(c, 0);
+  DType t = c.b.typeOf(x);
+  ExprId scaled = c.b.binary(BinaryOp::Mul, x, c.b.constant(c.attrs.getFloat("alpha", 0.01), t));
+  return c.b.select(c.b.binary(BinaryOp::Gt, x, c.b.constant(0, t)), x, scaled);
+}
+
 int32_t clipCompute(const ComputeCall& c) {
   ExprId x = operand(c, 0);
   DType t = c.b.typeOf(x);
@@ -127,6 +141,7 @@ void registerElementwiseOps(OpTable& t) {
   };
   for (const Unary& u : unary) t.add(u.name, 1, OpPattern::ElemWise, u.rule).compute = u.compute;
   t.add("clip", 1, OpPattern::ElemWise, clipRule, {"a_min", "a_max"}).compute = clipCompute;
+  t.add("nn.leaky_relu", 1, OpPattern::ElemWise, leakyReluRule, {"alpha"}).compute = leakyReluCompute;
   t.add("cast", 1, OpPattern::ElemWise, castRule, {"dtype"}).compute = castCompute;
 
   struct Binary {

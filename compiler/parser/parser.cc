@@ -37,6 +37,14 @@ std::string unescape(std::string_view s) {
   return out;
 }
 
+// A dtype by its Relay spelling (int32, float32, ...) or TVM's alias `int`
+// (int32); vmrun's short spellings (f32) are not Relay.
+std::optional<DType> relayDType(std::string_view text) {
+  auto d = parseDType(text);
+  if (d && (dtypeName(*d) == text || text == "int")) return d;
+  return std::nullopt;
+}
+
 class Parser {
  public:
   Parser(Module& m, std::string_view src, const std::string& file, bool fromPrelude)
@@ -286,8 +294,8 @@ class Parser {
       expect(Tok::RParen, "to end the tensor's shape");
       expect(Tok::Comma, "between the tensor's shape and dtype");
       const Token& dt = expect(Tok::Ident, "(a dtype)");
-      auto dtype = parseDType(dt.text);
-      if (!dtype || dtypeName(*dtype) != dt.text) failAt(dt.loc, "unknown dtype '" + std::string(dt.text) + "'");
+      auto dtype = relayDType(dt.text);
+      if (!dtype) failAt(dt.loc, "unknown dtype '" + std::string(dt.text) + "'");
       expect(Tok::RBracket, "to end the tensor type");
       return tensorType(b_.arena(), *dtype, dims);
     }
@@ -308,7 +316,7 @@ class Parser {
       popTypeParams(m);
       return funcType(b_.arena(), params, r, tps);
     }
-    if (auto dtype = parseDType(t.text); dtype && dtypeName(*dtype) == t.text) {
+    if (auto dtype = relayDType(t.text)) {
       next();
       return scalarType(b_.arena(), *dtype);
     }
