@@ -132,7 +132,15 @@ class Lifter : public ExprMutator {
   // others become a wrapper global.
   const Expr* ctorValue(const Expr* e, const CtorRef* c) {
     if (c->ctor->fields.empty()) return e;
+    // One wrapper per constructor, not per name: a program's own `Cons` and the
+    // prelude's are different constructors (Cons_fn, Cons_fn1, ...).
+    auto wraps = [&](const Function* fn) {
+      auto* call = fn->body->kind == ExprKind::Call ? static_cast<const Call*>(fn->body) : nullptr;
+      return call && call->callee->kind == ExprKind::Ctor && static_cast<const CtorRef*>(call->callee)->ctor == c->ctor;
+    };
     std::string name = std::string(c->ctor->name) + "_fn";
+    for (int n = 1; out_.findFunction(name) && !wraps(out_.findFunction(name)->fn); ++n)
+      name = std::string(c->ctor->name) + "_fn" + std::to_string(n);
     if (!out_.findFunction(name)) {
       std::vector<const Var*> params;
       std::vector<const Expr*> args;
