@@ -8,6 +8,7 @@
 #include "base/read_file.h"
 #include "compiler/parser/parser.h"
 #include "compiler/parser/prelude.h"
+#include "compiler/parser/prelude_filter.h"
 #include "compiler/typecheck/infer.h"
 
 namespace kiln::compiler {
@@ -64,7 +65,9 @@ std::unique_ptr<ir::Module> loadProgram(std::string_view source, const std::stri
                                         const FrontendOptions& opts) {
   return onCompilerStack([&] {
     auto m = std::make_unique<ir::Module>(std::make_shared<ir::Arena>(), file);
-    if (opts.prelude) parser::parseInto(*m, parser::preludeSource(), "<prelude>", /*fromPrelude=*/true);
+    // The prelude less what the program defines itself (parser/prelude_filter.h);
+    // the text lives in the module's arena, as the source of its nodes.
+    if (opts.prelude) parser::parseInto(*m, m->arena().str(parser::preludeFor(source)), "<prelude>", /*fromPrelude=*/true);
     parser::parseInto(*m, source, file);
     if (opts.typeCheck) typecheck::inferTypes(*m);
     return m;

@@ -2,6 +2,12 @@
 // recursion, ADTs and exhaustiveness, each checked against the exact type.
 #include "test_util.h"
 
+#include <algorithm>
+#include <string>
+
+#include "compiler/parser/prelude.h"
+#include "compiler/parser/prelude_filter.h"
+
 using kiln::test::mainResult;
 
 namespace {
@@ -255,4 +261,20 @@ TEST_CASE("typecheck: a polymorphic global without a return annotation is instan
   // TVM's prelude writes its polymorphic functions this way.
   CHECK(mainResult("def @k[A](%x: A) { %x }\ndef @main(%a: float32) -> float32 { @k(%a) }") == "float32");
   CHECK(mainResult("def @k[A](%x: A) { %x }\ndef @main(%a: float32, %b: int32) { (@k(%a), @k(%b)) }") == "(float32, int32)");
+}
+
+TEST_CASE("prelude: a program's definitions leave the prelude's same-named ones, and their users, out") {
+  std::string_view full = kiln::parser::preludeSource();
+  std::string none = kiln::parser::preludeFor("def @main() { 1 }");
+  CHECK(none == full);
+  std::string text = kiln::parser::preludeFor("def @sum(%x: float32) { %x }\ndef @main() { 1 }");
+  CHECK(text.size() == full.size());  // blanked in place: lines and columns stay
+  CHECK(std::count(text.begin(), text.end(), '\n') == std::count(full.begin(), full.end(), '\n'));
+  CHECK(text.find("def @sum") == std::string::npos);
+  CHECK(full.find("def @sum") != std::string_view::npos);
+  CHECK(text.find("def @map") != std::string::npos);  // does not use @sum
+  std::string noList = kiln::parser::preludeFor("type List[A] { Cons(A, List[A]), Nil }\ndef @main() { 1 }");
+  CHECK(noList.find("type List") == std::string::npos);
+  CHECK(noList.find("def @map") == std::string::npos);   // built on List
+  CHECK(noList.find("type Option") != std::string::npos);  // independent of List
 }
