@@ -255,6 +255,15 @@ class Parser {
   void popTypeParams(size_t m) { typeParams_.resize(m); }
 
   // ---- types ----
+  // An annotation, or TVM's type hole `_`: left to inference (null).
+  const Type* parseAnnotation() {
+    if (at(Tok::Ident) && tok().text == "_") {
+      next();
+      return nullptr;
+    }
+    return parseType();
+  }
+
   const Type* parseType() {
     DepthGuard g(*this);
     const Token& t = tok();
@@ -368,14 +377,14 @@ class Parser {
         const Token& p = expect(Tok::Local, "(a parameter)");
         for (const Var* q : params)
           if (q->name == p.text) failAt(p.loc, "parameter %" + std::string(p.text) + " is declared twice");
-        const Type* ann = accept(Tok::Colon) ? parseType() : nullptr;
+        const Type* ann = accept(Tok::Colon) ? parseAnnotation() : nullptr;
         Var* v = b_.var(p.text, ann, p.loc);
         params.push_back(v);
       } while (accept(Tok::Comma));
     }
     expect(Tok::RParen, "to end the parameter list");
     for (const Var* v : params) bind(const_cast<Var*>(v));
-    const Type* ret = accept(Tok::Arrow) ? parseType() : nullptr;
+    const Type* ret = accept(Tok::Arrow) ? parseAnnotation() : nullptr;
     const Expr* body = parseBlock("the function body");
     graphNames_.pop_back();
     popTo(vm);
@@ -386,7 +395,7 @@ class Parser {
   const Expr* parseBlock(const char* what) {
     if (!at(Tok::LBrace)) fail(std::string("expected '{' to begin ") + what);
     next();
-    const Expr* e = parseExpr();
+    const Expr* e = parseExpr(/*sequences=*/true);
     if (!at(Tok::RBrace)) fail(std::string("expected '}' to end ") + what);
     next();
     return e;
@@ -398,10 +407,22 @@ class Parser {
     return at(Tok::Local) && peek().kind == Tok::Assign;
   }
 
-  const Expr* parseExpr() {
+  // An expression; with `sequences` (a block's contents: a function body, an
+  // arm), also TVM's `e1; e2`. Elsewhere (a let's value, an argument) the `;`
+  // after an expression belongs to the enclosing let.
+  const Expr* parseExpr(bool sequences = false) {
     DepthGuard g(*this);
-    if (!atBinding()) return parseBinary(1);
-    // A let chain: parsed with a loop so 10^5 bindings cost no stack.
+    if (!atBinding()) {
+      const Expr* e = parseBinary(1);
+      if (!sequences || !at(Tok::Semi)) return e;
+      return bindingChain(e, sequences);
+    }
+    return bindingChain(nullptr, sequences);
+  }
+
+  // A let chain: parsed with a loop so 10^5 bindings cost no stack. `first`, when
+  // given, is an expression already parsed and followed by `;` (a sequence).
+  const Expr* bindingChain(const Expr* first, bool sequences) {
     struct Binding {
       const Var* var;
       const Expr* value;
@@ -410,7 +431,20 @@ class Parser {
     };
     std::vector<Binding> chain;
     size_t vm = mark();
-    while (atBinding()) {
+    // TVM's sequencing `e1; e2`: e1 is evaluated and its value dropped (bound to %_).
+    auto sequence = [&](const Expr* e) {
+      SourceLoc semi = next().loc;
+      chain.push_back({b_.var("_", nullptr, semi), e, semi, false});
+    };
+    if (first) sequence(first);
+    const Expr* body = nullptr;
+    while (!body) {
+      if (!atBinding()) {
+        const Expr* e = parseBinary(1);
+        if (sequences && at(Tok::Semi)) sequence(e);
+        else body = e;
+        continue;
+      }
       SourceLoc loc = tok().loc;
       bool graph = !atIdent("let");
       if (!graph) next();
@@ -422,7 +456,7 @@ class Parser {
         if (!graphNames_.empty() && !graphNames_.back().insert(name.text).second)
           failAt(name.loc, "%" + std::string(name.text) + " is bound twice in this function");
       }
-      const Type* ann = !graph && accept(Tok::Colon) ? parseType() : nullptr;
+      const Type* ann = !graph && accept(Tok::Colon) ? parseAnnotation() : nullptr;
       expect(Tok::Assign, "in the binding");
       Var* v = b_.var(name.text, ann, name.loc);
       // A let-bound function may call itself by its own name.
@@ -433,7 +467,6 @@ class Parser {
       if (!recursive) bind(v);
       chain.push_back({v, value, loc, graph});
     }
-    const Expr* body = parseBinary(1);
     popTo(vm);
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) body = b_.let(it->var, it->value, body, it->graph, it->loc);
     return body;
@@ -705,7 +738,7 @@ class Parser {
     }
     if (t.kind == Tok::Local) {
       next();
-      const Type* ann = accept(Tok::Colon) ? parseType() : nullptr;
+      const Type* ann = accept(Tok::Colon) ? parseAnnotation() : nullptr;
       Var* v = b_.var(t.text, ann, t.loc);
       bind(v);
       return b_.patternVar(v, t.loc);
