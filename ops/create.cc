@@ -95,6 +95,11 @@ std::vector<TensorDesc> argwhereRule(const OpCall& call) {
 // them directly (their operand may be any type). The rule only validates attributes.
 void requireDeviceName(const OpCall& call, std::string_view attr, bool required) {
   if (!call.attrs.has(attr)) {
+    std::string_view tvm = attr == "device" ? "device_type" : attr == "src_device" ? "src_dev_type" : "dst_dev_type";
+    if (call.attrs.has(tvm)) {
+      (void)annotatedDevice(call.attrs, attr);  // validates TVM 0.8's integer form
+      return;
+    }
     if (required) call.attrs.fail(attr, "is required");
     return;
   }
@@ -154,9 +159,23 @@ void registerCreateOps(OpTable& t) {
   t.add("dyn.zeros", 1, OpPattern::Opaque, dynZerosRule, {"dtype"}).dataDependent = true;
   t.add("dyn.strided_slice", 4, OpPattern::Opaque, dynStridedSliceRule, {"slice_mode"}).dataDependent = true;
   t.add("argwhere", 1, OpPattern::Opaque, argwhereRule).dataDependent = true;
-  t.add("on_device", 1, OpPattern::Opaque, onDeviceRule, {"device", "constrain_body", "constrain_result"})
+  t.add("on_device", 1, OpPattern::Opaque, onDeviceRule,
+        {"device", "constrain_body", "constrain_result", "device_type", "device_id", "is_fixed"})
       .annotation = true;
-  t.add("device_copy", 1, OpPattern::Opaque, deviceCopyRule, {"src_device", "dst_device"}).annotation = true;
+  t.add("device_copy", 1, OpPattern::Opaque, deviceCopyRule, {"src_device", "dst_device", "src_dev_type", "dst_dev_type"})
+      .annotation = true;
+}
+
+Device annotatedDevice(const AttrReader& attrs, std::string_view attr) {
+  if (attrs.has(attr)) return Device::parse(attrs.getString(attr, "cpu"));
+  std::string_view tvm = attr == "device" ? "device_type" : attr == "src_device" ? "src_dev_type" : "dst_dev_type";
+  if (!attrs.has(tvm)) return Device{};
+  // DLPack's device types, as TVM 0.8 writes them: 1 the CPU, 2 a CUDA GPU.
+  int64_t type = attrs.getInt(tvm, 1);
+  if (type != 1 && type != 2) attrs.fail(tvm, "= " + std::to_string(type) + " is not a device type Kiln knows (1: cpu, 2: cuda)");
+  int64_t id = attr == "device" ? attrs.getInt("device_id", 0) : 0;
+  if (id < 0 || id > 999) attrs.fail("device_id", "must be between 0 and 999");
+  return Device{type == 1 ? Device::Kind::CPU : Device::Kind::CUDA, static_cast<uint16_t>(id)};
 }
 
 }  // namespace kiln::ops

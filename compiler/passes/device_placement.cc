@@ -451,11 +451,11 @@ class Placer {
         int u = atom(inst, Site{c, 0}, c->args[0]);
         int r = ofType(c->type);
         if (op->name == "device_copy") {
-          userFixes_.push_back({u, deviceIndex(Device::parse(attrs.getString("src_device", "cpu"))), -1});
-          userFixes_.push_back({r, deviceIndex(Device::parse(attrs.getString("dst_device", "cpu"))), -1});
+          userFixes_.push_back({u, deviceIndex(ops::annotatedDevice(attrs, "src_device")), -1});
+          userFixes_.push_back({r, deviceIndex(ops::annotatedDevice(attrs, "dst_device")), -1});
           return r;
         }
-        int d = deviceIndex(Device::parse(attrs.getString("device", "cpu")));
+        int d = deviceIndex(ops::annotatedDevice(attrs, "device"));
         if (attrs.getBool("constrain_body", true)) {
           // The computation itself goes there: the definition of a variable
           // operand (unless something else fixed it first: then this use).

@@ -99,5 +99,14 @@ check "missing file says so" grep -q "^error: cannot read '$tmp/missing.relay'" 
 check "unknown flag exits 2" test $? -eq 2
 check "unknown flag says so" grep -q "^error: unknown option '--bogus'" "$tmp/err"
 
+# TVM 0.8's integer device attributes (1 cpu, 2 cuda) place like the named ones.
+printf 'def @main(%%x: Tensor[(2,), float32]) {\n  let %%y = on_device(%%x * 2f, device_type=2);\n  device_copy(%%y, src_dev_type=2, dst_dev_type=1)\n}\n' > "$tmp/tvmdev.relay"
+"$kilnc" "$tmp/tvmdev.relay" --device cuda,cpu --emit devices > "$tmp/devs"
+check "device_type=2 puts the product on cuda" grep -q "})(%x);  // cuda" "$tmp/devs"
+check "dst_dev_type=1 copies the result to cpu" grep -q "device_copy(%y, src_dev_type=2, dst_dev_type=1)  // cpu" "$tmp/devs"
+printf 'def @main(%%x: Tensor[(2,), float32]) { on_device(%%x, device_type=7) }\n' > "$tmp/tvmdev7.relay"
+"$kilnc" "$tmp/tvmdev7.relay" -o "$tmp/d.kx" 2> "$tmp/err"
+check "an unknown device type is a located error" grep -q "tvmdev7.relay:1:40: error: on_device: attribute 'device_type' = 7 is not a device type" "$tmp/err"
+
 if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
 echo "all kilnc checks passed"
