@@ -1,4 +1,4 @@
-// Neural-network operators: bias_add, softmax, layer_norm, conv2d and pooling (NCHW).
+// Neural-network operators: bias_add, softmax, layer_norm, batch_norm, conv2d and pooling (NCHW).
 #include <array>
 #include <climits>
 #include <cmath>
@@ -132,6 +132,27 @@ using loop::BinaryOp;
 using loop::ExprId;
 using loop::ReduceOp;
 
+// TVM's nn.batch_norm in its inference form: (data, gamma, beta, moving_mean,
+// moving_var) to the 3-tuple (normalized data, moving_mean, moving_var).
+std::vector<TensorDesc> batchNormRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  requireDType(call, x, DTypeClass::Float, "data");
+  int64_t axis = normalizeAxis(call, call.attrs.getInt("axis", 1), x.rank());
+  call.attrs.getFloat("epsilon", 1e-5);
+  call.attrs.getBool("center", true);
+  call.attrs.getBool("scale", true);
+  const char* names[] = {"gamma", "beta", "moving_mean", "moving_var"};
+  for (int k = 1; k < 5; ++k) {
+    const TensorDesc& p = call.inputs[k];
+    requireSameDType(call, x, p);
+    requireRank(call, p, 1, names[k - 1]);
+    if (!dimsCompatible(p.shape[0], x.shape[axis]))
+      opFail(call, std::string(names[k - 1]) + " has " + dimToString(p.shape[0]) + " elements but axis " +
+                       std::to_string(axis) + " of the data has " + dimToString(x.shape[axis]));
+  }
+  return {x, call.inputs[3], call.inputs[4]};
+}
+
 size_t axisOf(const ComputeCall& c, int64_t dflt) {
   int64_t a = c.attrs.getInt("axis", dflt);
   return static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(c.inputs[0].rank()) : a);
@@ -187,6 +208,19 @@ int32_t layerNormCompute(const ComputeCall& c) {
   return y;
 }
 
+int32_t batchNormCompute(const ComputeCall& c) {
+  // Fields 1 and 2 pass the moving statistics through, as TVM's inference form does.
+  if (c.field > 0) return c.load(static_cast<size_t>(2 + c.field), c.index);
+  size_t a = axisOf(c, 1);
+  std::vector<ExprId> pi{c.index[a]};
+  DType t = c.b.typeOf(c.load(0, c.index));
+  ExprId eps = c.b.floatConst(c.attrs.getFloat("epsilon", 1e-5), t);
+  ExprId y = c.b.binary(BinaryOp::Mul, c.b.binary(BinaryOp::Sub, c.load(0, c.index), c.load(3, pi)),
+                        c.b.unary(loop::UnaryOp::Rsqrt, c.b.binary(BinaryOp::Add, c.load(4, pi), eps)));
+  if (c.attrs.getBool("scale", true)) y = c.b.binary(BinaryOp::Mul, y, c.load(1, pi));
+  if (c.attrs.getBool("center", true)) y = c.b.binary(BinaryOp::Add, y, c.load(2, pi));
+  return y;
+}
 
 // conv2d and pooling: windows over (H, W); padded positions read nothing.
 // Input position along spatial axis `s` (0: H, 1: W) for output position `o` and window offset `k`.
@@ -275,6 +309,9 @@ void registerNNOps(OpTable& t) {
   t.add("nn.log_softmax", 1, OpPattern::Opaque, softmaxRule, {"axis"}).compute = softmaxCompute<true>;
   t.add("nn.layer_norm", 3, OpPattern::Opaque, layerNormRule, {"axis", "epsilon", "center", "scale"}).compute =
       layerNormCompute;
+  OpDef& batchNorm = t.add("nn.batch_norm", 5, OpPattern::Injective, batchNormRule, {"axis", "epsilon", "center", "scale"});
+  batchNorm.tupleOutput = true;
+  batchNorm.compute = batchNormCompute;
   t.add("nn.conv2d", 2, OpPattern::OutEWiseFusable, conv2dRule,
         {"strides", "padding", "dilation", "groups", "channels", "kernel_size", "data_layout", "kernel_layout",
          "out_layout", "out_dtype"})
