@@ -128,7 +128,10 @@ class Equal {
         for (size_t i = 0; i < x->typeParams.size(); ++i) params_[x->typeParams[i]] = y->typeParams[i];
         for (size_t i = 0; i < x->params.size(); ++i)
           if (!bindVar(x->params[i], y->params[i])) return false;
-        return type(x->resultAnnotation, y->resultAnnotation) && expr(x->body, y->body);
+        static const ops::AttrMap kNone;
+        const ops::AttrMap& ax = x->attrs ? *x->attrs : kNone;
+        const ops::AttrMap& ay = y->attrs ? *y->attrs : kNone;
+        return x->primitive == y->primitive && ax == ay && type(x->resultAnnotation, y->resultAnnotation) && expr(x->body, y->body);
       }
       case ExprKind::Tuple: return exprs(static_cast<const Tuple*>(a)->fields, static_cast<const Tuple*>(b)->fields);
       case ExprKind::TupleGet: {

@@ -122,7 +122,10 @@ struct Function : Expr {
   std::span<const Var* const> params;
   const Type* resultAnnotation = nullptr;
   const Expr* body;
-  bool primitive = false;  // a fused kernel (made by the fusion pass): only operators on tensors
+  bool primitive = false;  // a fused kernel (made by the fusion pass, or written Primitive=1): only operators on tensors
+  // Attributes written in the parameter list, TVM style (`fn (%x, Primitive=1)`,
+  // `Compiler="dnnl"`, `global_symbol="f"`); kept and printed back. Null: none.
+  const ops::AttrMap* attrs = nullptr;
   // Made by lambda lifting: the body of a global `def @g(captured...) { closure fn }`.
   // `@g(captured...)` builds the closure; `@g(captured..., args...)` calls it directly.
   bool closure = false;

@@ -140,6 +140,14 @@ class Printer {
         if (!n.empty()) out_ += " /* " + n + " */";
       }
     }
+    if (f->attrs) {
+      bool first = f->params.empty();
+      for (const auto& [k, v] : f->attrs->items()) {
+        out_ += first ? "" : ", ";
+        first = false;
+        out_ += k + "=" + v.toString();
+      }
+    }
     out_ += ")";
     const Type* ret = f->resultAnnotation;
     if (!ret && opts_.showTypes && f->type) ret = asFunc(f->type) ? asFunc(f->type)->result : nullptr;

@@ -372,8 +372,19 @@ class Parser {
     graphNames_.emplace_back();
     expect(Tok::LParen, isDef ? "to begin the parameter list" : "after 'fn'");
     std::vector<const Var*> params;
+    ops::AttrMap* attrs = nullptr;
     if (!at(Tok::RParen)) {
       do {
+        // TVM's function attributes follow the parameters: `Primitive=1`, `Compiler="dnnl"`.
+        if (at(Tok::Ident) && peek().kind == Tok::Assign) {
+          const Token& name = next();
+          next();
+          if (!attrs) attrs = b_.arena().own<ops::AttrMap>();
+          if (attrs->find(name.text)) failAt(name.loc, "attribute '" + std::string(name.text) + "' is given twice");
+          attrs->set(std::string(name.text), parseAttrValue());
+          continue;
+        }
+        if (attrs) fail("expected an attribute (name=value) after the first function attribute");
         const Token& p = expect(Tok::Local, "(a parameter)");
         for (const Var* q : params)
           if (q->name == p.text) failAt(p.loc, "parameter %" + std::string(p.text) + " is declared twice");
@@ -389,7 +400,14 @@ class Parser {
     graphNames_.pop_back();
     popTo(vm);
     popTypeParams(tm);
-    return b_.function(tps, params, ret, body, loc);
+    Function* fn = b_.function(tps, params, ret, body, loc);
+    fn->attrs = attrs;
+    // Primitive=1: a fused kernel as written (the fusion pass leaves it whole).
+    if (attrs && attrs->find("Primitive")) {
+      const ops::AttrValue* v = attrs->find("Primitive");
+      fn->primitive = v->kind == ops::AttrValue::Kind::Int && v->i != 0;
+    }
+    return fn;
   }
 
   const Expr* parseBlock(const char* what) {

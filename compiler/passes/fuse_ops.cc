@@ -156,7 +156,10 @@ class Grouping {
           stack.push_back({m->scrutinee, false});
           break;
         }
-        case ExprKind::Function: collect(static_cast<const Function*>(x)->body, ++regions_); break;
+        case ExprKind::Function:
+          // A kernel written as such (Primitive=1) stays whole.
+          if (!static_cast<const Function*>(x)->primitive) collect(static_cast<const Function*>(x)->body, ++regions_);
+          break;
         case ExprKind::Tuple:
           for (const Expr* f : static_cast<const Tuple*>(x)->fields) stack.push_back({f, false});
           break;
@@ -225,18 +228,35 @@ class Grouping {
 // bindings of non-root members disappear into their kernels.
 class FuseRewriter : public ExprMutator {
  public:
-  FuseRewriter(Arena& a, Grouping& g) : ExprMutator(a), g_(g), a_(a) {}
+  FuseRewriter(Arena& a, Grouping& g, const Expr* body) : ExprMutator(a), g_(g), a_(a) { countUses(body); }
 
  protected:
   const Expr* visit(const Expr* e) override {
+    // A kernel written as such (Primitive=1, as TVM prints fused programs) stays whole.
+    if (e->kind == ExprKind::Function && static_cast<const Function*>(e)->primitive) return e;
+    if (e->kind == ExprKind::Call) {
+      // `%0 = fn (..., Primitive=1) {...}; %0(%x)`: the kernel is called directly.
+      auto* c = static_cast<const Call*>(e);
+      if (c->callee->kind == ExprKind::Var) {
+        auto it = inlined_.find(static_cast<const Var*>(c->callee));
+        if (it != inlined_.end()) {
+          std::vector<const Expr*> args;
+          for (const Expr* a : c->args) args.push_back(mutate(a));
+          return typed(builder().call(it->second, args, c->attrs, c->loc), c);
+        }
+      }
+    }
     if (e->kind == ExprKind::Let) {
-      // Drop bindings whose value moved into a kernel; keep walking the chain.
+      // Drop bindings whose value moved into a kernel, and bindings of written
+      // kernels used only as callees (they are inlined); keep walking the chain.
       const Expr* x = e;
       std::vector<const Let*> kept;
       while (x->kind == ExprKind::Let) {
         auto* l = static_cast<const Let*>(x);
         const Call* c = opOf(l->value) ? static_cast<const Call*>(l->value) : nullptr;
-        if (!c || g_.isRoot(c)) kept.push_back(l);
+        bool kernelValue = l->value->kind == ExprKind::Function && static_cast<const Function*>(l->value)->primitive;
+        if (kernelValue && otherUses_[l->var] == 0) inlined_[l->var] = l->value;
+        else if (!c || g_.isRoot(c)) kept.push_back(l);
         x = l->body;
       }
       const Expr* body = mutate(x);
@@ -251,6 +271,25 @@ class FuseRewriter : public ExprMutator {
   }
 
  private:
+  // How often each variable is used other than as the callee of a call.
+  void countUses(const Expr* root) {
+    std::vector<const Expr*> stack{root};
+    std::unordered_set<const Expr*> seen;
+    while (!stack.empty()) {
+      const Expr* e = stack.back();
+      stack.pop_back();
+      if (!seen.insert(e).second) continue;
+      if (e->kind == ExprKind::Var) otherUses_[static_cast<const Var*>(e)]++;
+      if (e->kind == ExprKind::Call && static_cast<const Call*>(e)->callee->kind == ExprKind::Var) {
+        for (const Expr* a : static_cast<const Call*>(e)->args) stack.push_back(a);
+        continue;
+      }
+      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
+    }
+  }
+  std::unordered_map<const Var*, int> otherUses_;
+  std::unordered_map<const Var*, const Expr*> inlined_;
+
   // Builds the primitive function for the group rooted at `root` and calls it.
   const Expr* kernelCall(const Call* root) {
     std::vector<const Var*> params;
@@ -333,7 +372,7 @@ std::unique_ptr<Module> fuseOps(const Module& m, const FuseOptions& opts) {
   for (const GlobalFunction& g : m.functions()) {
     Grouping grouping;
     grouping.run(g.fn->body, opts.fuse);
-    FuseRewriter rewriter(m.arena(), grouping);
+    FuseRewriter rewriter(m.arena(), grouping, g.fn->body);
     const Expr* body = rewriter.mutate(g.fn->body);
     if (body == g.fn->body) {
       out->addFunction(g.var, g.fn, g.fromPrelude);

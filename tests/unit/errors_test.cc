@@ -46,6 +46,8 @@ const BadProgram kBadPrograms[] = {
      "4:1: error: expected '}' to close the '{' opened at 1:24, but found end of input"},
     {"long token quoted short", "def @main() { \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" }",
      "1:15: error: expected an expression, but found string \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\""},
+    {"function attribute twice", "def @f(%x: float32, Inline=1, Inline=1) { %x }\ndef @main() { 1 }",
+     "1:31: error: attribute 'Inline' is given twice"},
     {"empty type", "type T { }\ndef @main() { 1 }",
      "1:8: error: type 'T' has no constructors"},
     {"version header not first", "def @main() { 1 }\n#[version = \"0.0.5\"]",
