@@ -51,6 +51,11 @@ class Grouping {
   }
   // Whether `c` is the root of its group (its value leaves the group).
   bool isRoot(const Call* c) { return find(c) == c; }
+  // Whether every use of `v` is as the callee of a call.
+  bool onlyCalled(const Var* v) const {
+    auto all = varUses_.find(v), called = calleeUses_.find(v);
+    return all == varUses_.end() || (called != calleeUses_.end() && called->second == all->second);
+  }
 
  private:
   // Uses of each operator call: direct nesting as an argument, or a reference to the variable bound to it.
@@ -73,6 +78,7 @@ class Grouping {
         case ExprKind::Call: {
           auto* c = static_cast<const Call*>(e);
           ++uses_[e];
+          if (c->callee->kind == ExprKind::Var) ++calleeUses_[static_cast<const Var*>(c->callee)];
           stack.push_back(c->callee);
           for (const Expr* a : c->args) stack.push_back(a);
           break;
@@ -218,7 +224,7 @@ class Grouping {
   std::unordered_map<const Expr*, int> region_;
   int regions_ = 0;
   std::unordered_map<const Expr*, int> uses_;
-  std::unordered_map<const Var*, int> varUses_;
+  std::unordered_map<const Var*, int> varUses_, calleeUses_;
   std::unordered_map<const Var*, const Call*> varCall_;
   std::unordered_map<const Call*, const Call*> parent_;
   std::unordered_map<const Call*, int> anchors_;
@@ -228,22 +234,28 @@ class Grouping {
 // bindings of non-root members disappear into their kernels.
 class FuseRewriter : public ExprMutator {
  public:
-  FuseRewriter(Arena& a, Grouping& g, const Expr* body) : ExprMutator(a), g_(g), a_(a) { countUses(body); }
+  FuseRewriter(Arena& a, Grouping& g, const std::string& file) : ExprMutator(a), g_(g), a_(a), file_(file) {}
 
  protected:
   const Expr* visit(const Expr* e) override {
-    // A kernel written as such (Primitive=1, as TVM prints fused programs) stays whole.
-    if (e->kind == ExprKind::Function && static_cast<const Function*>(e)->primitive) return e;
+    // A kernel written as such (Primitive=1, as TVM prints fused programs) stays
+    // whole, and is only ever called: a kernel is not a value.
+    if (e->kind == ExprKind::Function && static_cast<const Function*>(e)->primitive)
+      throw Error(file_, e->loc, "a function marked Primitive=1 can only be called, not used as a value");
     if (e->kind == ExprKind::Call) {
       // `%0 = fn (..., Primitive=1) {...}; %0(%x)`: the kernel is called directly.
       auto* c = static_cast<const Call*>(e);
+      const Expr* kernel = c->callee->kind == ExprKind::Function && static_cast<const Function*>(c->callee)->primitive
+                               ? c->callee
+                               : nullptr;
       if (c->callee->kind == ExprKind::Var) {
         auto it = inlined_.find(static_cast<const Var*>(c->callee));
-        if (it != inlined_.end()) {
-          std::vector<const Expr*> args;
-          for (const Expr* a : c->args) args.push_back(mutate(a));
-          return typed(builder().call(it->second, args, c->attrs, c->loc), c);
-        }
+        if (it != inlined_.end()) kernel = it->second;
+      }
+      if (kernel) {
+        std::vector<const Expr*> args;
+        for (const Expr* a : c->args) args.push_back(mutate(a));
+        return typed(builder().call(kernel, args, c->attrs, c->loc), c);
       }
     }
     if (e->kind == ExprKind::Let) {
@@ -255,7 +267,9 @@ class FuseRewriter : public ExprMutator {
         auto* l = static_cast<const Let*>(x);
         const Call* c = opOf(l->value) ? static_cast<const Call*>(l->value) : nullptr;
         bool kernelValue = l->value->kind == ExprKind::Function && static_cast<const Function*>(l->value)->primitive;
-        if (kernelValue && otherUses_[l->var] == 0) inlined_[l->var] = l->value;
+        if (kernelValue && !g_.onlyCalled(l->var))
+          throw Error(file_, l->var->loc, "%" + std::string(l->var->name) + " holds a function marked Primitive=1, which can only be called, not used as a value");
+        if (kernelValue) inlined_[l->var] = l->value;
         else if (!c || g_.isRoot(c)) kept.push_back(l);
         x = l->body;
       }
@@ -271,23 +285,6 @@ class FuseRewriter : public ExprMutator {
   }
 
  private:
-  // How often each variable is used other than as the callee of a call.
-  void countUses(const Expr* root) {
-    std::vector<const Expr*> stack{root};
-    std::unordered_set<const Expr*> seen;
-    while (!stack.empty()) {
-      const Expr* e = stack.back();
-      stack.pop_back();
-      if (!seen.insert(e).second) continue;
-      if (e->kind == ExprKind::Var) otherUses_[static_cast<const Var*>(e)]++;
-      if (e->kind == ExprKind::Call && static_cast<const Call*>(e)->callee->kind == ExprKind::Var) {
-        for (const Expr* a : static_cast<const Call*>(e)->args) stack.push_back(a);
-        continue;
-      }
-      forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
-    }
-  }
-  std::unordered_map<const Var*, int> otherUses_;
   std::unordered_map<const Var*, const Expr*> inlined_;
 
   // Builds the primitive function for the group rooted at `root` and calls it.
@@ -362,6 +359,7 @@ class FuseRewriter : public ExprMutator {
 
   Grouping& g_;
   Arena& a_;
+  const std::string& file_;
 };
 
 }  // namespace
@@ -372,7 +370,7 @@ std::unique_ptr<Module> fuseOps(const Module& m, const FuseOptions& opts) {
   for (const GlobalFunction& g : m.functions()) {
     Grouping grouping;
     grouping.run(g.fn->body, opts.fuse);
-    FuseRewriter rewriter(m.arena(), grouping, g.fn->body);
+    FuseRewriter rewriter(m.arena(), grouping, m.file());
     const Expr* body = rewriter.mutate(g.fn->body);
     if (body == g.fn->body) {
       out->addFunction(g.var, g.fn, g.fromPrelude);

@@ -26,6 +26,9 @@ expect 2 'error: take: takes 6 element(s) from an empty axis of (3, 0)' "$kilnc"
 printf 'def @main(%%x: float32) {\n  %%0 = fn (%%p0: float32, Primitive=1) { if (%%p0 > 0f) { %%p0 } else { 0f } };\n  %%0(%%x)\n}\n' > "$tmp/prim.relay"
 expect 2 'prim.relay:2:41: error: a kernel can only hold operator calls on tensors, not this expression' "$kilnc" "$tmp/prim.relay" -o "$tmp/p.kx"
 
+printf 'def @main(%%x: float32) {\n  %%0 = fn (%%p0: float32, Primitive=1) { add(%%p0, 1f) };\n  (%%0(%%x), %%0)\n}\n' > "$tmp/primval.relay"
+expect 2 'primval.relay:2:3: error: %0 holds a function marked Primitive=1, which can only be called, not used as a value' "$kilnc" "$tmp/primval.relay" -o "$tmp/p.kx"
+
 printf 'def @main(%%x: Tensor[(?, ?), float32]) { %%x }\n' > "$tmp/id.relay"
 printf 'def @main(%%x: int8) { %%x }\n' > "$tmp/i8.relay"
 expect 2 'out of memory on cpu: cannot allocate 4000000000000 bytes' "$vmrun" "$tmp/id.relay" --input 1000000x1000000xf32=0
