@@ -347,6 +347,10 @@ class Inferer {
                        std::to_string(c->args.size()) + " were given");
     for (size_t i = 0; i < c->args.size(); ++i) {
       const Type* at = infer(c->args[i], c, 2 + static_cast<uint32_t>(i));
+      // A polymorphic function passed where a function is expected is
+      // instantiated there (TVM: `@app(fn [T](%y: T) -> T { %y }, %l)`).
+      if (auto* pf = asFunc(s_.resolve(at)); pf && !pf->typeParams.empty())
+        at = instantiate(pf, {c, 64 + static_cast<uint32_t>(i)});
       unifyAt(useLoc(c->args[i], c->loc), ft->params[i], at, UnifyMode::Check, [&] { return "argument " + std::to_string(i + 1) + " of " + name(); });
     }
     return ft->result;
