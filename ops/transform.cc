@@ -1,5 +1,5 @@
 // Shape and data-movement operators: reshape, transpose, expand_dims, squeeze,
-// concatenate, stack, split, strided_slice, take, broadcast_to, tile, reverse.
+// concatenate, stack, split, strided_slice, take, broadcast_to, tile, reverse, nn.pad.
 #include <algorithm>
 #include <limits>
 
@@ -310,6 +310,38 @@ std::vector<TensorDesc> tileRule(const OpCall& call) {
   return {TensorDesc{x.dtype, out}};
 }
 
+// TVM's nn.pad (0.8 and later): the data and a 0-d pad value; pad_width gives
+// [before, after] per dimension. Only pad_mode="constant" is supported.
+std::vector<std::pair<int64_t, int64_t>> padWidths(const AttrReader& attrs, size_t rank) {
+  const AttrValue* w = attrs.map().find("pad_width");
+  if (!w || w->kind != AttrValue::Kind::List) attrs.fail("pad_width", "is required: [[before, after], ...] per dimension");
+  if (w->list.size() != rank)
+    attrs.fail("pad_width", "has " + std::to_string(w->list.size()) + " entries for a tensor of rank " + std::to_string(rank));
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const AttrValue& p : w->list) {
+    if (p.kind != AttrValue::Kind::List || p.list.size() != 2 || p.list[0].kind != AttrValue::Kind::Int ||
+        p.list[1].kind != AttrValue::Kind::Int)
+      attrs.fail("pad_width", "entries must be [before, after] pairs of integers");
+    int64_t before = p.list[0].i, after = p.list[1].i;
+    if (before < 0 || after < 0 || before > kMaxDimension || after > kMaxDimension)
+      attrs.fail("pad_width", "entries must be between 0 and 2^40");
+    out.emplace_back(before, after);
+  }
+  return out;
+}
+
+std::vector<TensorDesc> padRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  requireSameDType(call, x, call.inputs[1]);
+  requireRank(call, call.inputs[1], 0, "pad value");
+  call.attrs.getChoice("pad_mode", {"constant"});
+  auto widths = padWidths(call.attrs, x.rank());
+  Shape out = x.shape;
+  for (size_t d = 0; d < out.size(); ++d)
+    if (out[d] != kAnyDim) out[d] += widths[d].first + widths[d].second;
+  return {TensorDesc{x.dtype, out}};
+}
+
 std::vector<TensorDesc> reverseRule(const OpCall& call) {
   const TensorDesc& x = call.inputs[0];
   if (!call.attrs.has("axis")) call.attrs.fail("axis", "is required");
@@ -478,6 +510,21 @@ int32_t tileCompute(const ComputeCall& c) {
   return c.load(0, idx);
 }
 
+int32_t padCompute(const ComputeCall& c) {
+  auto widths = padWidths(c.attrs, c.inputs[0].rank());
+  std::vector<ExprId> in(c.index.begin(), c.index.end());
+  ExprId ok = c.b.constant(1, DType::Bool);
+  for (size_t d = 0; d < in.size(); ++d) {
+    in[d] = c.b.binary(BinaryOp::Sub, in[d], iconst(c, widths[d].first));
+    ExprId inside = c.b.binary(BinaryOp::And, c.b.binary(BinaryOp::Ge, in[d], iconst(c, 0)),
+                               c.b.binary(BinaryOp::Lt, in[d], c.inputDim(0, d)));
+    ok = c.b.binary(BinaryOp::And, ok, inside);
+  }
+  // Outside the data, the read is redirected to element 0 (every buffer has at
+  // least one line) and its value replaced by the pad value.
+  return c.b.select(ok, c.load(0, guardIndex(c, ok, in)), c.load(1, {}));
+}
+
 int32_t reverseCompute(const ComputeCall& c) {
   size_t a = axisAttr(c, "axis", 0, c.inputs[0].rank());
   std::vector<ExprId> idx(c.index.begin(), c.index.end());
@@ -507,6 +554,7 @@ void registerTransformOps(OpTable& t) {
   t.add("broadcast_to", 1, OpPattern::Broadcast, broadcastToRule, {"shape"}).compute = broadcastToCompute;
   t.add("tile", 1, OpPattern::Injective, tileRule, {"reps"}).compute = tileCompute;
   t.add("reverse", 1, OpPattern::Injective, reverseRule, {"axis"}).compute = reverseCompute;
+  t.add("nn.pad", 2, OpPattern::Injective, padRule, {"pad_width", "pad_mode"}).compute = padCompute;
 }
 
 }  // namespace kiln::ops
