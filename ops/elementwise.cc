@@ -1,5 +1,5 @@
 // Element-wise operators: unary math, binary arithmetic and comparison with numpy
-// broadcasting, where, clip, leaky_relu and cast.
+// broadcasting, where, clip, leaky_relu, fixed_point_multiply and cast.
 #include <cmath>
 
 #include "kernel_ir/compute.h"
@@ -29,6 +29,18 @@ std::vector<TensorDesc> leakyReluRule(const OpCall& call) {
   requireDType(call, call.inputs[0], DTypeClass::Float, "operand");
   (void)call.attrs.getFloat("alpha", 0.01);
   return {call.inputs[0]};
+}
+
+// TVM's fixed_point_multiply: int32 x times a Q31 multiplier, scaled by 2^shift,
+// rounded to nearest (ties up), as in TVM's topi (int64 arithmetic throughout).
+std::vector<TensorDesc> fixedPointMultiplyRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  if (x.dtype != DType::Int32) opFail(call, "the operand must be int32, not " + std::string(dtypeName(x.dtype)));
+  int64_t m = call.attrs.getInt("multiplier", -1);
+  if (!call.attrs.has("multiplier") || m < 0 || m > INT32_MAX) call.attrs.fail("multiplier", "must be an integer in [0, 2^31)");
+  int64_t shift = call.attrs.getInt("shift", 0);
+  if (shift < -31 || shift > 31) call.attrs.fail("shift", "must be between -31 and 31");
+  return {x};
 }
 
 std::vector<TensorDesc> castRule(const OpCall& call) {
@@ -101,6 +113,18 @@ int32_t clipCompute(const ComputeCall& c) {
   return c.b.binary(BinaryOp::Min, c.b.binary(BinaryOp::Max, x, c.b.constant(lo, t)), c.b.constant(hi, t));
 }
 
+int32_t fixedPointMultiplyCompute(const ComputeCall& c) {
+  int64_t multiplier = c.attrs.getInt("multiplier", 0), shift = c.attrs.getInt("shift", 0);
+  ExprId x = c.b.cast(DType::Int64, operand(c, 0));
+  auto i64 = [&](int64_t v) { return c.b.constant(static_cast<double>(v), DType::Int64); };
+  if (shift > 0) x = c.b.binary(BinaryOp::Mul, x, i64(int64_t(1) << shift));
+  int64_t right = 31 + (shift > 0 ? 0 : -shift);
+  x = c.b.binary(BinaryOp::Add, c.b.binary(BinaryOp::Mul, x, i64(multiplier)), i64(int64_t(1) << (right - 1)));
+  // An arithmetic right shift is a floor division by a power of two.
+  x = c.b.binary(BinaryOp::FloorDiv, x, i64(int64_t(1) << right));
+  return c.b.cast(DType::Int32, x);
+}
+
 int32_t castCompute(const ComputeCall& c) { return c.b.cast(c.output.dtype, operand(c, 0)); }
 
 template <BinaryOp Op>
@@ -142,6 +166,8 @@ void registerElementwiseOps(OpTable& t) {
   for (const Unary& u : unary) t.add(u.name, 1, OpPattern::ElemWise, u.rule).compute = u.compute;
   t.add("clip", 1, OpPattern::ElemWise, clipRule, {"a_min", "a_max"}).compute = clipCompute;
   t.add("nn.leaky_relu", 1, OpPattern::ElemWise, leakyReluRule, {"alpha"}).compute = leakyReluCompute;
+  t.add("fixed_point_multiply", 1, OpPattern::ElemWise, fixedPointMultiplyRule, {"multiplier", "shift"}).compute =
+      fixedPointMultiplyCompute;
   t.add("cast", 1, OpPattern::ElemWise, castRule, {"dtype"}).compute = castCompute;
 
   struct Binary {
