@@ -77,6 +77,35 @@ std::vector<TensorDesc> reshapeRule(const OpCall& call) {
   return {TensorDesc{x.dtype, out}};
 }
 
+// TVM's layout_transform between layouts that name the same axes in another
+// order ("NCHW" to "NHWC"): a transpose. Split layouts (NCHW16c) are not supported.
+std::vector<size_t> layoutPermutation(const AttrReader& attrs, size_t rank) {
+  std::string src = attrs.getString("src_layout", ""), dst = attrs.getString("dst_layout", "");
+  auto plain = [](const std::string& l) {
+    for (char ch : l)
+      if (ch < 'A' || ch > 'Z') return false;
+    return !l.empty();
+  };
+  if (!plain(src)) attrs.fail("src_layout", "= \"" + src + "\" is not a layout of upper-case axis letters (split layouts such as NCHW16c are not supported)");
+  if (!plain(dst)) attrs.fail("dst_layout", "= \"" + dst + "\" is not a layout of upper-case axis letters (split layouts such as NCHW16c are not supported)");
+  if (src.size() != rank) attrs.fail("src_layout", "= \"" + src + "\" names " + std::to_string(src.size()) + " axes for a tensor of rank " + std::to_string(rank));
+  std::string a = src, b = dst;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  if (a != b || std::adjacent_find(a.begin(), a.end()) != a.end())
+    attrs.fail("dst_layout", "= \"" + dst + "\" does not name the axes of \"" + src + "\" once each");
+  std::vector<size_t> perm;  // output axis d reads input axis perm[d]
+  for (char ch : dst) perm.push_back(src.find(ch));
+  return perm;
+}
+
+std::vector<TensorDesc> layoutTransformRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  Shape out;
+  for (size_t p : layoutPermutation(call.attrs, x.rank())) out.push_back(x.shape[p]);
+  return {TensorDesc{x.dtype, out}};
+}
+
 std::vector<TensorDesc> transposeRule(const OpCall& call) {
   const TensorDesc& x = call.inputs[0];
   auto axes = call.attrs.getIntList("axes");
@@ -370,6 +399,13 @@ ExprId clampIndex(const ComputeCall& c, ExprId v, ExprId extent) {
 
 int32_t reshapeCompute(const ComputeCall& c) { return c.load(0, unflatten(c, 0, flattenOutput(c, c.index))); }
 
+int32_t layoutTransformCompute(const ComputeCall& c) {
+  std::vector<size_t> perm = layoutPermutation(c.attrs, c.inputs[0].rank());
+  std::vector<ExprId> idx(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) idx[perm[d]] = c.index[d];
+  return c.load(0, idx);
+}
+
 int32_t transposeCompute(const ComputeCall& c) {
   size_t rank = c.inputs[0].rank();
   std::vector<ExprId> idx(rank);
@@ -537,6 +573,8 @@ int32_t reverseCompute(const ComputeCall& c) {
 void registerTransformOps(OpTable& t) {
   t.add("reshape", 1, OpPattern::Injective, reshapeRule, {"newshape", "allowzero"}).compute = reshapeCompute;
   t.add("transpose", 1, OpPattern::Injective, transposeRule, {"axes"}).compute = transposeCompute;
+  t.add("layout_transform", 1, OpPattern::Injective, layoutTransformRule, {"src_layout", "dst_layout"}).compute =
+      layoutTransformCompute;
   t.add("expand_dims", 1, OpPattern::Broadcast, expandDimsRule, {"axis", "num_newaxis"}).compute = expandDimsCompute;
   t.add("squeeze", 1, OpPattern::Injective, squeezeRule, {"axis"}).compute = squeezeCompute;
   OpDef& concat = t.add("concatenate", 1, OpPattern::Injective, concatenateRule, {"axis"});

@@ -48,6 +48,8 @@ const BadProgram kBadPrograms[] = {
      "1:15: error: expected an expression, but found string \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\""},
     {"function attribute twice", "def @f(%x: float32, Inline=1, Inline=1) { %x }\ndef @main() { 1 }",
      "1:31: error: attribute 'Inline' is given twice"},
+    {"split layout", "def @main(%x: Tensor[(1, 16, 2, 2), float32]) { layout_transform(%x, src_layout=\"NCHW\", dst_layout=\"NCHW16c\") }",
+     "1:49: error: layout_transform: attribute 'dst_layout' = \"NCHW16c\" is not a layout of upper-case axis letters (split layouts such as NCHW16c are not supported)"},
     {"empty type", "type T { }\ndef @main() { 1 }",
      "1:8: error: type 'T' has no constructors"},
     {"version header not first", "def @main() { 1 }\n#[version = \"0.0.5\"]",

@@ -44,6 +44,7 @@ std::vector<std::string> programs() {
   unary("nn.leaky_relu(%x, alpha=0.2f)", "float32");
   unary("nn.pad(%x, 0f, pad_width=[[1, 1], [0, 2]])", "float32");
   unary("fixed_point_multiply(%x, multiplier=1073741824, shift=-1)", "int32");
+  unary("layout_transform(%x, src_layout=\"HW\", dst_layout=\"WH\")", "float32");
   out.push_back("def @main(%x: Tensor[(2, 8, 4), float32], %p: Tensor[(8), float32]) { let %r = nn.batch_norm(%x, %p, %p, %p, %p); (%r.0, %r.2) }");
   unary("cast(%x, dtype=\"int32\")", "float32");
   unary("cast(%x, dtype=\"float16\")", "int64");
