@@ -64,7 +64,12 @@ std::vector<TensorDesc> conv2dRule(const OpCall& call) {
   const TensorDesc& x = call.inputs[0];
   const TensorDesc& w = call.inputs[1];
   requireDType(call, x, DTypeClass::Numeric, "data");
-  requireSameDType(call, x, w);
+  // TVM's quantized convolution: integer data and weights of different types
+  // (uint8 x int8), accumulated in an integer out_dtype.
+  auto out = call.attrs.getDType("out_dtype");
+  bool quantized = x.dtype != w.dtype && isInt(x.dtype) && isInt(w.dtype) && out &&
+                   (*out == DType::Int32 || *out == DType::Int64);
+  if (!quantized) requireSameDType(call, x, w);
   requireRank(call, x, 4, "data");
   requireRank(call, w, 4, "weight");
   call.attrs.getChoice("data_layout", {"NCHW"});
