@@ -186,6 +186,11 @@ class Lowering {
     const std::string& op = n.op->name;
     if (op != "nn.dense" && op != "nn.matmul" && op != "nn.batch_matmul" && op != "nn.conv2d") return false;
     if (n.type.dtype != DType::Float32) return false;
+    // The im2col + GEMM path is for NCHW data and OIHW weights; other layouts take the generic lowering.
+    if (op == "nn.conv2d") {
+      ops::AttrReader attrs(op, n.attrs);
+      if (attrs.getString("data_layout", "NCHW") != "NCHW" || attrs.getString("kernel_layout", "OIHW") != "OIHW") return false;
+    }
     for (int32_t in : n.inputs)
       if (!f_.isParam(in) || f_.typeOf(in).dtype != DType::Float32) return false;
     return true;

@@ -60,6 +60,26 @@ int64_t windowOut(const OpCall& call, int64_t in, int64_t padLo, int64_t padHi, 
   return (ceilMode ? (num + stride - 1) / stride : num / stride) + 1;
 }
 
+// Where batch, channel, height and width sit in a 4-d data layout (NCHW or
+// NHWC, as TVM writes them); results keep their input's layout.
+struct DataAxes {
+  size_t n, c, h, w;
+};
+DataAxes dataAxes(const AttrReader& attrs, std::string_view attr) {
+  std::string l = attrs.getChoice(attr, {"NCHW", "NHWC"});
+  std::string out = attrs.getString("out_layout", "");
+  if (!out.empty() && out != l) attrs.fail("out_layout", "= \"" + out + "\" must be the data layout " + l);
+  return l == "NCHW" ? DataAxes{0, 1, 2, 3} : DataAxes{0, 3, 1, 2};
+}
+// Where output channels, input channels and the kernel's height and width sit
+// in a conv2d weight (OIHW, or HWIO as TVM's NHWC programs write it).
+struct KernelAxes {
+  size_t o, i, h, w;
+};
+KernelAxes kernelAxes(const AttrReader& attrs) {
+  return attrs.getChoice("kernel_layout", {"OIHW", "HWIO"}) == "OIHW" ? KernelAxes{0, 1, 2, 3} : KernelAxes{3, 2, 0, 1};
+}
+
 std::vector<TensorDesc> conv2dRule(const OpCall& call) {
   const TensorDesc& x = call.inputs[0];
   const TensorDesc& w = call.inputs[1];
@@ -72,18 +92,17 @@ std::vector<TensorDesc> conv2dRule(const OpCall& call) {
   if (!quantized) requireSameDType(call, x, w);
   requireRank(call, x, 4, "data");
   requireRank(call, w, 4, "weight");
-  call.attrs.getChoice("data_layout", {"NCHW"});
-  call.attrs.getChoice("kernel_layout", {"OIHW"});
-  call.attrs.getChoice("out_layout", {"", "NCHW"});
+  DataAxes da = dataAxes(call.attrs, "data_layout");
+  KernelAxes ka = kernelAxes(call.attrs);
   Window2d win = windowAttrs(call.attrs);
   auto& strides = win.strides;
   auto& dilation = win.dilation;
   auto& pad = win.pad;
   int64_t groups = call.attrs.getInt("groups", 1);
   if (groups < 1) call.attrs.fail("groups", "must be positive");
-  int64_t o = w.shape[0], i = w.shape[1], kh = w.shape[2], kw = w.shape[3];
-  if (x.shape[1] != kAnyDim && i != kAnyDim && x.shape[1] != i * groups)
-    opFail(call, "data has " + std::to_string(x.shape[1]) + " channels but the weight expects " +
+  int64_t o = w.shape[ka.o], i = w.shape[ka.i], kh = w.shape[ka.h], kw = w.shape[ka.w];
+  if (x.shape[da.c] != kAnyDim && i != kAnyDim && x.shape[da.c] != i * groups)
+    opFail(call, "data has " + std::to_string(x.shape[da.c]) + " channels but the weight expects " +
                      std::to_string(i * groups) + " (" + std::to_string(i) + " per group, groups=" +
                      std::to_string(groups) + ")");
   if (o != kAnyDim && o % groups != 0) call.attrs.fail("groups", "must divide the weight's output channels");
@@ -97,17 +116,19 @@ std::vector<TensorDesc> conv2dRule(const OpCall& call) {
   }
   if (kh == kAnyDim || kw == kAnyDim) opFail(call, "the kernel's spatial size must be static");
   DType dt = call.attrs.getDType("out_dtype").value_or(x.dtype);
-  return {TensorDesc{dt,
-                     {x.shape[0], o, windowOut(call, x.shape[2], pad[0], pad[2], kh, strides[0], dilation[0], false),
-                      windowOut(call, x.shape[3], pad[1], pad[3], kw, strides[1], dilation[1], false)}}};
+  Shape shape(4);
+  shape[da.n] = x.shape[da.n];
+  shape[da.c] = o;
+  shape[da.h] = windowOut(call, x.shape[da.h], pad[0], pad[2], kh, strides[0], dilation[0], false);
+  shape[da.w] = windowOut(call, x.shape[da.w], pad[1], pad[3], kw, strides[1], dilation[1], false);
+  return {TensorDesc{dt, shape}};
 }
 
 std::vector<TensorDesc> pool2dRule(const OpCall& call) {
   const TensorDesc& x = call.inputs[0];
   requireDType(call, x, DTypeClass::Numeric, "data");
   requireRank(call, x, 4, "data");
-  call.attrs.getChoice("layout", {"NCHW"});
-  call.attrs.getChoice("out_layout", {"", "NCHW"});
+  DataAxes da = dataAxes(call.attrs, "layout");
   call.attrs.getBool("count_include_pad", false);
   if (!call.attrs.has("pool_size")) call.attrs.fail("pool_size", "is required");
   auto pool = pairAttr(call.attrs, "pool_size", 1);
@@ -116,19 +137,20 @@ std::vector<TensorDesc> pool2dRule(const OpCall& call) {
   auto& dilation = win.dilation;
   auto& pad = win.pad;
   bool ceilMode = call.attrs.getBool("ceil_mode", false);
-  return {TensorDesc{x.dtype,
-                     {x.shape[0], x.shape[1],
-                      windowOut(call, x.shape[2], pad[0], pad[2], pool[0], strides[0], dilation[0], ceilMode),
-                      windowOut(call, x.shape[3], pad[1], pad[3], pool[1], strides[1], dilation[1], ceilMode)}}};
+  Shape shape = x.shape;
+  shape[da.h] = windowOut(call, x.shape[da.h], pad[0], pad[2], pool[0], strides[0], dilation[0], ceilMode);
+  shape[da.w] = windowOut(call, x.shape[da.w], pad[1], pad[3], pool[1], strides[1], dilation[1], ceilMode);
+  return {TensorDesc{x.dtype, shape}};
 }
 
 std::vector<TensorDesc> globalPoolRule(const OpCall& call) {
   const TensorDesc& x = call.inputs[0];
   requireDType(call, x, DTypeClass::Numeric, "data");
   requireRank(call, x, 4, "data");
-  call.attrs.getChoice("layout", {"NCHW"});
-  call.attrs.getChoice("out_layout", {"", "NCHW"});
-  return {TensorDesc{x.dtype, {x.shape[0], x.shape[1], 1, 1}}};
+  DataAxes da = dataAxes(call.attrs, "layout");
+  Shape shape = x.shape;
+  shape[da.h] = shape[da.w] = 1;
+  return {TensorDesc{x.dtype, shape}};
 }
 
 
@@ -243,31 +265,45 @@ int32_t conv2dCompute(const ComputeCall& c) {
   Window2d w = windowAttrs(c.attrs);
   int64_t groups = c.attrs.getInt("groups", 1);
   DType t = c.output.dtype == DType::Float16 ? DType::Float32 : c.output.dtype;
+  DataAxes da = dataAxes(c.attrs, "data_layout");
+  KernelAxes ka = kernelAxes(c.attrs);
   int32_t ci = c.b.newVar(), kh = c.b.newVar(), kw = c.b.newVar();
-  ExprId cinPerGroup = c.inputDim(1, 1);
+  ExprId cinPerGroup = c.inputDim(1, ka.i);
   // Output channel o belongs to group o / (O / groups).
-  ExprId outPerGroup = c.b.binary(BinaryOp::Div, c.inputDim(1, 0), c.b.intConst(groups));
-  ExprId group = c.b.binary(BinaryOp::Div, c.index[1], outPerGroup);
-  ExprId ih = windowPos(c, w, 0, c.index[2], c.b.var(kh));
-  ExprId iw = windowPos(c, w, 1, c.index[3], c.b.var(kw));
-  ExprId ok = c.b.binary(BinaryOp::And, inside(c, ih, c.inputDim(0, 2)), inside(c, iw, c.inputDim(0, 3)));
-  ExprId channel = c.b.add(c.b.mul(group, cinPerGroup), c.b.var(ci));
-  ExprId x = c.load(0, guardIndex(c, ok, {c.index[0], channel, ih, iw}));
-  ExprId wt = c.load(1, std::vector<ExprId>{c.index[1], c.b.var(ci), c.b.var(kh), c.b.var(kw)});
+  ExprId outPerGroup = c.b.binary(BinaryOp::Div, c.inputDim(1, ka.o), c.b.intConst(groups));
+  ExprId group = c.b.binary(BinaryOp::Div, c.index[da.c], outPerGroup);
+  ExprId ih = windowPos(c, w, 0, c.index[da.h], c.b.var(kh));
+  ExprId iw = windowPos(c, w, 1, c.index[da.w], c.b.var(kw));
+  ExprId ok = c.b.binary(BinaryOp::And, inside(c, ih, c.inputDim(0, da.h)), inside(c, iw, c.inputDim(0, da.w)));
+  std::vector<ExprId> xi(4), wi(4);
+  xi[da.n] = c.index[da.n];
+  xi[da.c] = c.b.add(c.b.mul(group, cinPerGroup), c.b.var(ci));
+  xi[da.h] = ih;
+  xi[da.w] = iw;
+  wi[ka.o] = c.index[da.c];
+  wi[ka.i] = c.b.var(ci);
+  wi[ka.h] = c.b.var(kh);
+  wi[ka.w] = c.b.var(kw);
+  ExprId x = c.load(0, guardIndex(c, ok, xi));
+  ExprId wt = c.load(1, wi);
   ExprId prod = c.b.binary(BinaryOp::Mul, c.b.cast(t, x), c.b.cast(t, wt));
   ExprId body = c.b.select(ok, prod, c.b.constant(0, t));
-  return c.b.reduce(loop::ReduceOp::Sum, {ci, kh, kw}, {cinPerGroup, c.inputDim(1, 2), c.inputDim(1, 3)}, body);
+  return c.b.reduce(loop::ReduceOp::Sum, {ci, kh, kw}, {cinPerGroup, c.inputDim(1, ka.h), c.inputDim(1, ka.w)}, body);
 }
 
 template <bool Max>
 int32_t pool2dCompute(const ComputeCall& c) {
   Window2d w = windowAttrs(c.attrs);
   auto pool = pairAttr(c.attrs, "pool_size", 1);
+  DataAxes da = dataAxes(c.attrs, "layout");
   int32_t ph = c.b.newVar(), pw = c.b.newVar();
-  ExprId ih = windowPos(c, w, 0, c.index[2], c.b.var(ph));
-  ExprId iw = windowPos(c, w, 1, c.index[3], c.b.var(pw));
-  ExprId ok = c.b.binary(BinaryOp::And, inside(c, ih, c.inputDim(0, 2)), inside(c, iw, c.inputDim(0, 3)));
-  ExprId x = c.load(0, guardIndex(c, ok, {c.index[0], c.index[1], ih, iw}));
+  ExprId ih = windowPos(c, w, 0, c.index[da.h], c.b.var(ph));
+  ExprId iw = windowPos(c, w, 1, c.index[da.w], c.b.var(pw));
+  ExprId ok = c.b.binary(BinaryOp::And, inside(c, ih, c.inputDim(0, da.h)), inside(c, iw, c.inputDim(0, da.w)));
+  std::vector<ExprId> xi(c.index.begin(), c.index.end());
+  xi[da.h] = ih;
+  xi[da.w] = iw;
+  ExprId x = c.load(0, guardIndex(c, ok, xi));
   DType t = c.b.typeOf(x);
   std::vector<int32_t> vars{ph, pw};
   std::vector<ExprId> extents{c.b.intConst(pool[0]), c.b.intConst(pool[1])};
@@ -287,9 +323,9 @@ int32_t pool2dCompute(const ComputeCall& c) {
   } else {
     // The number of valid (unpadded) positions: a sum of ok ? 1 : 0 over the same window.
     int32_t qh = c.b.newVar(), qw = c.b.newVar();
-    ExprId jh = windowPos(c, w, 0, c.index[2], c.b.var(qh));
-    ExprId jw = windowPos(c, w, 1, c.index[3], c.b.var(qw));
-    ExprId valid = c.b.binary(BinaryOp::And, inside(c, jh, c.inputDim(0, 2)), inside(c, jw, c.inputDim(0, 3)));
+    ExprId jh = windowPos(c, w, 0, c.index[da.h], c.b.var(qh));
+    ExprId jw = windowPos(c, w, 1, c.index[da.w], c.b.var(qw));
+    ExprId valid = c.b.binary(BinaryOp::And, inside(c, jh, c.inputDim(0, da.h)), inside(c, jw, c.inputDim(0, da.w)));
     count = c.b.reduce(loop::ReduceOp::Sum, {qh, qw}, extents, c.b.select(valid, c.b.intConst(1), c.b.intConst(0)));
     count = c.b.binary(BinaryOp::Max, count, c.b.intConst(1));
   }
@@ -297,12 +333,16 @@ int32_t pool2dCompute(const ComputeCall& c) {
 }
 
 int32_t globalAvgPoolCompute(const ComputeCall& c) {
+  DataAxes da = dataAxes(c.attrs, "layout");
   int32_t h = c.b.newVar(), w = c.b.newVar();
-  ExprId x = c.load(0, std::vector<ExprId>{c.index[0], c.index[1], c.b.var(h), c.b.var(w)});
+  std::vector<ExprId> xi(c.index.begin(), c.index.end());
+  xi[da.h] = c.b.var(h);
+  xi[da.w] = c.b.var(w);
+  ExprId x = c.load(0, xi);
   DType t = c.b.typeOf(x);
   DType acc = isFloat(t) ? t : DType::Int64;
-  ExprId sum = c.b.reduce(loop::ReduceOp::Sum, {h, w}, {c.inputDim(0, 2), c.inputDim(0, 3)}, c.b.cast(acc, x));
-  ExprId n = c.b.binary(BinaryOp::Max, c.b.mul(c.inputDim(0, 2), c.inputDim(0, 3)), c.b.intConst(1));
+  ExprId sum = c.b.reduce(loop::ReduceOp::Sum, {h, w}, {c.inputDim(0, da.h), c.inputDim(0, da.w)}, c.b.cast(acc, x));
+  ExprId n = c.b.binary(BinaryOp::Max, c.b.mul(c.inputDim(0, da.h), c.inputDim(0, da.w)), c.b.intConst(1));
   return c.b.cast(t, c.b.binary(BinaryOp::Div, sum, c.b.cast(acc, n)));
 }
 

@@ -75,6 +75,7 @@ std::vector<std::string> programs() {
   out.push_back("def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32]) { nn.conv2d(%x, %w, padding=[1, 1]) }");
   out.push_back("def @main(%x: Tensor[(1, 4, 8, 8), float64], %w: Tensor[(4, 2, 3, 3), float64]) { nn.conv2d(%x, %w, strides=[2, 2], groups=2) }");
   out.push_back("def @main(%x: Tensor[(1, 3, 8, 8), uint8], %w: Tensor[(4, 3, 3, 3), int8]) { nn.conv2d(%x, %w, out_dtype=\"int32\") }");
+  out.push_back("def @main(%x: Tensor[(1, 8, 8, 3), float32], %w: Tensor[(3, 3, 3, 4), float32]) { nn.conv2d(%x, %w, data_layout=\"NHWC\", kernel_layout=\"HWIO\", padding=[1, 1]) }");
   for (const char* op : {"nn.max_pool2d(%x, pool_size=[2, 2])", "nn.avg_pool2d(%x, pool_size=[3, 3], padding=[1, 1])",
                          "nn.global_avg_pool2d(%x)"})
     out.push_back(std::string("def @main(%x: Tensor[(1, 3, 8, 8), float32]) { ") + op + " }");
