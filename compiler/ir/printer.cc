@@ -129,6 +129,17 @@ class Printer {
   }
 
   // `(params) -> ret { body }` after `def @f` or `fn`.
+  // `, key=value` for each attribute of a call or a function, after its operands
+  // or parameters (`first`: there were none, so no leading comma).
+  void attributes(const ops::AttrMap* attrs, bool first) {
+    if (!attrs) return;
+    for (const auto& [k, v] : attrs->items()) {
+      out_ += first ? "" : ", ";
+      first = false;
+      out_ += k + "=" + v.toString();
+    }
+  }
+
   void function(const Function* f) {
     typeParams(f->typeParams);
     out_ += "(";
@@ -140,14 +151,7 @@ class Printer {
         if (!n.empty()) out_ += " /* " + n + " */";
       }
     }
-    if (f->attrs) {
-      bool first = f->params.empty();
-      for (const auto& [k, v] : f->attrs->items()) {
-        out_ += first ? "" : ", ";
-        first = false;
-        out_ += k + "=" + v.toString();
-      }
-    }
+    attributes(f->attrs, f->params.empty());
     out_ += ")";
     const Type* ret = f->resultAnnotation;
     if (!ret && opts_.showTypes && f->type) ret = asFunc(f->type) ? asFunc(f->type)->result : nullptr;
@@ -235,14 +239,7 @@ class Printer {
         }
         out_ += "(";
         args(c->args);
-        if (c->attrs) {
-          bool first = c->args.empty();
-          for (const auto& [k, v] : c->attrs->items()) {
-            out_ += first ? "" : ", ";
-            first = false;
-            out_ += k + "=" + v.toString();
-          }
-        }
+        attributes(c->attrs, c->args.empty());
         out_ += ")";
         return;
       }
