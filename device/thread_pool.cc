@@ -166,6 +166,10 @@ int gThreads = 0;
 
 thread_local ThreadPool* tCurrent = nullptr;
 
+// Whether a loop is worth sharing out: enough work, and not already inside a
+// task (nested loops run inline, so a pool never waits on itself).
+bool worthSharing(int64_t n, int64_t work) { return n > 1 && work >= kMinParallelWork && !tInTask; }
+
 }  // namespace
 
 struct ThreadPool::State {
@@ -185,7 +189,7 @@ ThreadPoolStats ThreadPool::stats() const {
 
 void ThreadPool::parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes) {
   if (n <= 0) return;
-  if (n > 1 && work >= kMinParallelWork && !tInTask && size() > 1) {
+  if (worthSharing(n, work) && size() > 1) {
     if (state_->workers.run(n, task, buffers, shapes)) {
       state_->shared.fetch_add(1, std::memory_order_relaxed);
       gJobsRun.fetch_add(1, std::memory_order_relaxed);
@@ -219,16 +223,14 @@ void setNumThreads(int n) {
 int64_t parallelJobsRun() { return gJobsRun.load(std::memory_order_relaxed); }
 
 void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes) {
-  if (tCurrent) {
-    tCurrent->parallelFor(n, work, task, buffers, shapes);
-    return;
-  }
   if (n <= 0) return;
-  if (n > 1 && work >= kMinParallelWork && !tInTask) {
-    ThreadPool::processDefault()->parallelFor(n, work, task, buffers, shapes);
+  // Small loops never touch a pool (the default one is found under a lock).
+  if (!worthSharing(n, work)) {
+    task(buffers, shapes, 0, n);
     return;
   }
-  task(buffers, shapes, 0, n);
+  if (tCurrent) tCurrent->parallelFor(n, work, task, buffers, shapes);
+  else ThreadPool::processDefault()->parallelFor(n, work, task, buffers, shapes);
 }
 
 }  // namespace kiln::device
