@@ -14,7 +14,7 @@ struct DTypeInfo {
 };
 constexpr DTypeInfo kInfo[kNumDTypes] = {
     {"float16", "f16", 2}, {"float32", "f32", 4}, {"float64", "f64", 8}, {"int8", "i8", 1},  {"int16", "i16", 2},
-    {"int32", "i32", 4},   {"int64", "i64", 8},   {"uint8", "u8", 1},    {"bool", "bool", 1},
+    {"int32", "i32", 4},   {"int64", "i64", 8},   {"uint8", "u8", 1},    {"bool", "bool", 1}, {"uint16", "u16", 2},
 };
 }  // namespace
 
@@ -36,6 +36,7 @@ bool intFits(DType t, int64_t v) {
     case DType::Int16: return v >= INT16_MIN && v <= INT16_MAX;
     case DType::Int32: return v >= INT32_MIN && v <= INT32_MAX;
     case DType::UInt8: return v >= 0 && v <= UINT8_MAX;
+    case DType::UInt16: return v >= 0 && v <= UINT16_MAX;
     case DType::Bool: return v == 0 || v == 1;
     case DType::Int64:
     case DType::Float16:

@@ -23,6 +23,7 @@ const char* descrOf(DType t) {
     case DType::Int32: return "<i4";
     case DType::Int64: return "<i8";
     case DType::UInt8: return "|u1";
+    case DType::UInt16: return "<u2";
     case DType::Bool: return "|b1";
   }
   return "";

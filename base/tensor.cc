@@ -68,6 +68,7 @@ void writeScalar(void* p, DType dtype, int64_t i, double f) {
     case DType::Int32: *static_cast<int32_t*>(p) = static_cast<int32_t>(i); break;
     case DType::Int64: *static_cast<int64_t*>(p) = i; break;
     case DType::UInt8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(i); break;
+    case DType::UInt16: *static_cast<uint16_t*>(p) = static_cast<uint16_t>(i); break;
     case DType::Bool: *static_cast<uint8_t*>(p) = i != 0; break;
   }
 }
@@ -82,6 +83,7 @@ void readScalar(const void* p, DType dtype, int64_t& i, double& f) {
     case DType::Int32: i = *static_cast<const int32_t*>(p); break;
     case DType::Int64: i = *static_cast<const int64_t*>(p); break;
     case DType::UInt8: i = *static_cast<const uint8_t*>(p); break;
+    case DType::UInt16: i = *static_cast<const uint16_t*>(p); break;
     case DType::Bool: i = *static_cast<const uint8_t*>(p) != 0; break;
   }
 }
@@ -108,6 +110,7 @@ std::string element(const Tensor& t, int64_t i) {
     case DType::Int32: return std::to_string(t.data<int32_t>()[i]);
     case DType::Int64: return std::to_string(t.data<int64_t>()[i]);
     case DType::UInt8: return std::to_string(t.data<uint8_t>()[i]);
+    case DType::UInt16: return std::to_string(t.data<uint16_t>()[i]);
     case DType::Bool: return t.data<uint8_t>()[i] ? "1" : "0";
   }
   return buf;

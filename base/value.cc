@@ -54,6 +54,8 @@ Value Value::storage(std::shared_ptr<void> buffer, size_t bytes, Device device) 
   return Value(static_cast<Object*>(new StorageObject(std::move(buffer), bytes, device)));
 }
 
+Value Value::ref(Value content) { return Value(static_cast<Object*>(new RefObject(std::move(content)))); }
+
 Tensor Value::tensor() const {
   if (kind_ == Kind::Scalar) {
     Tensor t = Tensor::empty(dtype_, std::span<const int64_t>{});
@@ -91,6 +93,7 @@ std::string Value::describe() const {
       return asAdt()->ctor == kTupleCtor ? "a tuple of " + std::to_string(asAdt()->size) : "an ADT value";
     case ObjectKind::Closure: return "a closure";
     case ObjectKind::Storage: return "a storage block";
+    case ObjectKind::Ref: return "a reference cell";
   }
   return "a value";
 }
@@ -125,6 +128,12 @@ void Value::destroy(Object* first) {
         dropInline(c->captured(), c->size);
         c->~ClosureObject();
         ::operator delete(c);
+        break;
+      }
+      case ObjectKind::Ref: {
+        auto* r = static_cast<RefObject*>(o);
+        dropInline(&r->content, 1);
+        delete r;
         break;
       }
     }

@@ -1,6 +1,8 @@
 // Executable: building (kernel kinds, verification), lookups and value printing.
 #include "kiln/executable.h"
 
+#include <unordered_set>
+
 #include "bytecode/opcodes.h"
 #include "bytecode/verifier.h"
 #include "kernel_ir/kernel_kind.h"
@@ -33,6 +35,7 @@ std::string TypeDesc::toString() const {
     }
     case Kind::Func: return "fn";
     case Kind::Any: return "_";
+    case Kind::Ref: return "ref(" + (fields.empty() ? std::string("_") : fields[0].toString()) + ")";
   }
   return "_";
 }
@@ -89,9 +92,26 @@ std::string Executable::format(const Value& v, size_t maxElements) const {
     uint32_t next;
   };
   std::vector<Item> stack{{&v, 0}};
+  std::unordered_set<const RefObject*> open;  // cells being printed: one met again closes a cycle
   while (!stack.empty()) {
     Item& it = stack.back();
     const Value& x = *it.v;
+    if (x.isRef()) {
+      const RefObject* r = x.asRef();
+      if (it.next == 0 && !open.insert(r).second) {
+        out += "ref(...)";
+        stack.pop_back();
+      } else if (it.next == 0) {
+        out += "ref(";
+        it.next = 1;
+        stack.push_back({&r->content, 0});
+      } else {
+        out += ")";
+        open.erase(r);
+        stack.pop_back();
+      }
+      continue;
+    }
     if (it.next == 0 && !x.isObject(ObjectKind::Adt) && !x.isClosure()) {
       if (x.isTensor()) out += x.tensor().toString(maxElements);
       else out += "<" + x.describe() + ">";

@@ -195,7 +195,7 @@ TypeDesc readType(Reader& r, int depth) {
   if (depth > kMaxDepth) throw Error("invalid executable: type nesting too deep");
   TypeDesc t;
   uint8_t k = r.u8();
-  if (k > static_cast<uint8_t>(TypeDesc::Kind::Any)) throw Error("invalid executable: bad type kind");
+  if (k > static_cast<uint8_t>(TypeDesc::Kind::Ref)) throw Error("invalid executable: bad type kind");
   t.kind = static_cast<TypeDesc::Kind>(k);
   t.dtype = readDType(r);
   uint32_t rank = r.count(8);

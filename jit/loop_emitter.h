@@ -72,7 +72,8 @@ class LoopEmitter {
       case DType::Float64: return b_.getDoubleTy();
       case DType::Int8:
       case DType::UInt8: return b_.getInt8Ty();
-      case DType::Int16: return b_.getInt16Ty();
+      case DType::Int16:
+      case DType::UInt16: return b_.getInt16Ty();
       case DType::Int32: return b_.getInt32Ty();
       case DType::Int64: return b_.getInt64Ty();
       case DType::Bool: return b_.getInt1Ty();
@@ -84,7 +85,7 @@ class LoopEmitter {
     if (t == DType::Bool) return b_.getInt8Ty();
     return valueType(t);
   }
-  static bool isUnsigned(DType t) { return t == DType::UInt8 || t == DType::Bool; }
+  static bool isUnsigned(DType t) { return isUnsignedInt(t) || t == DType::Bool; }
 
   // ---- statements ----
   // Vectorize: ask for vectorization, one vector per iteration; VectorizeReduction:

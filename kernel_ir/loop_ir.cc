@@ -334,6 +334,7 @@ std::optional<int64_t> evalOnHost(const LoopKernel& k, ExprId e, const int64_t* 
       case DType::Bool: return v != 0;
       case DType::Int8: return static_cast<int8_t>(v);
       case DType::UInt8: return static_cast<uint8_t>(v);
+      case DType::UInt16: return static_cast<uint16_t>(v);
       case DType::Int16: return static_cast<int16_t>(v);
       case DType::Int32: return static_cast<int32_t>(v);
       default: return v;
@@ -369,7 +370,7 @@ std::optional<int64_t> evalOnHost(const LoopKernel& k, ExprId e, const int64_t* 
       auto b = evalOnHost(k, n.b, shapes, vars);
       if (!a || !b) return std::nullopt;
       int64_t x = *a, y = *b;
-      bool uns = k.expr(n.a).type == DType::UInt8 || k.expr(n.a).type == DType::Bool;
+      bool uns = isUnsignedInt(k.expr(n.a).type) || k.expr(n.a).type == DType::Bool;
       // The kernels' integer division never traps: by 0 gives 0, by -1 negates.
       auto divide = [&](bool floor) -> int64_t {
         if (y == 0) return 0;

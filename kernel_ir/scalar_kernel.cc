@@ -30,6 +30,7 @@ int64_t wrapInt(DType t, int64_t v) {
     case DType::Int16: return static_cast<int16_t>(v);
     case DType::Int32: return static_cast<int32_t>(v);
     case DType::UInt8: return static_cast<uint8_t>(v);
+    case DType::UInt16: return static_cast<uint16_t>(v);
     case DType::Bool: return v != 0;
     default: return v;
   }
@@ -49,6 +50,7 @@ int64_t saturate(DType t, double v) {
     case DType::Int16: lo = -32768, hi = 32767; break;
     case DType::Int32: lo = -2147483648.0, hi = 2147483647.0; break;
     case DType::UInt8: lo = 0, hi = 255; break;
+    case DType::UInt16: lo = 0, hi = 65535; break;
     case DType::Bool: return v != 0;
     default:
       if (v >= 9223372036854775807.0) return std::numeric_limits<int64_t>::max();
@@ -69,7 +71,7 @@ int64_t wrapOp(uint64_t a, uint64_t b, BinaryOp op) {
 
 int64_t intDivRem(BinaryOp op, int64_t x, int64_t y, DType t) {
   if (y == 0) return 0;
-  bool isSigned = t != DType::UInt8 && t != DType::Bool;
+  bool isSigned = !isUnsignedInt(t) && t != DType::Bool;
   int64_t q, r;
   if (isSigned && y == -1) {
     q = wrapOp(0, static_cast<uint64_t>(x), BinaryOp::Sub);

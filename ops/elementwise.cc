@@ -84,7 +84,7 @@ int32_t unaryCompute(const ComputeCall& c) {
   DType t = c.b.typeOf(x);
   // Rounding an integer is the identity.
   if ((Op == UnaryOp::Floor || Op == UnaryOp::Ceil || Op == UnaryOp::Round) && !isFloat(t)) return x;
-  if (Op == UnaryOp::Abs && t == DType::UInt8) return x;
+  if (Op == UnaryOp::Abs && isUnsignedInt(t)) return x;
   return c.b.unary(Op, x);
 }
 

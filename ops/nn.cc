@@ -308,7 +308,7 @@ int32_t pool2dCompute(const ComputeCall& c) {
   std::vector<int32_t> vars{ph, pw};
   std::vector<ExprId> extents{c.b.intConst(pool[0]), c.b.intConst(pool[1])};
   if (Max) {
-    ExprId lowest = isFloat(t) ? c.b.floatConst(-INFINITY, t) : c.b.constant(isInt(t) && t != DType::UInt8 ? -1e18 : 0, t);
+    ExprId lowest = isFloat(t) ? c.b.floatConst(-INFINITY, t) : c.b.constant(isInt(t) && !isUnsignedInt(t) ? -1e18 : 0, t);
     if (t == DType::Int8) lowest = c.b.intConst(-128, t);
     if (t == DType::Int16) lowest = c.b.intConst(-32768, t);
     if (t == DType::Int32) lowest = c.b.intConst(INT32_MIN, t);

@@ -106,7 +106,7 @@ Value parseSpec(const std::string& spec, uint64_t seed) {
     std::uniform_real_distribution<double> uf(-1.0, 1.0);
     std::uniform_int_distribution<int64_t> ui(-10, 10);
     for (int64_t i = 0; i < n; ++i) {
-      int64_t iv = *dt == DType::Bool ? ui(rng) > 0 : *dt == DType::UInt8 ? std::abs(ui(rng)) : ui(rng);
+      int64_t iv = *dt == DType::Bool ? ui(rng) > 0 : isUnsignedInt(*dt) ? std::abs(ui(rng)) : ui(rng);
       kiln::writeScalar(p + static_cast<size_t>(i) * es, *dt, iv, uf(rng));
     }
   } else {

@@ -55,6 +55,11 @@ Shape shapeFromTensor(const Value& v) {
   return s;
 }
 
+RefObject* refOf(const Value& v, const char* what) {
+  if (!v.isRef()) throw Error(std::string(what) + ": expected a reference cell, got " + v.describe());
+  return v.asRef();
+}
+
 const AdtObject* adtOf(const Value& v, const char* what) {
   if (!v.isObject(ObjectKind::Adt)) throw Error(std::string(what) + ": expected a tuple or ADT value, got " + v.describe());
   return v.asAdt();
@@ -370,6 +375,25 @@ dispatch:
     if (i >= a->size) throw Error("field " + std::to_string(i) + " of a value with " + std::to_string(a->size) + " fields");
     Value v = a->fields()[i];  // copy first: the destination may hold the ADT itself
     REG(0) = std::move(v);
+    NEXT();
+  }
+  DISPATCH();
+  CASE(AllocRef) {
+    OPS(AllocRef);
+    REG(0) = Value::ref(REG(1));
+    NEXT();
+  }
+  DISPATCH();
+  CASE(RefRead) {
+    OPS(RefRead);
+    Value v = refOf(REG(1), "ref_read")->content;  // copy first: the destination may hold the cell itself
+    REG(0) = std::move(v);
+    NEXT();
+  }
+  DISPATCH();
+  CASE(RefWrite) {
+    OPS(RefWrite);
+    refOf(REG(0), "ref_write")->content = REG(1);
     NEXT();
   }
   DISPATCH();

@@ -2,6 +2,7 @@
 #include "vm/memory_trace.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace kiln::vm {
 
@@ -26,6 +27,7 @@ void MemoryTrace::read(const Tensor& t) {
 void MemoryTrace::finish(const Value& result) {
   ++clock_;
   std::vector<const Value*> stack{&result};
+  std::unordered_set<const RefObject*> seenRefs;  // cells may close cycles
   while (!stack.empty()) {
     const Value* v = stack.back();
     stack.pop_back();
@@ -38,6 +40,8 @@ void MemoryTrace::finish(const Value& result) {
     } else if (v->isClosure()) {
       const ClosureObject* c = v->asClosure();
       for (uint32_t i = 0; i < c->size; ++i) stack.push_back(&c->captured()[i]);
+    } else if (v->isRef() && seenRefs.insert(v->asRef()).second) {
+      stack.push_back(&v->asRef()->content);
     }
   }
 }

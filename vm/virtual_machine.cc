@@ -91,6 +91,7 @@ std::string mismatch(const Executable& exe, const TypeDesc& t, const Value& v) {
       return "";
     }
     case TypeDesc::Kind::Func: return v.isClosure() ? "" : "got " + v.describe();
+    case TypeDesc::Kind::Ref: return v.isRef() ? "" : "got " + v.describe();
   }
   return "";
 }

@@ -43,7 +43,7 @@ TypeDesc describeType(const Type* t, int depth = 0) {
       break;
     case TypeKind::Adt: {
       auto* a = static_cast<const AdtType*>(t);
-      d.kind = TypeDesc::Kind::Adt;
+      d.kind = isRefType(a) ? TypeDesc::Kind::Ref : TypeDesc::Kind::Adt;
       d.name = std::string(a->def->name);
       for (const Type* f : a->args) d.fields.push_back(describeType(f, depth + 1));
       break;
@@ -454,6 +454,21 @@ class FunctionEmitter {
         Operands ops;
         uint32_t t = atom(g->tuple, ops);
         emit(Opcode::GetField, {dst, t, g->index});
+        finish(at, ops);
+        return;
+      }
+      case ExprKind::RefOp: {
+        auto* r = static_cast<const RefOp*>(e);
+        Operands ops;
+        auto rs = atoms(r->args, ops);
+        if (r->op == RefOpKind::Create) {
+          emit(Opcode::AllocRef, {dst, rs[0]});
+        } else if (r->op == RefOpKind::Read) {
+          emit(Opcode::RefRead, {dst, rs[0]});
+        } else {
+          emit(Opcode::RefWrite, {rs[0], rs[1]});
+          emitParts(Opcode::AllocTuple, {one(dst), list({})});
+        }
         finish(at, ops);
         return;
       }

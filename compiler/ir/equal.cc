@@ -138,6 +138,10 @@ class Equal {
         auto *x = static_cast<const TupleGet*>(a), *y = static_cast<const TupleGet*>(b);
         return x->index == y->index && expr(x->tuple, y->tuple);
       }
+      case ExprKind::RefOp: {
+        auto *x = static_cast<const RefOp*>(a), *y = static_cast<const RefOp*>(b);
+        return x->op == y->op && exprs(x->args, y->args);
+      }
     }
     return false;
   }
@@ -168,7 +172,8 @@ std::string moduleDifference(const Module& a, const Module& b, bool includePrelu
   if (ta.size() != tb.size()) return "different numbers of type definitions";
   for (size_t i = 0; i < ta.size(); ++i) {
     const TypeDef *x = ta[i], *y = tb[i];
-    if (x->name != y->name || x->params.size() != y->params.size() || x->ctors.size() != y->ctors.size())
+    if (x->name != y->name || x->external != y->external || x->params.size() != y->params.size() ||
+        x->ctors.size() != y->ctors.size())
       return "type " + std::string(x->name) + " differs";
     Equal withParams;
     std::vector<const Type*> px(x->params.begin(), x->params.end()), py(y->params.begin(), y->params.end());

@@ -117,6 +117,13 @@ TupleGet* Builder::tupleGet(const Expr* t, uint32_t index, SourceLoc loc) {
   return g;
 }
 
+RefOp* Builder::refOp(RefOpKind op, std::span<const Expr* const> args, SourceLoc loc) {
+  RefOp* r = node<RefOp>(a_, ExprKind::RefOp, loc);
+  r->op = op;
+  r->args = a_.copy(args);
+  return r;
+}
+
 Pattern* Builder::wildcard(SourceLoc loc) { return pattern<Pattern>(a_, PatternKind::Wildcard, loc); }
 
 PatternVar* Builder::patternVar(const Var* v, SourceLoc loc) {

@@ -38,6 +38,7 @@ enum class ExprKind : uint8_t {
   Function,
   Tuple,
   TupleGet,
+  RefOp,
 };
 
 struct Expr {
@@ -140,6 +141,18 @@ struct TupleGet : Expr {
   uint32_t index;
 };
 
+// Reference cells, as TVM's RefCreate/RefRead/RefWrite: `ref(v)` makes a mutable
+// cell holding v (of type `ref(T)`), `ref_read(r)` reads it, `ref_write(r, v)`
+// replaces its content and yields `()`. The one mutable value of the language: a
+// pass may neither drop, duplicate nor reorder a ref operation, and a cell is never
+// copied (to another device or otherwise): every copy of the value is the same cell.
+enum class RefOpKind : uint8_t { Create, Read, Write };
+
+struct RefOp : Expr {
+  RefOpKind op;
+  std::span<const Expr* const> args;  // Create: value; Read: ref; Write: ref, value
+};
+
 // Node construction. Every builder allocates in the given arena.
 class Builder {
  public:
@@ -160,6 +173,7 @@ class Builder {
                      const Type* result, const Expr* body, SourceLoc loc);
   Tuple* tuple(std::span<const Expr* const> fields, SourceLoc loc);
   TupleGet* tupleGet(const Expr* t, uint32_t index, SourceLoc loc);
+  RefOp* refOp(RefOpKind op, std::span<const Expr* const> args, SourceLoc loc);
 
   Pattern* wildcard(SourceLoc loc);
   PatternVar* patternVar(const Var* v, SourceLoc loc);

@@ -77,6 +77,7 @@ const Expr* ExprMutator::visit(const Expr* e) {
       Function* n = b_.function(f->typeParams, f->params, f->resultAnnotation, body, f->loc);
       n->primitive = f->primitive;
       n->closure = f->closure;
+      n->attrs = f->attrs;
       return typed(n, f);
     }
     case ExprKind::Tuple: {
@@ -93,6 +94,16 @@ const Expr* ExprMutator::visit(const Expr* e) {
       auto* g = static_cast<const TupleGet*>(e);
       const Expr* t = mutate(g->tuple);
       return t == g->tuple ? e : typed(b_.tupleGet(t, g->index, g->loc), g);
+    }
+    case ExprKind::RefOp: {
+      auto* r = static_cast<const RefOp*>(e);
+      std::vector<const Expr*> args;
+      bool changed = false;
+      for (const Expr* a : r->args) {
+        args.push_back(mutate(a));
+        changed |= args.back() != a;
+      }
+      return changed ? typed(b_.refOp(r->op, args, r->loc), r) : e;
     }
   }
   return e;

@@ -30,6 +30,7 @@ std::string literalToString(const Constant* c) {
     case DType::Int16: return std::to_string(c->intValue) + "i16";
     case DType::Int64: return std::to_string(c->intValue) + "i64";
     case DType::UInt8: return std::to_string(c->intValue) + "u8";
+    case DType::UInt16: return std::to_string(c->intValue) + "u16";
     case DType::Float32: return shortestFloat(c->floatValue) + "f";
     case DType::Float16: return shortestFloat(c->floatValue) + "f16";
     case DType::Float64: std::snprintf(buf, sizeof buf, "%.17g", c->floatValue); return std::string(buf) + "f64";
@@ -76,9 +77,13 @@ class Printer {
 
  private:
   void typeDef(const TypeDef* d) {
-    out_ += "\ntype ";
+    out_ += d->external ? "\nextern type " : "\ntype ";
     out_ += d->name;
     typeParams(d->params);
+    if (d->external) {
+      out_ += "\n";
+      return;
+    }
     out_ += " {\n";
     for (const Constructor* c : d->ctors) {
       out_ += "  ";
@@ -216,7 +221,8 @@ class Printer {
       case ExprKind::Op:
       case ExprKind::Call:
       case ExprKind::Tuple:
-      case ExprKind::TupleGet: return true;
+      case ExprKind::TupleGet:
+      case ExprKind::RefOp: return true;
       default: return false;
     }
   }
@@ -305,6 +311,13 @@ class Printer {
           out_ += ")";
         }
         out_ += "." + std::to_string(g->index);
+        return;
+      }
+      case ExprKind::RefOp: {
+        auto* r = static_cast<const RefOp*>(e);
+        out_ += r->op == RefOpKind::Create ? "ref(" : r->op == RefOpKind::Read ? "ref_read(" : "ref_write(";
+        args(r->args);
+        out_ += ")";
         return;
       }
     }

@@ -43,6 +43,26 @@ const AdtType* adtType(Arena& a, const TypeDef* def, std::span<const Type* const
   return t;
 }
 
+const TypeDef* refTypeDef() {
+  static const TypeDef* def = [] {
+    static TypeParam content;
+    content.kind = TypeKind::Param;
+    content.name = "T";
+    static const TypeParam* params[] = {&content};
+    static TypeDef d;
+    d.name = "ref";
+    d.params = params;
+    d.external = true;
+    return &d;
+  }();
+  return def;
+}
+
+const AdtType* refType(Arena& a, const Type* content) {
+  const Type* args[] = {content};
+  return adtType(a, refTypeDef(), args);
+}
+
 namespace {
 bool spanEqual(std::span<const Type* const> a, std::span<const Type* const> b) {
   if (a.size() != b.size()) return false;
@@ -142,6 +162,7 @@ std::string typeToString(const Type* t) {
     }
     case TypeKind::Adt: {
       auto* at = static_cast<const AdtType*>(t);
+      if (at->def == refTypeDef()) return "ref(" + typeToString(at->args[0]) + ")";
       std::string out(at->def->name);
       if (!at->args.empty()) {
         out += "[";

@@ -74,8 +74,11 @@ struct Constructor {
 struct TypeDef {
   std::string_view name;
   std::span<const TypeParam* const> params;
-  std::span<const Constructor* const> ctors;
+  std::span<const Constructor* const> ctors;  // empty exactly when external
   SourceLoc loc;
+  // `extern type T`: opaque, no constructors; its values come from outside the
+  // program (TVM's `core.rly` declares the VM's `Storage` this way).
+  bool external = false;
 };
 
 // Construction helpers (all allocate in `a`).
@@ -85,6 +88,16 @@ const TupleType* tupleType(Arena& a, std::span<const Type* const> fields);
 const FuncType* funcType(Arena& a, std::span<const Type* const> params, const Type* result,
                          std::span<const TypeParam* const> typeParams = {});
 const AdtType* adtType(Arena& a, const TypeDef* def, std::span<const Type* const> args);
+
+// The type of reference cells, `ref(T)` in the text: a built-in external type of
+// one parameter (one definition per process, in no module), so unification,
+// substitution and equality treat it as any other type application. Only the ref
+// operations make or read its values.
+const TypeDef* refTypeDef();
+inline bool isRefType(const Type* t) {
+  return t && t->kind == TypeKind::Adt && static_cast<const AdtType*>(t)->def == refTypeDef();
+}
+const AdtType* refType(Arena& a, const Type* content);
 
 inline const TensorType* asTensor(const Type* t) {
   return t && t->kind == TypeKind::Tensor ? static_cast<const TensorType*>(t) : nullptr;

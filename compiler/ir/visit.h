@@ -47,6 +47,9 @@ void forEachChild(const Expr* e, F&& f) {
       for (const Expr* x : static_cast<const Tuple*>(e)->fields) f(x);
       break;
     case ExprKind::TupleGet: f(static_cast<const TupleGet*>(e)->tuple); break;
+    case ExprKind::RefOp:
+      for (const Expr* x : static_cast<const RefOp*>(e)->args) f(x);
+      break;
     default: break;
   }
 }

@@ -272,6 +272,7 @@ class Lexer {
       else if (suffix == "i32") dt = DType::Int32;
       else if (suffix == "i64") dt = DType::Int64;
       else if (suffix == "u8") dt = DType::UInt8;
+      else if (suffix == "u16") dt = DType::UInt16;
       else fail(t.loc, "unknown literal suffix '" + std::string(suffix) + "' in '" + std::string(t.text) + "'");
       if (isFloatLit && !isFloat(dt))
         fail(t.loc, "the float literal '" + std::string(t.text) + "' has an integer suffix");

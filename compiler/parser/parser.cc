@@ -58,7 +58,7 @@ class Parser {
     for (TypeDecl& d : typeDecls_) m_.addTypeDef(d.def, fromPrelude_);
     pos_ = 0;
     while (!at(Tok::End)) {
-      if (atIdent("type")) {
+      if (atIdent("type") || atIdent("extern")) {
         pos_ = typeEnd_.at(pos_);
       } else if (atIdent("def")) {
         parseDef();
@@ -147,21 +147,30 @@ class Parser {
     std::unordered_set<std::string_view> declaredHere;
     std::unordered_set<std::string_view> typesHere;
     while (!at(Tok::End)) {
-      if (atIdent("type")) {
+      if (atIdent("type") || atIdent("extern")) {
         size_t start = pos_;
+        bool external = atIdent("extern");
         SourceLoc loc = next().loc;
+        if (external) expectIdent("type");
         const Token& name = expect(Tok::Ident, "(a type name) after 'type'");
-        if (!isUpper(name.text)) failAt(name.loc, "type names start with an upper-case letter: '" + std::string(name.text) + "'");
+        checkDeclaredName(name, "a type");
         if (!typesHere.insert(name.text).second) failAt(name.loc, "type '" + std::string(name.text) + "' is defined twice");
         TypeDecl d;
         d.def = b_.arena().make<TypeDef>();
         d.def->name = b_.arena().str(name.text);
         d.def->loc = loc;
+        d.def->external = external;
         if (at(Tok::LBracket)) d.params = parseTypeParamList();
         d.def->params = b_.arena().copy(d.params);
-        if (!at(Tok::LBrace)) fail("expected '{' to begin the constructors of type '" + std::string(name.text) + "'");
-        d.bodyPos = pos_;
-        skipGroup();
+        if (external) {
+          // TVM's `extern type Storage`: an opaque type whose values come from outside.
+          if (at(Tok::LBrace)) fail("an extern type has no constructors; expected the next definition");
+          d.bodyPos = SIZE_MAX;
+        } else {
+          if (!at(Tok::LBrace)) fail("expected '{' to begin the constructors of type '" + std::string(name.text) + "'");
+          d.bodyPos = pos_;
+          skipGroup();
+        }
         typeEnd_[start] = pos_;
         types_[d.def->name] = d.def;
         typeDecls_.push_back(d);
@@ -187,7 +196,7 @@ class Parser {
     std::vector<const TypeParam*> out;
     do {
       const Token& n = expect(Tok::Ident, "(a type parameter)");
-      if (!isUpper(n.text)) failAt(n.loc, "type parameters start with an upper-case letter: '" + std::string(n.text) + "'");
+      checkDeclaredName(n, "a type parameter");
       for (const TypeParam* p : out)
         if (p->name == n.text) failAt(n.loc, "type parameter '" + std::string(n.text) + "' is declared twice");
       auto* p = b_.arena().make<TypeParam>();
@@ -200,13 +209,14 @@ class Parser {
   }
 
   void parseConstructors(TypeDecl& d) {
+    if (d.def->external) return;
     pos_ = d.bodyPos;
     size_t mark = pushTypeParams(d.params);
     SourceLoc open = expect(Tok::LBrace).loc;
     std::vector<const Constructor*> ctors;
     while (!at(Tok::RBrace)) {
       const Token& n = expect(Tok::Ident, "(a constructor name)");
-      if (!isUpper(n.text)) failAt(n.loc, "constructor names start with an upper-case letter: '" + std::string(n.text) + "'");
+      checkDeclaredName(n, "a constructor");
       if (ctorsHere_.count(n.text)) failAt(n.loc, "constructor '" + std::string(n.text) + "' is defined twice");
       auto* c = b_.arena().make<Constructor>();
       c->name = b_.arena().str(n.text);
@@ -232,6 +242,17 @@ class Parser {
     if (ctors.empty()) failAt(open, "type '" + std::string(d.def->name) + "' has no constructors");
     d.def->ctors = b_.arena().copy(ctors);
     popTypeParams(mark);
+  }
+
+  // Type, type parameter and constructor names may be any identifier (TVM's
+  // `type nat { zero, succ(nat) }`) except one that already means something where
+  // the name is used: a dtype, a keyword, or `Tensor`.
+  void checkDeclaredName(const Token& n, const char* what) const {
+    static const std::unordered_set<std::string_view> reserved = {
+        "Tensor", "fn", "let", "if", "else", "match", "def", "type", "extern", "free_var",
+        "True", "False", "_", "ref", "ref_read", "ref_write"};
+    if (reserved.count(n.text) || relayDType(n.text))
+      failAt(n.loc, "'" + std::string(n.text) + "' cannot name " + what + ": it already means something in Relay");
   }
 
   // ---- scopes ----
@@ -308,6 +329,14 @@ class Parser {
       expect(Tok::RBracket, "to end the tensor type");
       return tensorType(b_.arena(), *dtype, dims);
     }
+    if (t.text == "ref" && peek().kind == Tok::LParen) {
+      // The type of reference cells, printed `ref(T)` as TVM prints RefType.
+      next();
+      next();
+      const Type* content = parseType();
+      expect(Tok::RParen, "to end the reference type");
+      return refType(b_.arena(), content);
+    }
     if (t.text == "fn") {
       next();
       std::vector<const TypeParam*> tps;
@@ -329,7 +358,7 @@ class Parser {
       next();
       return scalarType(b_.arena(), *dtype);
     }
-    if (isUpper(t.text)) {
+    if (t.kind == Tok::Ident) {
       for (auto it = typeParams_.rbegin(); it != typeParams_.rend(); ++it) {
         if ((*it)->name == t.text) {
           next();
@@ -557,7 +586,8 @@ class Parser {
       if (t.litType != DType::Float64) v = static_cast<double>(static_cast<float>(v));
       return b_.floatConst(t.litType, v, loc);
     }
-    if (negate && t.litType == DType::UInt8) failAt(loc, "a uint8 literal cannot be negative");
+    if (negate && isUnsignedInt(t.litType))
+      failAt(loc, "a " + std::string(dtypeName(t.litType)) + " literal cannot be negative");
     int64_t v = negate ? -t.intValue : t.intValue;
     if (!intFits(t.litType, v)) {
       std::string text = t.text.size() > 40 ? std::string(t.text.substr(0, 40)) + "..." : std::string(t.text);
@@ -700,16 +730,32 @@ class Parser {
       return b_.intConst(DType::Bool, t.text == "True" ? 1 : 0, t.loc);
     }
     if (t.text == "let" || t.text == "def" || t.text == "type" || t.text == "else") fail("expected an expression");
+    if (t.text == "ref" || t.text == "ref_read" || t.text == "ref_write") return parseRefOp();
     next();
-    if (isUpper(t.text)) {
-      auto it = ctors_.find(t.text);
-      if (it == ctors_.end()) failAt(t.loc, "unknown constructor '" + std::string(t.text) + "'");
-      return b_.ctor(it->second, t.loc);
-    }
+    // Constructors by name, whatever their case (TVM's `nat` has `zero` and
+    // `succ`); a capitalized name that is no constructor is a typo of one.
+    if (auto it = ctors_.find(t.text); it != ctors_.end()) return b_.ctor(it->second, t.loc);
+    if (isUpper(t.text)) failAt(t.loc, "unknown constructor '" + std::string(t.text) + "'");
     const ops::OpDef* op = ops::findOp(t.text);
     if (!op) failAt(t.loc, "unknown operator '" + std::string(t.text) + "'");
     if (!at(Tok::LParen)) fail("expected '(' after the operator '" + std::string(t.text) + "'");
     return b_.op(op, t.loc);
+  }
+
+  // `ref(v)`, `ref_read(r)`, `ref_write(r, v)`: special forms, as in TVM.
+  const Expr* parseRefOp() {
+    DepthGuard g(*this);
+    const Token& t = next();
+    RefOpKind op = t.text == "ref" ? RefOpKind::Create : t.text == "ref_read" ? RefOpKind::Read : RefOpKind::Write;
+    std::string what(t.text);
+    expect(Tok::LParen, ("after '" + what + "'").c_str());
+    std::vector<const Expr*> args{parseExpr()};
+    if (op == RefOpKind::Write) {
+      expect(Tok::Comma, "between the reference and the value of 'ref_write'");
+      args.push_back(parseExpr());
+    }
+    expect(Tok::RParen, ("to end '" + what + "'").c_str());
+    return b_.refOp(op, args, t.loc);
   }
 
   const Expr* parseIf() {
@@ -728,8 +774,9 @@ class Parser {
     DepthGuard g(*this);
     SourceLoc loc = next().loc;
     bool complete = !accept(Tok::Question);
-    if (!at(Tok::LParen)) fail("expected '(' after 'match'");
+    // The scrutinee is an atomic expression, as in TVM: `match %x {`, `match (%x) {`;
     // `match (%a, %b)` matches the tuple (%a, %b).
+    if (at(Tok::LBrace)) fail("expected the value to match after 'match'");
     const Expr* s = parsePrimary();
     expect(Tok::LBrace, "to begin the match clauses");
     std::vector<Clause> clauses;
@@ -771,7 +818,7 @@ class Parser {
       expect(Tok::RParen, "to end the tuple pattern");
       return b_.patternTuple(fields, t.loc);
     }
-    if (t.kind == Tok::Ident && isUpper(t.text)) {
+    if (t.kind == Tok::Ident && (isUpper(t.text) || ctors_.count(t.text))) {
       next();
       auto it = ctors_.find(t.text);
       if (it == ctors_.end()) failAt(t.loc, "unknown constructor '" + std::string(t.text) + "'");

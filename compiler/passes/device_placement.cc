@@ -76,6 +76,7 @@ class Copyability {
         return false;
       case TypeKind::Adt: {
         auto* a = static_cast<const AdtType*>(t);
+        if (a->def == refTypeDef()) return true;  // a copy of a cell would be another cell
         for (const Type* x : a->args)
           if (mayHoldFunction(x, varsMayBe, depth + 1)) return true;
         return !fieldsFunctionFree(a->def);
@@ -379,6 +380,23 @@ class Placer {
         int t = atom(inst, Site{e, 0}, static_cast<const TupleGet*>(e)->tuple);
         r = ofType(e->type);
         d_.unify(r, t);
+        break;
+      }
+      case ExprKind::RefOp: {
+        // A cell and its content share a domain, as a tuple and its fields do:
+        // a cell is never copied, so whatever is written must already be there.
+        auto* ref = static_cast<const RefOp*>(e);
+        int cell = atom(inst, Site{e, 0}, ref->args[0]);
+        if (ref->op == RefOpKind::Create) {
+          r = d_.leaf(isScalarType(e->type));
+          d_.unify(cell, r);
+        } else if (ref->op == RefOpKind::Read) {
+          r = ofType(e->type);
+          d_.unify(r, cell);
+        } else {
+          d_.unify(cell, atom(inst, Site{e, 1}, ref->args[1]));
+          r = ofType(e->type);
+        }
         break;
       }
       case ExprKind::If: {
@@ -700,6 +718,13 @@ class Placer {
       case ExprKind::TupleGet: {
         auto* g = static_cast<const TupleGet*>(e);
         r = b_.tupleGet(rwAtom(inst, Site{e, 0}, g->tuple, out, scope), g->index, e->loc);
+        break;
+      }
+      case ExprKind::RefOp: {
+        auto* ref = static_cast<const RefOp*>(e);
+        std::vector<const Expr*> as;
+        for (size_t i = 0; i < ref->args.size(); ++i) as.push_back(rwAtom(inst, Site{e, static_cast<int>(i)}, ref->args[i], out, scope));
+        r = b_.refOp(ref->op, as, e->loc);
         break;
       }
       case ExprKind::If: {

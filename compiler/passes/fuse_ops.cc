@@ -107,6 +107,9 @@ class Grouping {
           for (const Expr* f : static_cast<const Tuple*>(e)->fields) stack.push_back(f);
           break;
         case ExprKind::TupleGet: stack.push_back(static_cast<const TupleGet*>(e)->tuple); break;
+        case ExprKind::RefOp:
+          for (const Expr* a : static_cast<const RefOp*>(e)->args) stack.push_back(a);
+          break;
         default: break;
       }
     }
@@ -170,6 +173,9 @@ class Grouping {
           for (const Expr* f : static_cast<const Tuple*>(x)->fields) stack.push_back({f, false});
           break;
         case ExprKind::TupleGet: stack.push_back({static_cast<const TupleGet*>(x)->tuple, false}); break;
+        case ExprKind::RefOp:
+          for (const Expr* a : static_cast<const RefOp*>(x)->args) stack.push_back({a, false});
+          break;
         default: break;
       }
     }

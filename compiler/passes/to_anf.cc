@@ -100,6 +100,12 @@ class ANF {
         auto* g = static_cast<const TupleGet*>(e);
         return typed(b_.tupleGet(atom(g->tuple, bs), g->index, g->loc), g);
       }
+      case ExprKind::RefOp: {
+        auto* r = static_cast<const RefOp*>(e);
+        std::vector<const Expr*> args;
+        for (const Expr* a : r->args) args.push_back(atom(a, bs));
+        return typed(b_.refOp(r->op, args, r->loc), r);
+      }
       case ExprKind::If: {
         auto* i = static_cast<const If*>(e);
         const Expr* c = atom(i->cond, bs);
@@ -117,6 +123,7 @@ class ANF {
         if (f->primitive) return e;
         Function* n = b_.function(f->typeParams, f->params, f->resultAnnotation, block(f->body), f->loc);
         n->closure = f->closure;
+        n->attrs = f->attrs;
         return typed(n, f);
       }
     }

@@ -176,8 +176,24 @@ class Inferer {
                            std::to_string(tt->fields.size()) + " field(s), of type " + show(tt));
         return tt->fields[g->index];
       }
+      case ExprKind::RefOp: return inferRefOp(static_cast<const RefOp*>(e));
     }
     fail(e->loc, "unknown expression");
+  }
+
+  // ref(v): ref(T) for v: T. ref_read(r): T for r: ref(T). ref_write(r, v): () once
+  // v fits T (a cell's content type never changes: it is written after it is made).
+  const Type* inferRefOp(const RefOp* r) {
+    if (r->op == RefOpKind::Create) return refType(a_, infer(r->args[0], r, 1));
+    const Type* content = s_.meta({r, 0});
+    const Type* cell = infer(r->args[0], r, 1);
+    unifyAt(useLoc(r->args[0], r->loc), refType(a_, content), cell, UnifyMode::Join,
+            [&] { return std::string(r->op == RefOpKind::Read ? "ref_read" : "ref_write") + " needs a reference"; });
+    if (r->op == RefOpKind::Read) return content;
+    const Type* value = infer(r->args[1], r, 2);
+    unifyAt(useLoc(r->args[1], r->loc), content, value, UnifyMode::Check,
+            [&] { return "ref_write of a reference to " + show(content) + ": the value has another type"; });
+    return tupleType(a_, {});
   }
 
   // The type of `t`, after trying pending operator rules if it is still unknown.

@@ -21,9 +21,10 @@ enum class DType : uint8_t {
   Int64 = 6,
   UInt8 = 7,
   Bool = 8,
+  UInt16 = 9,
 };
 
-inline constexpr int kNumDTypes = 9;
+inline constexpr int kNumDTypes = 10;
 
 // The Relay spelling: "float32", "int64", "bool", ...
 std::string_view dtypeName(DType t);
@@ -35,8 +36,11 @@ std::optional<DType> parseDType(std::string_view name);
 size_t dtypeSize(DType t);
 inline bool isFloat(DType t) { return t == DType::Float16 || t == DType::Float32 || t == DType::Float64; }
 inline bool isInt(DType t) {
-  return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64 || t == DType::UInt8;
+  return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64 || t == DType::UInt8 ||
+         t == DType::UInt16;
 }
+// Unsigned integer types (bool counts as unsigned where kernels compare or divide).
+inline bool isUnsignedInt(DType t) { return t == DType::UInt8 || t == DType::UInt16; }
 inline bool isBool(DType t) { return t == DType::Bool; }
 
 // Whether integer `v` is a value of `t` without wrapping (bool: 0 or 1; float

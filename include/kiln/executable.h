@@ -35,11 +35,11 @@ struct FusedFunction;
 
 // The type of a function parameter or result, as far as the runtime checks it.
 struct TypeDesc {
-  enum class Kind : uint8_t { Tensor, Tuple, Adt, Func, Any };
+  enum class Kind : uint8_t { Tensor, Tuple, Adt, Func, Any, Ref };
   Kind kind = Kind::Any;
   DType dtype = DType::Float32;
   Shape shape;                   // Tensor: -1 for `?`
-  std::vector<TypeDesc> fields;  // Tuple fields; Adt type arguments
+  std::vector<TypeDesc> fields;  // Tuple fields; Adt type arguments; Ref: the content
   std::string name;              // Adt: the type's name
 
   std::string toString() const;  // Relay spelling: Tensor[(2, ?), float32], List[...]
@@ -74,7 +74,8 @@ struct KernelInfo {
 class Executable {
  public:
   static constexpr uint32_t kMajorVersion = 2;
-  static constexpr uint32_t kMinorVersion = 0;
+  // 2.1: reference cells (the ref opcodes, TypeDesc::Kind::Ref).
+  static constexpr uint32_t kMinorVersion = 1;
 
   // What an executable is made of, as the compiler emits it and the loader reads it.
   struct Contents {

@@ -6,12 +6,17 @@
 //     control-flow scalars live here, so a loop step allocates nothing.
 //   - Object: a pointer to a reference-counted heap object: a Tensor, an ADT value
 //     (constructor id and fields; tuples are ADT values with kTupleCtor), a closure
-//     (function index and captured values), or a storage block (raw memory that
-//     tensors are placed in).
+//     (function index and captured values), a reference cell (`ref(v)`: one
+//     mutable value), or a storage block (raw memory that tensors are placed in).
 //   - Empty: a register that holds nothing (never written, or released).
 // Copying a Value adds a reference; the count is atomic, so values (and the
 // constants of a shared Executable) may be copied and dropped on any thread.
-// Objects are immutable once built, except storage, whose bytes kernels write.
+// Objects are immutable once built, except storage, whose bytes kernels write, and
+// reference cells, whose content `ref_write` replaces. A cell is not synchronized:
+// a program reads and writes it on its VM's thread; an app that hands one cell to
+// runs on several threads at once must order them itself. Counting does not
+// collect cycles, and a cell can close one (a cell holding a value that holds the
+// cell): such a structure outlives its last outside reference, as in TVM.
 //
 // Constructor ids index the constructor table of the executable that built the
 // value (Executable::constructorName); keep the executable alive while reading them.
@@ -30,7 +35,7 @@ namespace kiln {
 
 inline constexpr uint32_t kTupleCtor = 0xFFFFFFFFu;
 
-enum class ObjectKind : uint8_t { Tensor, Adt, Closure, Storage };
+enum class ObjectKind : uint8_t { Tensor, Adt, Closure, Storage, Ref };
 
 struct Object {
   std::atomic<uint32_t> refs{1};
@@ -39,6 +44,7 @@ struct Object {
 };
 
 class Value;
+struct RefObject;
 
 struct TensorObject : Object {
   Tensor tensor;
@@ -103,6 +109,7 @@ class Value {
   static Value adt(uint32_t ctor, std::vector<Value> fields);
   static Value closure(uint32_t function, std::span<const Value> captured);
   static Value storage(std::shared_ptr<void> buffer, size_t bytes, Device device);
+  static Value ref(Value content);
 
   Kind kind() const { return kind_; }
   bool empty() const { return kind_ == Kind::Empty; }
@@ -113,6 +120,7 @@ class Value {
   bool isAdt() const { return isObject(ObjectKind::Adt) && asAdt()->ctor != kTupleCtor; }
   bool isTuple() const { return isObject(ObjectKind::Adt) && asAdt()->ctor == kTupleCtor; }
   bool isClosure() const { return isObject(ObjectKind::Closure); }
+  bool isRef() const { return isObject(ObjectKind::Ref); }
 
   // Register scalars.
   DType dtype() const { return dtype_; }
@@ -132,6 +140,8 @@ class Value {
   const ClosureObject* asClosure() const { return static_cast<const ClosureObject*>(bits_.o); }
   const TensorObject* asTensorObject() const { return static_cast<const TensorObject*>(bits_.o); }
   const StorageObject* asStorage() const { return static_cast<const StorageObject*>(bits_.o); }
+  // The cell itself (mutable through any copy of the value: every copy is the same cell).
+  RefObject* asRef() const;
 
   // Structural description, for messages: "tensor 2x3xf32", "tuple of 2", "closure".
   std::string describe() const;
@@ -157,6 +167,12 @@ class Value {
 };
 
 static_assert(sizeof(Value) == 16, "a register is 16 bytes");
+
+struct RefObject : Object {
+  Value content;
+  explicit RefObject(Value v) : Object(ObjectKind::Ref), content(std::move(v)) {}
+};
+inline RefObject* Value::asRef() const { return static_cast<RefObject*>(bits_.o); }
 
 inline Value* AdtObject::fields() { return reinterpret_cast<Value*>(this + 1); }
 inline const Value* AdtObject::fields() const { return reinterpret_cast<const Value*>(this + 1); }

@@ -162,8 +162,20 @@ const BadProgram kBadPrograms[] = {
      "1:44: error: operator 'concatenate' expects a tuple of tensors, but operand has type List[float32]"},
     {"uint8 negative", "def @main() { -3u8 }",
      "1:15: error: a uint8 literal cannot be negative"},
-    {"ctor lower", "type foo { A }\ndef @main() { 1 }",
-     "1:6: error: type names start with an upper-case letter: 'foo'"},
+    {"type named as a dtype", "type float32 { A }\ndef @main() { 1 }",
+     "1:6: error: 'float32' cannot name a type: it already means something in Relay"},
+    {"constructor named as a keyword", "type T { fn }\ndef @main() { 1 }",
+     "1:10: error: 'fn' cannot name a constructor: it already means something in Relay"},
+    {"lower-case unknown name", "type nat { zero, succ(nat) }\ndef @main() { zero2 }",
+     "2:15: error: unknown operator 'zero2'"},
+    {"extern type with constructors", "extern type S { A }\ndef @main() { 1 }",
+     "1:15: error: an extern type has no constructors; expected the next definition, but found '{'"},
+    {"ref_write of another type", "def @main(%c: ref(float32)) {\n  ref_write(%c, 1)\n}",
+     "2:17: error: ref_write of a reference to float32: the value has another type: expected float32, but found int32"},
+    {"ref_read of a non-reference", "def @main(%c: float32) { ref_read(%c) }",
+     "1:26: error: ref_read needs a reference: expected ref(_), but found float32"},
+    {"ref_write arity", "def @main(%c: ref(float32)) { ref_write(%c) }",
+     "1:43: error: expected ',' between the reference and the value of 'ref_write', but found ')'"},
 };
 }  // namespace
 

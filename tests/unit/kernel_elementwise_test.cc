@@ -23,6 +23,7 @@ double wrapInt(double v, DType dt) {
     case DType::Int16: return static_cast<int16_t>(i);
     case DType::Int32: return static_cast<int32_t>(i);
     case DType::UInt8: return static_cast<uint8_t>(i);
+    case DType::UInt16: return static_cast<uint16_t>(i);
     default: return static_cast<double>(i);
   }
 }
@@ -52,7 +53,7 @@ double refUnary(const std::string& op, double x, DType dt) {
 
 double refBinary(const std::string& op, double a, double b, DType dt) {
   bool flt = isFloat(dt);
-  bool uns = dt == DType::UInt8;
+  bool uns = isUnsignedInt(dt);
   if (op == "add") return flt ? a + b : wrapInt(a + b, dt);
   if (op == "subtract") return flt ? a - b : wrapInt(a - b, dt);
   if (op == "multiply") return flt ? a * b : wrapInt(a * b, dt);
@@ -111,7 +112,8 @@ int64_t broadcastOffset(const Shape& out, const Shape& in, int64_t flat) {
 
 const std::vector<DType> kFloats = {DType::Float16, DType::Float32, DType::Float64};
 const std::vector<DType> kNumeric = {DType::Float16, DType::Float32, DType::Float64, DType::Int8,
-                                     DType::Int16,   DType::Int32,   DType::Int64,   DType::UInt8};
+                                     DType::Int16,   DType::Int32,   DType::Int64,   DType::UInt8,
+                                     DType::UInt16};
 
 }  // namespace
 
@@ -167,7 +169,7 @@ TEST_CASE("binary element-wise kernels broadcast and match the reference") {
   };
   std::vector<Op> ops;
   for (const char* a : arith) ops.push_back({a, kNumeric});
-  for (const char* c : compare) ops.push_back({c, {DType::Float32, DType::Int32, DType::UInt8, DType::Int64}});
+  for (const char* c : compare) ops.push_back({c, {DType::Float32, DType::Int32, DType::UInt8, DType::UInt16, DType::Int64}});
   ops.push_back({"logical_and", {DType::Bool}});
   ops.push_back({"logical_or", {DType::Bool}});
   ops.push_back({"power", {DType::Float32, DType::Float64}});
@@ -230,7 +232,7 @@ TEST_CASE("where, clip and cast kernels") {
   for (int64_t i = 0; i < 50; ++i) CHECK(getElement(cr, i) == std::min(6.0, std::max(-2.0, getElement(xi, i))));
 
   // Casts between every pair of a few dtypes, including saturating float -> int.
-  const DType types[] = {DType::Float32, DType::Float16, DType::Int8, DType::Int64, DType::UInt8, DType::Bool};
+  const DType types[] = {DType::Float32, DType::Float16, DType::Int8, DType::Int64, DType::UInt8, DType::UInt16, DType::Bool};
   for (DType from : types) {
     for (DType to : types) {
       CAPTURE(dtypeName(from));
@@ -245,8 +247,8 @@ TEST_CASE("where, clip and cast kernels") {
         if (isBool(to)) want = v != 0;
         else if (isFloat(to)) want = to == DType::Float16 ? halfToFloat(floatToHalf(static_cast<float>(v))) : v;
         else {
-          double lo = to == DType::Int8 ? -128 : to == DType::UInt8 ? 0 : -9.2e18;
-          double hi = to == DType::Int8 ? 127 : to == DType::UInt8 ? 255 : 9.2e18;
+          double lo = to == DType::Int8 ? -128 : isUnsignedInt(to) ? 0 : -9.2e18;
+          double hi = to == DType::Int8 ? 127 : to == DType::UInt8 ? 255 : to == DType::UInt16 ? 65535 : 9.2e18;
           want = std::trunc(std::min(hi, std::max(lo, v)));
           if (!isFloat(from)) want = wrapInt(v, to);
         }

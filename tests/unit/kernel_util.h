@@ -35,6 +35,7 @@ inline double getElement(const Tensor& t, int64_t i) {
     case DType::Int32: return t.data<int32_t>()[i];
     case DType::Int64: return static_cast<double>(t.data<int64_t>()[i]);
     case DType::UInt8: return t.data<uint8_t>()[i];
+    case DType::UInt16: return t.data<uint16_t>()[i];
     case DType::Bool: return t.data<uint8_t>()[i] ? 1 : 0;
   }
   return 0;
@@ -51,6 +52,7 @@ inline void setElement(const Tensor& t, int64_t i, double v) {
     case DType::Int32: t.data<int32_t>()[i] = static_cast<int32_t>(static_cast<int64_t>(v)); break;
     case DType::Int64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
     case DType::UInt8: t.data<uint8_t>()[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
+    case DType::UInt16: t.data<uint16_t>()[i] = static_cast<uint16_t>(static_cast<int64_t>(v)); break;
     case DType::Bool: t.data<uint8_t>()[i] = v != 0; break;
   }
 }
@@ -61,7 +63,7 @@ inline Tensor randomTensor(DType dt, std::initializer_list<int64_t> shape, std::
                            double hi = 3) {
   Tensor t = Tensor::empty(dt, shape);
   std::uniform_real_distribution<double> real(lo, hi);
-  std::uniform_int_distribution<int> small(dt == DType::UInt8 ? 0 : -20, 20);
+  std::uniform_int_distribution<int> small(isUnsignedInt(dt) ? 0 : -20, 20);
   for (int64_t i = 0; i < t.numel(); ++i) {
     double v = isFloat(dt) ? real(rng) : isBool(dt) ? static_cast<double>(rng() & 1) : static_cast<double>(small(rng));
     setElement(t, i, v);

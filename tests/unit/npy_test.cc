@@ -161,3 +161,18 @@ TEST_CASE("npz: zip64 sizes and offsets that wrap around are refused") {
     }
   }
 }
+
+TEST_CASE("npy: every dtype round-trips through its numpy descr (uint16 as <u2)") {
+  for (int i = 0; i < kiln::kNumDTypes; ++i) {
+    auto dt = static_cast<kiln::DType>(i);
+    CAPTURE(kiln::dtypeName(dt));
+    kiln::Tensor t = kiln::Tensor::empty(dt, {3});
+    for (size_t b = 0; b < 3 * kiln::dtypeSize(dt); ++b) static_cast<uint8_t*>(t.data())[b] = static_cast<uint8_t>(b % 2);
+    std::vector<uint8_t> bytes = kiln::encodeNpy(t);
+    kiln::Tensor back = kiln::parseNpy(bytes.data(), bytes.size(), "t.npy");
+    CHECK(back.dtype() == dt);
+    CHECK(std::memcmp(back.data(), t.data(), 3 * kiln::dtypeSize(dt)) == 0);
+  }
+  std::vector<uint8_t> u2 = kiln::encodeNpy(kiln::Tensor::empty(kiln::DType::UInt16, {1}));
+  CHECK(std::string(u2.begin(), u2.end()).find("'descr': '<u2'") != std::string::npos);
+}
