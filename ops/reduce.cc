@@ -1,4 +1,5 @@
-// Reductions (sum, mean, max, min, prod, all, any, argmax, argmin) and cumsum.
+// Reductions (sum, mean, max, min, prod, all, any, argmax, argmin), cumsum, and
+// TVM's collapse_sum_like / collapse_sum_to (the sum that undoes a broadcast).
 #include <algorithm>
 
 #include "kernel_ir/compute.h"
@@ -50,6 +51,34 @@ std::vector<TensorDesc> cumsumRule(const OpCall& call) {
   return {TensorDesc{dt, x.shape}};
 }
 
+// collapse_sum_like(data, like) and collapse_sum_to(data, shape=...): data summed
+// down to a shape it was broadcast from (TVM's gradient of a broadcast). The
+// target's dimensions align with data's from the right; a target dimension of 1
+// sums data's, any other must equal data's, and data's leading dimensions beyond
+// the target's rank are summed away.
+TensorDesc collapseTarget(const OpCall& call, const TensorDesc& x, const Shape& target) {
+  requireDType(call, x, DTypeClass::Numeric, "operand");
+  if (target.size() > x.rank())
+    opFail(call, "cannot collapse a tensor of shape " + shapeToString(x.shape) + " to the higher-rank shape " + shapeToString(target));
+  size_t lead = x.rank() - target.size();
+  for (size_t d = 0; d < target.size(); ++d) {
+    int64_t want = target[d], have = x.shape[lead + d];
+    if (want != 1 && want != kAnyDim && have != kAnyDim && want != have)
+      opFail(call, "cannot collapse a tensor of shape " + shapeToString(x.shape) + " to shape " + shapeToString(target));
+  }
+  return TensorDesc{x.dtype, target};
+}
+
+std::vector<TensorDesc> collapseSumLikeRule(const OpCall& call) {
+  return {collapseTarget(call, call.inputs[0], call.inputs[1].shape)};
+}
+
+std::vector<TensorDesc> collapseSumToRule(const OpCall& call) {
+  std::vector<int64_t> s = call.attrs.requireIntList("shape");
+  for (int64_t d : s)
+    if (d < 0) call.attrs.fail("shape", "dimensions must be non-negative");
+  return {collapseTarget(call, call.inputs[0], Shape(s.begin(), s.end()))};
+}
 
 // ---- compute rules ----
 using loop::ExprId;
@@ -105,6 +134,42 @@ int32_t reduceCompute(const ComputeCall& c) {
   return widen ? c.b.cast(t, r) : r;
 }
 
+// One output element sums data over its leading dimensions and over every aligned
+// dimension where the target's extent is 1. A target extent known only at run time
+// decides then: the reduction runs over data's extent when it is 1 and over a single
+// element otherwise, and data's index is the output index plus the reduction
+// variable (one of the two is always 0), so no read leaves data.
+int32_t collapseSumCompute(const ComputeCall& c) {
+  size_t rank = c.inputs[0].rank(), outRank = c.output.rank(), lead = rank - outRank;
+  std::vector<ExprId> idx(rank), extents;
+  std::vector<int32_t> vars;
+  for (size_t d = 0; d < rank; ++d) {
+    bool leading = d < lead;
+    int64_t want = leading ? 1 : c.output.shape[d - lead];
+    if (!leading && want != 1 && want != kAnyDim) {
+      idx[d] = c.index[d - lead];
+      continue;
+    }
+    int32_t v = c.b.newVar();
+    vars.push_back(v);
+    if (want == kAnyDim) {
+      ExprId one = c.b.intConst(1);
+      ExprId collapsed = c.b.binary(loop::BinaryOp::Eq, c.outputDim(d - lead), one);
+      extents.push_back(c.b.select(collapsed, c.inputDim(0, d), one));
+      idx[d] = c.b.add(c.index[d - lead], c.b.var(v));
+    } else {
+      extents.push_back(c.inputDim(0, d));
+      idx[d] = c.b.var(v);
+    }
+  }
+  ExprId body = c.load(0, idx);
+  if (vars.empty()) return body;
+  DType t = c.b.typeOf(body);
+  if (isInt(t)) body = c.b.cast(DType::Int64, body);
+  ExprId r = c.b.reduce(loop::ReduceOp::Sum, vars, extents, body);
+  return isInt(t) ? c.b.cast(t, r) : r;
+}
+
 int32_t cumsumCompute(const ComputeCall& c) {
   bool exclusive = c.attrs.getBool("exclusive", false);
   DType dt = c.output.dtype;
@@ -150,6 +215,8 @@ void registerReduceOps(OpTable& t) {
   t.add("argmin", 1, OpPattern::CommReduce, reduceRule<DTypeClass::Numeric, true>, argAttrs).compute =
       reduceCompute<loop::ReduceOp::ArgMin, false>;
   t.add("cumsum", 1, OpPattern::Opaque, cumsumRule, {"axis", "dtype", "exclusive"}).compute = cumsumCompute;
+  t.add("collapse_sum_like", 2, OpPattern::CommReduce, collapseSumLikeRule).compute = collapseSumCompute;
+  t.add("collapse_sum_to", 1, OpPattern::CommReduce, collapseSumToRule, {"shape"}).compute = collapseSumCompute;
 }
 
 }  // namespace kiln::ops

@@ -62,6 +62,8 @@ std::vector<std::string> programs() {
   unary("any(%x)", "bool");
   unary("cumsum(%x, axis=1)", "float32");
   unary("cumsum(%x, axis=0, exclusive=True)", "int32");
+  unary("collapse_sum_to(%x, shape=[1, 8])", "float32");
+  out.push_back("def @main(%x: Tensor[(?, 4, 8), int32], %l: Tensor[(?, 1), int32]) { collapse_sum_like(%x, %l) }");
   out.push_back("def @main(%x: Tensor[(4, 8), float32], %w: Tensor[(16, 8), float32]) { nn.dense(%x, %w) }");
   out.push_back("def @main(%x: Tensor[(?, 8), float64], %w: Tensor[(16, 8), float64]) { nn.dense(%x, %w) }");
   out.push_back("def @main(%x: Tensor[(4, 8), float32], %w: Tensor[(8, 16), float32]) { nn.matmul(%x, %w) }");
