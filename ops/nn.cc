@@ -72,12 +72,14 @@ DataAxes dataAxes(const AttrReader& attrs, std::string_view attr) {
   return l == "NCHW" ? DataAxes{0, 1, 2, 3} : DataAxes{0, 3, 1, 2};
 }
 // Where output channels, input channels and the kernel's height and width sit
-// in a conv2d weight (OIHW, or HWIO as TVM's NHWC programs write it).
+// in a conv2d weight: OIHW, or the plain layouts TVM's programs also write (HWIO
+// for NHWC, OHWI for NHWC on Arm and in its pattern tests, IHWO, ...).
 struct KernelAxes {
   size_t o, i, h, w;
 };
 KernelAxes kernelAxes(const AttrReader& attrs) {
-  return attrs.getChoice("kernel_layout", {"OIHW", "HWIO"}) == "OIHW" ? KernelAxes{0, 1, 2, 3} : KernelAxes{3, 2, 0, 1};
+  std::string l = attrs.getChoice("kernel_layout", {"OIHW", "HWIO", "OHWI", "IHWO", "HWOI", "IOHW"});
+  return KernelAxes{l.find('O'), l.find('I'), l.find('H'), l.find('W')};
 }
 
 std::vector<TensorDesc> conv2dRule(const OpCall& call) {

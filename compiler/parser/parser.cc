@@ -616,10 +616,11 @@ class Parser {
     std::vector<const Expr*> args;
     ops::AttrMap* attrs = nullptr;
     bool isOp = callee->kind == ExprKind::Op;
+    SourceLoc firstAttr{};
     while (!at(Tok::RParen)) {
       if (at(Tok::Ident) && peek().kind == Tok::Assign) {
         const Token& name = next();
-        if (!isOp) failAt(name.loc, "attributes (" + std::string(name.text) + "=...) can only be given to operators");
+        if (!attrs) firstAttr = name.loc;
         next();
         if (!attrs) attrs = b_.arena().own<ops::AttrMap>();
         if (attrs->find(name.text)) failAt(name.loc, "attribute '" + std::string(name.text) + "' is given twice");
@@ -631,6 +632,10 @@ class Parser {
       if (!accept(Tok::Comma)) break;
     }
     expect(Tok::RParen, "to end the call's arguments");
+    // A call of a function may carry attributes as TVM writes them, typed by
+    // `attrs_type_key="..."`; they are kept and printed back, and mean nothing here.
+    if (!isOp && attrs && !attrs->find("attrs_type_key"))
+      failAt(firstAttr, "attributes on a call of a function need attrs_type_key=\"...\" (as TVM writes them); only operators take bare attributes");
     if (isOp) {
       const ops::OpDef* op = static_cast<const OpRef*>(callee)->op;
       if (static_cast<int>(args.size()) != op->numInputs)

@@ -117,6 +117,11 @@ class Inferer {
       sig = signature(f);
     }
     const Type* body = infer(f->body, f, 1);
+    // A polymorphic function returned where a monomorphic function type is
+    // declared is instantiated there, as an argument is (TVM's eta-expansion
+    // tests: `def @main[A]() -> fn(A, List[A]) -> List[A] { fn [A](...) {...} }`).
+    if (auto* want = asFunc(f->resultAnnotation); want && want->typeParams.empty())
+      if (auto* pf = asFunc(s_.resolve(body)); pf && !pf->typeParams.empty()) body = instantiate(pf, {f, 2});
     const GlobalFunction* global = current_ && current_->fn == f ? current_ : nullptr;
     auto what = [global] { return global ? "@" + std::string(global->var->name) : std::string("the function"); };
     if (f->resultAnnotation)

@@ -7,13 +7,25 @@
 #   // EXIT: <status, default 0>   // STDERR: <text stderr must contain>
 set -u
 #   // KILNC: <extra kilnc arguments, e.g. --params>
+#   // WITH: <files, relative to the source root, put before the program (their
+#   //        #[version] lines dropped after the first), as TVM loads its std files>
+#   // COMPILE-ONLY: <why>  (no entry point to run: checked by kilnc -o and counted apart)
 # Paths in RUN and KILNC lines are relative to the source root (the fourth argument).
 vmrun=$1; kilnc=$2; dir=$3; root=${4:-.}
 cd "$root" || exit 1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fails=0; count=0
+compiled_only=0
 for prog in "$dir"/*.relay; do
   name=$(basename "$prog" .relay)
+  with=$(sed -n 's|^// WITH: \(.*\)$|\1|p' "$prog" | head -1)
+  if [ -n "$with" ]; then
+    first=1; : > "$tmp/$name.relay"
+    for w in $with $prog; do
+      if [ $first = 1 ]; then cat "$w"; else sed '/^#\[version/d' "$w"; fi >> "$tmp/$name.relay"; first=0
+    done
+    prog=$tmp/$name.relay
+  fi
   args=$(sed -n 's|^// RUN:\(.*\)$|\1|p' "$prog" | head -1)
   expect=$(sed -n 's|^// EXPECT: \(.*\)$|\1|p' "$prog" | head -1)
   exit_want=$(sed -n 's|^// EXIT: \(.*\)$|\1|p' "$prog" | head -1); exit_want=${exit_want:-0}
@@ -21,6 +33,7 @@ for prog in "$dir"/*.relay; do
   kargs=$(sed -n 's|^// KILNC:\(.*\)$|\1|p' "$prog" | head -1)
   # shellcheck disable=SC2086
   "$kilnc" "$prog" $kargs -o "$tmp/$name.kx" 2>"$tmp/kilnc.err" || { echo "FAIL $name: kilnc -o failed: $(cat "$tmp/kilnc.err")"; fails=$((fails+1)); continue; }
+  if grep -q '^// COMPILE-ONLY:' "$prog"; then compiled_only=$((compiled_only+1)); continue; fi
   for form in text exe; do
     count=$((count+1))
     input=$prog; [ $form = exe ] && input=$tmp/$name.kx
@@ -40,5 +53,5 @@ for prog in "$dir"/*.relay; do
     fi
   done
 done
-echo "$((count-fails))/$count end-to-end runs passed"
+echo "$((count-fails))/$count end-to-end runs passed; $compiled_only program(s) compiled only (no entry point)"
 [ $fails = 0 ]

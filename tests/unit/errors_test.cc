@@ -77,7 +77,7 @@ const BadProgram kBadPrograms[] = {
     {"named graph", "def @main(%x: float32) {\n  %y = add(%x, %x);\n  %y\n}",
      "2:3: error: a binding without 'let' must be numbered (%0 = ...); write 'let %y = ...'"},
     {"attr on non-op", "def @f(%x: int32) { %x }\ndef @main() { @f(1, axis=2) }",
-     "2:21: error: attributes (axis=...) can only be given to operators"},
+     "2:21: error: attributes on a call of a function need attrs_type_key=\"...\" (as TVM writes them); only operators take bare attributes"},
     {"positional after attr", "def @main(%x: Tensor[(2, 3), float32]) { sum(%x, axis=1, %x) }",
      "1:58: error: expected an attribute (name=value) after the first attribute, but found '%x'"},
     {"dup attr", "def @main(%x: Tensor[(2, 3), float32]) { sum(%x, axis=1, axis=0) }",

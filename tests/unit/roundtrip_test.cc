@@ -1,6 +1,9 @@
 // Round trip: printing a module and parsing the text back gives an equal module,
-// for every .relay file under tests/ and samples/, with and without types.
+// for every .relay file under tests/ and samples/ (with the files its `// WITH:`
+// line names put before it, as tests/cli/e2e_test.sh does) and every .rly file of
+// TVM's standard library kept in tests/tvm/std, with and without types.
 #include <filesystem>
+#include <sstream>
 
 #include "compiler/ir/equal.h"
 #include "test_util.h"
@@ -14,8 +17,29 @@ std::vector<fs::path> relayFiles() {
   std::vector<fs::path> out;
   for (const char* dir : {"tests", "samples"})
     for (const auto& e : fs::recursive_directory_iterator(fs::path(KILN_SOURCE_DIR) / dir))
-      if (e.is_regular_file() && e.path().extension() == ".relay") out.push_back(e.path());
+      if (e.is_regular_file() && (e.path().extension() == ".relay" || e.path().extension() == ".rly"))
+        out.push_back(e.path());
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The program text as the e2e runner assembles it: `// WITH:` files first, their
+// `#[version]` lines dropped after the first.
+std::string assemble(const fs::path& path) {
+  std::string src = compiler::readSourceFile(path.string());
+  size_t at = src.find("\n// WITH: ");
+  if (at == std::string::npos) return src;
+  std::istringstream names(src.substr(at + 10, src.find('\n', at + 1) - at - 10));
+  std::string out, name;
+  bool first = true;
+  auto append = [&](const std::string& text) {
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);)
+      if (first || line.rfind("#[version", 0) != 0) out += line + "\n";
+    first = false;
+  };
+  while (names >> name) append(compiler::readSourceFile((fs::path(KILN_SOURCE_DIR) / name).string()));
+  append(src);
   return out;
 }
 
@@ -32,7 +56,7 @@ TEST_CASE("every .relay file under tests/ and samples/ round-trips") {
   REQUIRE(files.size() >= 6);
   for (const fs::path& path : files) {
     CAPTURE(path.string());
-    std::string src = compiler::readSourceFile(path.string());
+    std::string src = assemble(path);
     auto original = compiler::loadProgram(src, path.string());
 
     // Untyped: the text parses back to a structurally equal module, and prints the same.
