@@ -34,6 +34,15 @@ const Expr* ExprMutator::visitLet(const Let* first) {
   return body;
 }
 
+bool ExprMutator::mutateAll(std::span<const Expr* const> in, std::vector<const Expr*>& out) {
+  bool changed = false;
+  for (const Expr* x : in) {
+    out.push_back(mutate(x));
+    changed |= out.back() != x;
+  }
+  return changed;
+}
+
 const Expr* ExprMutator::visit(const Expr* e) {
   switch (e->kind) {
     case ExprKind::Var:
@@ -46,11 +55,7 @@ const Expr* ExprMutator::visit(const Expr* e) {
       auto* c = static_cast<const Call*>(e);
       const Expr* callee = mutate(c->callee);
       std::vector<const Expr*> args;
-      bool changed = callee != c->callee;
-      for (const Expr* a : c->args) {
-        args.push_back(mutate(a));
-        changed |= args.back() != a;
-      }
+      bool changed = mutateAll(c->args, args) | (callee != c->callee);
       return changed ? typed(b_.call(callee, args, c->attrs, c->loc), c) : e;
     }
     case ExprKind::If: {
@@ -83,12 +88,7 @@ const Expr* ExprMutator::visit(const Expr* e) {
     case ExprKind::Tuple: {
       auto* t = static_cast<const Tuple*>(e);
       std::vector<const Expr*> fields;
-      bool changed = false;
-      for (const Expr* f : t->fields) {
-        fields.push_back(mutate(f));
-        changed |= fields.back() != f;
-      }
-      return changed ? typed(b_.tuple(fields, t->loc), t) : e;
+      return mutateAll(t->fields, fields) ? typed(b_.tuple(fields, t->loc), t) : e;
     }
     case ExprKind::TupleGet: {
       auto* g = static_cast<const TupleGet*>(e);
@@ -98,12 +98,7 @@ const Expr* ExprMutator::visit(const Expr* e) {
     case ExprKind::RefOp: {
       auto* r = static_cast<const RefOp*>(e);
       std::vector<const Expr*> args;
-      bool changed = false;
-      for (const Expr* a : r->args) {
-        args.push_back(mutate(a));
-        changed |= args.back() != a;
-      }
-      return changed ? typed(b_.refOp(r->op, args, r->loc), r) : e;
+      return mutateAll(r->args, args) ? typed(b_.refOp(r->op, args, r->loc), r) : e;
     }
   }
   return e;

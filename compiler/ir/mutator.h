@@ -5,7 +5,9 @@
 // chains are walked with a loop. Checked types are carried over to rebuilt nodes.
 #pragma once
 
+#include <span>
 #include <unordered_map>
+#include <vector>
 
 #include "compiler/ir/expr.h"
 
@@ -22,6 +24,8 @@ class ExprMutator {
   // Override to rewrite; call the base for the default (children first).
   virtual const Expr* visit(const Expr* e);
   virtual const Pattern* visitPattern(const Pattern* p) { return p; }
+  // Mutates each of `in` into `out`; whether any changed.
+  bool mutateAll(std::span<const Expr* const> in, std::vector<const Expr*>& out);
 
   Builder& builder() { return b_; }
   // Copies the checked type of `from` to a rebuilt node.
