@@ -1,0 +1,253 @@
+// Whole models at their real shapes, Kiln beside ONNX Runtime in the same run.
+//
+// For each workload of model_workloads.h and each thread count (1, 2): compile the
+// Relay program with its weights bound as constants, check Kiln's result against
+// the double-precision reference, then time Kiln and ORT alternately (rounds of
+// a few runs each, so that both see the same stretch of machine time) and print
+// the median latencies, their ratio (below 1: Kiln is faster), and the workload's
+// physical floor measured in the same run: the time to stream its weights once
+// from where they live with a vector read loop, or its FLOPs at peak where that
+// is larger.
+//
+//   model_bench [--check] [--only NAME] [--rounds N]
+// --check runs every workload once through Kiln against the reference and exits
+// non-zero on a mismatch (ctest runs this); no timing, no ORT.
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/compile.h"
+#include "kiln/npy.h"
+#include "kiln/runtime.h"
+#include "kiln/vm.h"
+#include "machine_limits.h"
+#include "model_workloads.h"
+#include "ort_process.h"
+
+using kiln::Tensor;
+using kiln::Value;
+using namespace kiln::bench;
+
+namespace {
+
+constexpr double kTolerance = 2e-3;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Sum of a buffer with 4 vector accumulators: the read loop behind the floors.
+__attribute__((target("avx512f"))) float readOnce512(const float* p, size_t n) {
+  __m512 a = _mm512_setzero_ps(), b = a, c = a, d = a;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a = _mm512_add_ps(a, _mm512_loadu_ps(p + i));
+    b = _mm512_add_ps(b, _mm512_loadu_ps(p + i + 16));
+    c = _mm512_add_ps(c, _mm512_loadu_ps(p + i + 32));
+    d = _mm512_add_ps(d, _mm512_loadu_ps(p + i + 48));
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+  float s = 0;
+  for (float v : lanes) s += v;
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
+float readOnce(const float* p, size_t n) {
+  if (__builtin_cpu_supports("avx512f")) return readOnce512(p, n);
+  float s = 0;
+  for (size_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+
+// Seconds to read `bytes` once, warm (the buffer read many times over, as a
+// model's weights are from one run to the next), split over `threads` threads
+// that each read their own part concurrently.
+double streamSeconds(double bytes, int threads) {
+  size_t floats = static_cast<size_t>(bytes / 4);
+  std::vector<float> buf(floats, 1.0f);
+  std::vector<double> best(static_cast<size_t>(threads), 1e30);
+  std::vector<std::thread> ts;
+  volatile float sink = 0;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      size_t begin = floats * static_cast<size_t>(t) / static_cast<size_t>(threads);
+      size_t end = floats * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+      for (int r = 0; r < 200; ++r) {
+        auto t0 = Clock::now();
+        float s = readOnce(buf.data() + begin, end - begin);
+        best[static_cast<size_t>(t)] = std::min(best[static_cast<size_t>(t)], secondsSince(t0));
+        sink = sink + s;
+      }
+    });
+  for (auto& t : ts) t.join();
+  return *std::max_element(best.begin(), best.end());
+}
+
+struct Floor {
+  double seconds;
+  const char* what;
+};
+
+// Loops stream the weights of one step per step: the buffer read is one step's.
+Floor floorOf(const Workload& w, int steps, int threads, double peak) {
+  double stream = streamSeconds(w.weightBytes / steps, threads) * steps;
+  double compute = w.flops / (peak * threads);
+  return compute > stream ? Floor{compute, "FLOPs at peak"} : Floor{stream, "weights streamed"};
+}
+
+int stepsOf(const Workload& w) {
+  if (w.name.rfind("lstm", 0) == 0) return static_cast<int>(w.inputs[0].second.shape()[0]);
+  if (w.tree) return static_cast<int>(w.inputs.size()) - 1;
+  return 1;
+}
+
+struct KilnModel {
+  std::shared_ptr<kiln::Runtime> runtime;
+  std::shared_ptr<const kiln::Executable> exe;
+  std::unique_ptr<kiln::VirtualMachine> vm;
+  std::vector<Value> args;
+
+  KilnModel(const Workload& w, int threads) {
+    kiln::RuntimeOptions ro;
+    ro.numThreads = threads;
+    runtime = kiln::Runtime::create(ro);
+    kiln::CompileOptions co;
+    for (const auto& [name, t] : w.weights) co.params[name] = t;
+    exe = kiln::compile(w.program, w.name + ".relay", co);
+    kiln::VMOptions vo;
+    vo.runtime = runtime;
+    vm = std::make_unique<kiln::VirtualMachine>(exe, vo);
+    args = workloadArguments(w, *exe);
+  }
+  Tensor run() { return vm->invoke("main", std::span<const Value>(args.data(), args.size())).tensor(); }
+};
+
+// Writes the workload's weights and inputs as .npy and builds its ONNX model there.
+std::string prepareOnnx(const Workload& w, OrtProcess& ort, const std::string& root) {
+  std::string dir = root + "/" + w.name;
+  std::filesystem::create_directories(dir);
+  for (const auto& [name, t] : w.weights) kiln::writeNpy(dir + "/" + name + ".npy", t);
+  for (const auto& [name, t] : w.inputs) kiln::writeNpy(dir + "/" + name + ".npy", t);
+  std::string kind = w.onnxKind == "lstm" && w.name.find("dyn") != std::string::npos ? "lstm_dyn" : w.onnxKind;
+  std::string error;
+  if (!ort.buildModel(dir, kind, error)) {
+    std::fprintf(stderr, "%s: no ONNX model: %s\n", w.name.c_str(), error.c_str());
+    return "";
+  }
+  return dir;
+}
+
+double ortError(const std::vector<float>& out, const Tensor& expected) {
+  if (static_cast<int64_t>(out.size()) != expected.numel()) return INFINITY;
+  Tensor t = Tensor::empty(kiln::DType::Float32, expected.shape());
+  std::copy(out.begin(), out.end(), t.data<float>());
+  return relativeError(t, expected);
+}
+
+int check(const std::vector<Workload>& all) {
+  int failures = 0;
+  for (const Workload& w : all)
+    for (int threads : {1, 2}) {
+      KilnModel m(w, threads);
+      double e = relativeError(m.run(), w.expected);
+      double e2 = relativeError(m.run(), w.expected);  // a second run reuses prepared state
+      bool ok = e <= kTolerance && e2 <= kTolerance;
+      std::printf("%-10s %d thread%s  error %.2g, again %.2g  %s\n", w.name.c_str(), threads, threads > 1 ? "s" : " ", e, e2,
+                  ok ? "ok" : "MISMATCH");
+      failures += !ok;
+    }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string only;
+  int rounds = 15;
+  bool checkOnly = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--check") checkOnly = true;
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr, "usage: model_bench [--check] [--only NAME] [--rounds N]\n");
+      return 2;
+    }
+  }
+  std::vector<Workload> all = makeWorkloads();
+  std::erase_if(all, [&](const Workload& w) { return !only.empty() && w.name != only; });
+  if (checkOnly) return check(all);
+
+  OrtProcess ort(KILN_SOURCE_DIR "/bench/ort");
+  if (!ort.unavailable().empty()) std::printf("ONNX Runtime: not run (%s)\n", ort.unavailable().c_str());
+  std::string root = (std::filesystem::temp_directory_path() / ("kiln_model_bench_" + std::to_string(::getpid()))).string();
+  double peak = fp32Peak();
+  std::printf("FP32 peak %.0f GFLOP/s per core; medians of %d rounds, Kiln and ORT alternating\n\n", peak / 1e9, rounds);
+  std::printf("%-10s %3s %10s %10s %7s %10s %8s  %s\n", "workload", "thr", "kiln us", "ort us", "k/ort", "floor us", "k/floor",
+              "floor is");
+  for (const Workload& w : all) {
+    std::string dir = ort.unavailable().empty() && !w.onnxKind.empty() ? prepareOnnx(w, ort, root) : "";
+    for (int threads : {1, 2}) {
+      KilnModel m(w, threads);
+      double err = relativeError(m.run(), w.expected);
+      if (err > kTolerance) {
+        std::printf("%-10s %3d  Kiln's result is wrong: relative error %.3g\n", w.name.c_str(), threads, err);
+        return 1;
+      }
+      std::string ortError_;
+      bool withOrt = !dir.empty() && ort.load(dir, threads, ortError_);
+      if (!ortError_.empty()) std::fprintf(stderr, "%s: ORT: %s\n", w.name.c_str(), ortError_.c_str());
+      // Runs per round: about 20 ms of Kiln's work.
+      auto t0 = Clock::now();
+      m.run();
+      int per = std::clamp(static_cast<int>(0.02 / std::max(1e-7, secondsSince(t0))), 1, 200);
+      std::vector<double> kiln, onnx, micros;
+      std::vector<float> out;
+      for (int r = 0; r < rounds; ++r) {
+        for (int i = 0; i < per; ++i) {
+          auto s = Clock::now();
+          m.run();
+          kiln.push_back(secondsSince(s) * 1e6);
+        }
+        if (withOrt && ort.run(per, micros, out, ortError_)) {
+          onnx.insert(onnx.end(), micros.begin(), micros.end());
+        } else if (withOrt) {
+          std::fprintf(stderr, "%s: ORT: %s\n", w.name.c_str(), ortError_.c_str());
+          withOrt = false;
+        }
+      }
+      if (withOrt && ortError(out, w.expected) > kTolerance) {
+        std::printf("%-10s ORT's result differs from the reference (error %.3g): the models disagree\n", w.name.c_str(),
+                    ortError(out, w.expected));
+        return 1;
+      }
+      Floor floor = floorOf(w, stepsOf(w), threads, peak);
+      double k = median(kiln), o = median(onnx);
+      char ortCol[32] = "-", ratio[32] = "-";
+      if (!onnx.empty()) {
+        std::snprintf(ortCol, sizeof ortCol, "%.1f", o);
+        std::snprintf(ratio, sizeof ratio, "%.2f", k / o);
+      }
+      std::printf("%-10s %3d %10.1f %10s %7s %10.1f %8.2f  %s\n", w.name.c_str(), threads, k, ortCol, ratio,
+                  floor.seconds * 1e6, k / (floor.seconds * 1e6), floor.what);
+      std::fflush(stdout);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(root, ec);
+  return 0;
+}
