@@ -295,6 +295,15 @@ class CpuCodegen final : public LoopEmitter {
       return b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(buffer)), emitExpr(offset));
     };
     int64_t flags = (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0);
+    if (g.packedB >= 0) {
+      llvm::FunctionCallee packed = m_->getOrInsertFunction(
+          "kiln_sgemm_packed",
+          llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, i64, ptr, i64, ptr, i64, ptr, ptr, i64, i64}, false));
+      b_.CreateCall(packed, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda),
+                             at(g.b, g.bOffset), emitExpr(g.ldb), fn_->getArg(static_cast<unsigned>(g.packedB)),
+                             at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(flags)});
+      return;
+    }
     b_.CreateCall(sgemm, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda),
                           at(g.b, g.bOffset), emitExpr(g.ldb), at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(flags)});
   }

@@ -94,6 +94,8 @@ llvm::orc::LLJIT& theJit() {
         llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(&kiln_parallel_for), llvm::JITSymbolFlags::Exported);
     runtime[(*j)->mangleAndIntern("kiln_sgemm")] =
         llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(&kiln_sgemm), llvm::JITSymbolFlags::Exported);
+    runtime[(*j)->mangleAndIntern("kiln_sgemm_packed")] = llvm::orc::ExecutorSymbolDef(
+        llvm::orc::ExecutorAddr::fromPtr(&kiln_sgemm_packed), llvm::JITSymbolFlags::Exported);
     if (auto e = (*j)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(runtime))))
       throw Error("cannot set up the CPU JIT: " + errorText(std::move(e)));
     return std::move(*j);

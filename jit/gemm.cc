@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -294,6 +295,120 @@ void wideGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool
   parallelFor((n + nc - 1) / nc, m * n * k / 64, wideBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
 }
 
+// ---- few rows: stream B's panels once ----
+// C's rows [0, m) times B's NR-wide panels. B is prepacked (`packed`, the layout
+// of packGemmB) or read in place when not transposed (row p of panel q at
+// b + p * ldb + q * NR); A is read in place, element (i, p) at a[i * aRow + p * aCol].
+struct SkinnyJob {
+  int64_t m, n, k;
+  const float* a;
+  int64_t aRow, aCol;
+  const float* b;  // in place, when packed is null
+  int64_t ldb;
+  const float* packed;  // packed panels (past the header), or null
+  int64_t npad;
+  float* c;
+  int64_t ldc;
+  bool accumulate;
+};
+
+// One 32-column panel for M rows. For M <= 4 two accumulator sets take
+// alternate steps of the contraction, so that consecutive FMAs into one
+// accumulator do not wait on each other's latency.
+template <int M>
+__attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, int64_t q) {
+  constexpr int kSets = M <= 4 ? 2 : 1;
+  int64_t w = std::min<int64_t>(32, j.n - q * 32);
+  __mmask16 m0 = w >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << w) - 1);
+  __mmask16 m1 = w >= 32 ? 0xFFFF : w > 16 ? static_cast<__mmask16>((1u << (w - 16)) - 1) : 0;
+  __m512 acc[kSets][M][2];
+  for (auto& set : acc)
+    for (auto& row : set) row[0] = row[1] = _mm512_setzero_ps();
+  for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
+    int64_t kc = std::min(kKC, j.k - p0);
+    const float* row = j.packed ? j.packed + (p0 / kKC) * kKC * j.npad + q * 32 * kc : j.b + p0 * j.ldb + q * 32;
+    int64_t stride = j.packed ? 32 : j.ldb;
+    const float* ap = j.a + p0 * j.aCol;
+    int64_t p = 0;
+    for (; p + kSets <= kc; p += kSets) {
+      for (int s = 0; s < kSets; ++s) {
+        const float* r = row + (p + s) * stride;
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, r), b1 = _mm512_maskz_loadu_ps(m1, r + 16);
+        for (int i = 0; i < M; ++i) {
+          __m512 x = _mm512_set1_ps(ap[i * j.aRow + (p + s) * j.aCol]);
+          acc[s][i][0] = _mm512_fmadd_ps(x, b0, acc[s][i][0]);
+          acc[s][i][1] = _mm512_fmadd_ps(x, b1, acc[s][i][1]);
+        }
+      }
+    }
+    for (; p < kc; ++p) {
+      const float* r = row + p * stride;
+      __m512 b0 = _mm512_maskz_loadu_ps(m0, r), b1 = _mm512_maskz_loadu_ps(m1, r + 16);
+      for (int i = 0; i < M; ++i) {
+        __m512 x = _mm512_set1_ps(ap[i * j.aRow + p * j.aCol]);
+        acc[0][i][0] = _mm512_fmadd_ps(x, b0, acc[0][i][0]);
+        acc[0][i][1] = _mm512_fmadd_ps(x, b1, acc[0][i][1]);
+      }
+    }
+  }
+  for (int i = 0; i < M; ++i) {
+    __m512 v0 = acc[0][i][0], v1 = acc[0][i][1];
+    if constexpr (kSets == 2) {
+      v0 = _mm512_add_ps(v0, acc[1][i][0]);
+      v1 = _mm512_add_ps(v1, acc[1][i][1]);
+    }
+    float* out = j.c + i * j.ldc + q * 32;
+    if (j.accumulate) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
+      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
+    }
+    _mm512_mask_storeu_ps(out, m0, v0);
+    _mm512_mask_storeu_ps(out + 16, m1, v1);
+  }
+}
+
+// Any panel width and instruction set: plain loops over the same layouts.
+void skinnyPanelPortable(const SkinnyJob& j, int64_t q, int64_t nr) {
+  int64_t w = std::min(nr, j.n - q * nr);
+  for (int64_t i = 0; i < j.m; ++i) {
+    float acc[32] = {};
+    for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
+      int64_t kc = std::min(kKC, j.k - p0);
+      const float* row = j.packed ? j.packed + (p0 / kKC) * kKC * j.npad + q * nr * kc : j.b + p0 * j.ldb + q * nr;
+      int64_t stride = j.packed ? nr : j.ldb;
+      for (int64_t p = 0; p < kc; ++p) {
+        float x = j.a[i * j.aRow + (p0 + p) * j.aCol];
+        for (int64_t c = 0; c < w; ++c) acc[c] += x * row[p * stride + c];
+      }
+    }
+    float* out = j.c + i * j.ldc + q * nr;
+    for (int64_t c = 0; c < w; ++c) out[c] = j.accumulate ? out[c] + acc[c] : acc[c];
+  }
+}
+
+template <int M>
+void skinnyRows(const SkinnyJob& j, int64_t q) {
+  if (isa().tile.nr == 32) skinnyPanel512<M>(j, q);
+  else skinnyPanelPortable(j, q, isa().tile.nr);
+}
+
+void skinnyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  const SkinnyJob& j = *reinterpret_cast<const SkinnyJob*>(ctx);
+  using Fn = void (*)(const SkinnyJob&, int64_t);
+  static constexpr Fn kByRows[] = {skinnyRows<1>, skinnyRows<2>, skinnyRows<3>, skinnyRows<4>,
+                                   skinnyRows<5>, skinnyRows<6>, skinnyRows<7>, skinnyRows<8>};
+  Fn f = kByRows[j.m - 1];
+  for (int64_t q = begin; q < end; ++q) f(j, q);
+}
+
+// Panels are shared out over the pool when the product is large enough: each
+// thread then streams its own part of B (from its own L2 when that part fits).
+void skinnyGemm(SkinnyJob j) {
+  int64_t nr = isa().tile.nr;
+  int64_t panels = (j.n + nr - 1) / nr;
+  parallelFor(panels, j.m * j.n * j.k / 4, skinnyTask, reinterpret_cast<void* const*>(&j), nullptr);
+}
+
 }  // namespace
 
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
@@ -303,6 +418,11 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
     if (!accumulate)
       for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
     return;
+  }
+  if (m <= kSkinnyRows && !transB) {
+    int64_t nr = isa().tile.nr;
+    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, (n + nr - 1) / nr * nr, c, ldc,
+                       accumulate});
   }
   if (m <= kWideRows) return wideGemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate);
   const Isa& cpu = isa();
@@ -323,7 +443,53 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
   parallelFor(blocks, m * n * k / 64, rowBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
 }
 
+int64_t packedBFloats(int64_t k, int64_t n) {
+  int64_t nr = isa().tile.nr;
+  if (k < 0 || n < 0 || n > (INT64_MAX - nr) / 2) return -1;
+  int64_t npad = (n + nr - 1) / nr * nr;
+  if (npad != 0 && k > (INT64_MAX / 4 - kPackedHeaderFloats) / npad) return -1;
+  return kPackedHeaderFloats + k * npad;  // slice s starts at s * KC * npad; the last one is k - s * KC deep
+}
+
+void packGemmB(const float* b, int64_t ldb, bool transB, int64_t k, int64_t n, float* out) {
+  int64_t nr = isa().tile.nr;
+  int64_t header[3] = {k, n, nr};
+  std::memset(out, 0, sizeof(float) * kPackedHeaderFloats);
+  std::memcpy(out, header, sizeof header);
+  int64_t npad = (n + nr - 1) / nr * nr;
+  PackJob pack{b, ldb, transB, k, n, nr, npad, npad / nr, out + kPackedHeaderFloats};
+  int64_t slices = (k + kKC - 1) / kKC;
+  packBTask(reinterpret_cast<void* const*>(&pack), nullptr, 0, slices * pack.panels);
+}
+
+bool packedBMatches(const float* packed, int64_t k, int64_t n) {
+  int64_t header[3];
+  std::memcpy(header, packed, sizeof header);
+  return header[0] == k && header[1] == n && header[2] == isa().tile.nr;
+}
+
+void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
+                 bool transB, const float* packed, float* c, int64_t ldc, bool accumulate) {
+  if (!packed || m <= 0 || n <= 0 || k <= 0 || !packedBMatches(packed, k, n))
+    return sgemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate);
+  const float* panels = packed + kPackedHeaderFloats;
+  int64_t nr = isa().tile.nr, mr = isa().tile.mr;
+  int64_t npad = (n + nr - 1) / nr * nr;
+  if (m <= kSkinnyRows)
+    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, npad, c, ldc, accumulate});
+  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, npad, 0};
+  int threads = numThreads();
+  int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
+  job.mc = (mc + mr - 1) / mr * mr;
+  parallelFor((m + job.mc - 1) / job.mc, m * n * k / 64, rowBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
+}
+
 }  // namespace kiln::jit
+
+extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                                  const float* packed, float* c, int64_t ldc, int64_t flags) {
+  kiln::jit::sgemmPacked(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, packed, c, ldc, (flags & 4) != 0);
+}
 
 extern "C" void kiln_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                            float* c, int64_t ldc, int64_t flags) {

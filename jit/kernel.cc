@@ -39,7 +39,7 @@ std::string hex(uint64_t v) {
 namespace {
 // The lowering and code generation themselves: bump whenever they change the
 // machine code made for an unchanged function, so no disk cache serves old code.
-constexpr int kCodegenVersion = 4;
+constexpr int kCodegenVersion = 5;
 
 // Everything a compiled kernel depends on: its content, the device, the target,
 // LLVM and Kiln's own code generator.
@@ -86,6 +86,10 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   std::string symbol = "kiln_" + hex(hash) + (keepIR ? "_ir" : "");
   if (disk && !keepIR && device.kind == Device::Kind::CPU) symbol += "_d" + hex(hashText(disk->dir())).substr(0, 8);
   loops_ = lowerToLoops(f_);
+  // Only CPU GEMMs read prepacked operands; a GPU kernel gets null pointers.
+  if (device.kind == Device::Kind::CPU)
+    for (const loop::BufferDecl& b : loops_.buffers)
+      if (b.isPrepared()) prepared_.push_back({static_cast<uint32_t>(b.preparedFrom), b.preparedTransB});
   if (device.kind == Device::Kind::CUDA) {
     compileForGpu(symbol, key, hash, keepIR, disk);
     compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -166,7 +170,7 @@ std::vector<Shape> CompiledKernel::shapesFor(std::span<const Tensor> inputs) con
 }
 
 void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
-                            const std::vector<Shape>& shapes) const {
+                            const std::vector<Shape>& shapes, std::span<const float* const> prepared) const {
   // Small fixed-size arrays cover almost every kernel without a heap allocation.
   boost::container::small_vector<int64_t, 64> flat;
   for (const Shape& s : shapes) flat.insert(flat.end(), s.begin(), s.end());
@@ -176,8 +180,16 @@ void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tens
   // Scratch buffers (values kept in memory inside the kernel, e.g. a GEMM result
   // before its epilogue) live for this call.
   boost::container::small_vector<Tensor, 2> scratch;
+  size_t nextPrepared = 0;
   for (size_t b = inputs.size() + outputs.size(); b < loops_.buffers.size(); ++b) {
     const loop::BufferDecl& decl = loops_.buffers[b];
+    if (decl.isPrepared()) {
+      // In preparedInputs() order; the GEMM reads B itself when none is given.
+      const float* p = nextPrepared < prepared.size() ? prepared[nextPrepared] : nullptr;
+      ++nextPrepared;
+      buffers.push_back(const_cast<float*>(p));
+      continue;
+    }
     if (decl.scratchValue >= 0) {
       scratch.push_back(Tensor::empty(decl.dtype, shapes[static_cast<size_t>(decl.scratchValue)], device_));
     } else {
@@ -204,11 +216,12 @@ std::vector<Tensor> CompiledKernel::operator()(std::span<const Tensor> inputs) c
   const std::vector<Shape>& shapes = checkedShapes(inputs, storage);
   std::vector<Tensor> outputs;
   for (int32_t o : f_.outputs) outputs.push_back(Tensor::empty(f_.typeOf(o).dtype, shapes[static_cast<size_t>(o)], device_));
-  launch(inputs, outputs, shapes);
+  launch(inputs, outputs, shapes, {});
   return outputs;
 }
 
-void CompiledKernel::run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) const {
+void CompiledKernel::run(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                         std::span<const float* const> prepared) const {
   std::vector<Shape> storage;
   const std::vector<Shape>& shapes = checkedShapes(inputs, storage);
   if (outputs.size() != f_.outputs.size())
@@ -222,7 +235,7 @@ void CompiledKernel::run(std::span<const Tensor> inputs, std::span<const Tensor>
       throw Error("kernel " + f_.name + ": output " + std::to_string(i) + " must be " + shapeString(want) + "x" +
                   std::string(dtypeShortName(f_.typeOf(o).dtype)) + " on " + device_.toString());
   }
-  launch(inputs, outputs, shapes);
+  launch(inputs, outputs, shapes, prepared);
 }
 
 KernelCache::KernelCache(const std::string& diskDir) {

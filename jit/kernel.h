@@ -52,7 +52,19 @@ class CompiledKernel {
 
   // Destination passing: writes into `outputs`, which must have the kernel's
   // output dtypes and the shapes its shape function gives for these inputs.
-  void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) const;
+  // `prepared` has one pointer per preparedInputs() entry: that input packed by
+  // jit::packGemmB (made once for a constant weight and shared), or null. A
+  // packed form made for another shape is detected and ignored.
+  void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+           std::span<const float* const> prepared = {}) const;
+
+  // Inputs this kernel reads faster when given prepacked: float32 matrices used
+  // whole as the B operand of a GEMM (a dense or matmul weight).
+  struct PreparedInput {
+    uint32_t input;
+    bool transB;  // B is stored n x k (a dense weight)
+  };
+  const std::vector<PreparedInput>& preparedInputs() const { return prepared_; }
 
   // The concrete shape of every value for these inputs (checked against the kernel).
   std::vector<Shape> shapesFor(std::span<const Tensor> inputs) const;
@@ -62,7 +74,9 @@ class CompiledKernel {
   Device device_;
   loop::LoopKernel loops_;
   void compileForGpu(const std::string& symbol, const std::string& key, uint64_t hash, bool keepIR, const DiskCache* disk);
-  void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs, const std::vector<Shape>& shapes) const;
+  void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs, const std::vector<Shape>& shapes,
+              std::span<const float* const> prepared) const;
+  std::vector<PreparedInput> prepared_;
   // shapesFor, or the shapes computed once when every dimension is static.
   const std::vector<Shape>& checkedShapes(std::span<const Tensor> inputs, std::vector<Shape>& storage) const;
   std::optional<std::vector<Shape>> staticShapes_;

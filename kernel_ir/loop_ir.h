@@ -72,6 +72,9 @@ struct GemmArgs {
   ExprId m = -1, n = -1, k = -1, lda = -1, ldb = -1, ldc = -1;  // Int64
   ExprId aOffset = -1, bOffset = -1, cOffset = -1;
   bool transA = false, transB = false, accumulate = false;
+  // A buffer that may hold B prepacked (BufferDecl::preparedFrom), or -1. Its
+  // pointer is null when the runtime has no packed form; the GEMM then reads B.
+  int32_t packedB = -1;
 };
 
 struct StmtNode {
@@ -102,7 +105,13 @@ struct BufferDecl {
   // Or a work area of a computed size: the product of these factors, each a
   // constant (>= 0) or a run-time shape slot s encoded as -(s + 1).
   std::vector<int64_t> scratchSize = {};
+  // Or the prepared (prepacked GEMM B) form of input buffer `preparedFrom`,
+  // supplied by the caller when that input is a constant weight it has packed
+  // once (runtime/kernel_table.h); a null pointer otherwise. Never allocated.
+  int32_t preparedFrom = -1;
+  bool preparedTransB = false;  // the input is B stored n x k
   bool isScratch() const { return scratchValue >= 0 || !scratchSize.empty(); }
+  bool isPrepared() const { return preparedFrom >= 0; }
 };
 
 struct LoopKernel {

@@ -231,6 +231,7 @@ class Lowering {
         g.ldb = g.k;
         g.ldc = g.n;
         g.transB = true;
+        g.packedB = preparedOperand(bv, true);
         stmts.push_back(b_.gemm(g));
       } else if (n.op->name == "nn.matmul") {
         g.transA = attrs.getBool("transpose_a", false);
@@ -241,6 +242,7 @@ class Lowering {
         g.lda = dimOf(a, ra - 1);
         g.ldb = dimOf(bv, 1);
         g.ldc = g.n;
+        if (f_.typeOf(bv).rank() == 2) g.packedB = preparedOperand(bv, g.transB);
         stmts.push_back(b_.gemm(g));
       } else {
         // One product per batch; an operand with batch 1 is shared by every batch.
@@ -266,6 +268,17 @@ class Lowering {
       }
     }
     return stmts;
+  }
+
+  // A buffer for the prepacked form of B operand `param` (2-D, read whole by
+  // its GEMM), which a caller passes when `param` is a constant it has packed.
+  int32_t preparedOperand(int32_t param, bool transB) {
+    int32_t buffer = static_cast<int32_t>(k_.buffers.size());
+    loop::BufferDecl decl{DType::Float32, false, "packed" + std::to_string(param)};
+    decl.preparedFrom = bufferOf_[static_cast<size_t>(param)];
+    decl.preparedTransB = transB;
+    k_.buffers.push_back(std::move(decl));
+    return buffer;
   }
 
   // A dimension as a scratch-size factor: the constant, or its shape slot as -(slot + 1).

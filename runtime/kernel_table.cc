@@ -1,15 +1,24 @@
 // KernelTable: compiled kernels per (kernel, device) and host-scalar evaluators.
 #include "runtime/kernel_table.h"
 
+#include <array>
+
 #include "bytecode/opcodes.h"
+#include "jit/gemm.h"
 #include "jit/kernel.h"
 #include "kernel_ir/scalar_kernel.h"
 #include "kiln/error.h"
 
 namespace kiln::runtime {
 
-KernelTable::KernelTable(std::shared_ptr<const Executable> exe, std::shared_ptr<jit::KernelCache> cache)
-    : exe_(std::move(exe)), cache_(std::move(cache)) {
+KernelTable::KernelTable(std::shared_ptr<const Executable> exe, std::shared_ptr<jit::KernelCache> cache,
+                         std::shared_ptr<MemoryPools> pools)
+    : exe_(std::move(exe)), cache_(std::move(cache)), pools_(std::move(pools)) {
+  for (size_t c = 0; c < exe_->constants().size(); ++c) {
+    const Tensor& t = exe_->constants()[c];
+    if (t.dtype() == DType::Float32 && t.shape().size() == 2 && t.device() == Device{} && t.numel() > 0)
+      matrixConstants_.emplace(t.data(), static_cast<uint32_t>(c));
+  }
   for (const KernelInfo& k : exe_->kernels()) {
     std::unique_ptr<const kernel_ir::ScalarKernel> s;
     if (k.kind == KernelKind::Scalar) {
@@ -35,6 +44,35 @@ const jit::CompiledKernel& KernelTable::compiled(uint32_t k, Device device) {
   auto kernel = cache_->get(*exe_->kernels()[k].function, device);
   std::lock_guard<std::mutex> lock(mu_);
   return *compiled_.emplace(key, std::move(kernel)).first->second;
+}
+
+
+const float* KernelTable::preparedGemmB(const Tensor& t, bool transB) {
+  auto found = matrixConstants_.find(t.data());
+  if (found == matrixConstants_.end()) return nullptr;
+  const Tensor& c = exe_->constants()[found->second];
+  if (t.shape() != c.shape() || t.dtype() != c.dtype()) return nullptr;
+  uint64_t key = static_cast<uint64_t>(found->second) << 1 | (transB ? 1 : 0);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = prepared_.find(key); it != prepared_.end()) return it->second.data<float>();
+  // Packing under the lock: it happens once per weight, and concurrent first
+  // calls must not pack (and hold) two copies.
+  int64_t rows = c.shape()[0], cols = c.shape()[1];
+  int64_t k = transB ? cols : rows, n = transB ? rows : cols;
+  int64_t floats = jit::packedBFloats(k, n);
+  if (floats < 0) return nullptr;
+  std::array<int64_t, 1> shape{floats};
+  MemoryPools& pools = pools_ ? *pools_ : MemoryPools::processDefault();
+  Tensor packed = allocateTensor(pools.forDevice(Device{}), DType::Float32, shape);
+  jit::packGemmB(c.data<float>(), cols, transB, k, n, packed.data<float>());
+  preparedStats_.count++;
+  preparedStats_.bytes += packed.nbytes();
+  return prepared_.emplace(key, std::move(packed)).first->second.data<float>();
+}
+
+KernelTable::PreparedStats KernelTable::preparedStats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return preparedStats_;
 }
 
 }  // namespace kiln::runtime

@@ -2,6 +2,14 @@
 // each kernel compiled for each device it runs on, and each host-scalar kernel's
 // evaluator — made once and shared by the VMs of one Runtime over that executable.
 //
+// It also holds the executable's prepared constants: a float32 matrix constant
+// that reaches a GEMM as its B operand (a dense or matmul weight) is packed into
+// the GEMM's layout (jit::packGemmB) the first time a kernel asks for it, once
+// per table — shared by every VM and thread over the executable, immutable, never
+// packed again per call. The packed forms live in the Runtime's memory pools
+// (counted in their statistics and in preparedStats()); they are the runtime's,
+// not the executable's: nothing of them is serialized.
+//
 // Thread-safety: every member may be called from any thread. Scalar evaluators
 // are built when the table is made and only read after. compiled() takes a lock
 // to find a kernel (VMs remember what it returns, so they ask once per kernel and
@@ -16,6 +24,7 @@
 #include <vector>
 
 #include "kiln/executable.h"
+#include "kiln/memory.h"
 
 namespace kiln::jit {
 class CompiledKernel;
@@ -30,12 +39,23 @@ namespace kiln::runtime {
 class KernelTable {
  public:
   // `cache` compiles for this table; the table keeps it (and `exe`) alive.
-  KernelTable(std::shared_ptr<const Executable> exe, std::shared_ptr<jit::KernelCache> cache);
+  KernelTable(std::shared_ptr<const Executable> exe, std::shared_ptr<jit::KernelCache> cache,
+              std::shared_ptr<MemoryPools> pools = nullptr);
   ~KernelTable();
 
   const Executable& executable() const { return *exe_; }
   // Kernel `k` compiled for `device`, compiling it on first use; throws kiln::Error.
   const jit::CompiledKernel& compiled(uint32_t k, Device device = {});
+  // `t` packed as the B operand of a GEMM (transB: stored n x k) when it is one
+  // of the executable's constants (or a view of one, same shape), else null. The
+  // pointer stays valid as long as the table.
+  const float* preparedGemmB(const Tensor& t, bool transB);
+  struct PreparedStats {
+    uint64_t count = 0;  // packed constants made
+    uint64_t bytes = 0;  // their size
+  };
+  PreparedStats preparedStats() const;
+
   // Kernel `k`'s host evaluator; null unless its kind is Scalar.
   const kernel_ir::ScalarKernel* scalar(uint32_t k) const { return scalar_[k].get(); }
 
@@ -43,8 +63,12 @@ class KernelTable {
   std::shared_ptr<const Executable> exe_;
   std::shared_ptr<jit::KernelCache> cache_;
   std::vector<std::unique_ptr<const kernel_ir::ScalarKernel>> scalar_;
-  std::mutex mu_;
+  std::shared_ptr<MemoryPools> pools_;  // where packed constants live (null: the process default)
+  std::unordered_map<const void*, uint32_t> matrixConstants_;  // data -> index: float32 2-D host constants
+  mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<const jit::CompiledKernel>> compiled_;  // (kernel << 32 | device)
+  std::unordered_map<uint64_t, Tensor> prepared_;  // (constant << 1 | transB) -> packed form
+  PreparedStats preparedStats_;
 };
 
 }  // namespace kiln::runtime

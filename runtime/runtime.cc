@@ -83,7 +83,7 @@ std::shared_ptr<runtime::KernelTable> Runtime::kernelTable(const std::shared_ptr
   if (auto it = tables.find(exe.get()); it != tables.end())
     if (auto t = it->second.lock()) return t;
   for (auto it = tables.begin(); it != tables.end();) it = it->second.expired() ? tables.erase(it) : std::next(it);
-  auto table = std::make_shared<runtime::KernelTable>(exe, state_->cache);
+  auto table = std::make_shared<runtime::KernelTable>(exe, state_->cache, state_->pools);
   tables[exe.get()] = table;
   return table;
 }

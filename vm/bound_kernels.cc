@@ -2,12 +2,14 @@
 #include "vm/bound_kernels.h"
 
 #include "bytecode/opcodes.h"
+#include "jit/kernel.h"
 
 namespace kiln::vm {
 
 BoundKernels::BoundKernels(std::shared_ptr<runtime::KernelTable> table) : table_(std::move(table)) {
   size_t n = table_->executable().kernels().size();
   cpu_.assign(n, nullptr);
+  prepared_.resize(n);
   for (uint32_t k = 0; k < n; ++k) scalar_.push_back(table_->scalar(k));
 }
 
@@ -26,6 +28,18 @@ const jit::CompiledKernel& BoundKernels::onOtherDevice(uint32_t k, Device device
   const jit::CompiledKernel* kernel = &table_->compiled(k, device);
   other_.emplace(key, kernel);
   return *kernel;
+}
+
+void BoundKernels::prepared(uint32_t k, const jit::CompiledKernel& kernel, std::span<const Tensor> ins,
+                            std::span<const float*> out) {
+  const auto& wanted = kernel.preparedInputs();
+  std::vector<PreparedSlot>& slots = prepared_[k];
+  if (slots.size() != wanted.size()) slots.assign(wanted.size(), {});
+  for (size_t i = 0; i < wanted.size() && i < out.size(); ++i) {
+    const Tensor& t = ins[wanted[i].input];
+    if (t.data() != slots[i].data) slots[i] = {t.data(), table_->preparedGemmB(t, wanted[i].transB)};
+    out[i] = slots[i].packed;
+  }
 }
 
 }  // namespace kiln::vm

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -27,6 +28,12 @@ class BoundKernels {
     return onOtherDevice(k, device);
   }
   const kernel_ir::ScalarKernel* scalar(uint32_t k) const { return scalar_[k]; }
+
+  // The prepared (prepacked) forms of `kernel`'s preparedInputs() among `ins`,
+  // into `out` (as many as fit; null where an input is not a constant of the executable). An
+  // inline cache per kernel and input remembers the last data pointer and its
+  // answer, so a weight passed to the same kernel again costs a compare.
+  void prepared(uint32_t k, const jit::CompiledKernel& kernel, std::span<const Tensor> ins, std::span<const float*> out);
   // Whether kernel `k` has been bound on any device.
   bool bound(uint32_t k) const;
 
@@ -36,6 +43,11 @@ class BoundKernels {
   std::vector<const jit::CompiledKernel*> cpu_;
   std::unordered_map<uint64_t, const jit::CompiledKernel*> other_;  // (kernel << 32 | device)
   std::vector<const kernel_ir::ScalarKernel*> scalar_;
+  struct PreparedSlot {
+    const void* data = nullptr;
+    const float* packed = nullptr;
+  };
+  std::vector<std::vector<PreparedSlot>> prepared_;  // per kernel, per prepared input
 };
 
 }  // namespace kiln::vm

@@ -251,7 +251,13 @@ dispatch:
     // On a GPU the launch returns at once: events around it measure the kernel.
     device::CudaStream* timed = profiling_ && kernel.device().kind == Device::Kind::CUDA ? &streams_->on(kernel.device()) : nullptr;
     if (timed) timed->timeBegin();
-    kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()));
+    // A constant weight reaches its GEMM packed once (runtime/kernel_table.h).
+    const float* prepared[8];
+    size_t numPrepared = std::min<size_t>(kernel.preparedInputs().size(), 8);
+    if (numPrepared)
+      kernels.prepared(k, kernel, std::span<const Tensor>(ins.data(), ins.size()), std::span<const float*>(prepared, numPrepared));
+    kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()),
+               std::span<const float* const>(prepared, numPrepared));
     if (timed) {
       timed->timeEnd(k);
       profile_[k].calls++;

@@ -280,3 +280,72 @@ TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slice
           }
   device::setNumThreads(threadsBefore);
 }
+
+namespace {
+// C (m x n, ldc n) against a double-precision product of A and B as sgemm reads them.
+void checkProduct(const std::vector<float>& c, const std::vector<float>& c0, const std::vector<float>& a,
+                  const std::vector<float>& b, int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool acc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = acc ? c0[static_cast<size_t>(i * n + j)] : 0;
+      for (int64_t p = 0; p < k; ++p)
+        s += double(ta ? a[static_cast<size_t>(p * m + i)] : a[static_cast<size_t>(i * k + p)]) *
+             (tb ? b[static_cast<size_t>(j * k + p)] : b[static_cast<size_t>(p * n + j)]);
+      REQUIRE(c[static_cast<size_t>(i * n + j)] == doctest::Approx(s).epsilon(1e-4).scale(1.0));
+    }
+}
+}  // namespace
+
+TEST_CASE("sgemm: few rows (skinny path) and prepacked B on odd shapes, against the reference") {
+  std::mt19937 rng(43);
+  std::uniform_real_distribution<float> d(-1, 1);
+  int threadsBefore = device::numThreads();
+  // m 1..8 takes the skinny path (B prepacked, or read in place when not
+  // transposed); 17 and 203 the tile drivers with a prepacked B. n = 1, 33, 517
+  // leave partial panels; k = 1, 7, 129, 300 are not multiples of the vector
+  // width and span one to three KC slices.
+  for (int threads : {1, 2})
+    for (int64_t m : {1, 3, 8, 17, 203})
+      for (int64_t n : {1, 33, 517})
+        for (int64_t k : {1, 7, 129, 300})
+          for (bool ta : {false, true})
+            for (bool tb : {false, true}) {
+              if (m * n * k > 2'000'000) continue;  // the tall driver's large cases: the test above
+              device::setNumThreads(threads);
+              bool acc = (m + n + k) % 2 == 1;
+              CAPTURE(threads);
+              CAPTURE(m);
+              CAPTURE(n);
+              CAPTURE(k);
+              CAPTURE(ta);
+              CAPTURE(tb);
+              std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)), c(static_cast<size_t>(m * n));
+              for (float& v : a) v = d(rng);
+              for (float& v : b) v = d(rng);
+              for (float& v : c) v = d(rng);
+              std::vector<float> c0 = c;
+              jit::sgemm(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, c.data(), n, acc);
+              checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+              int64_t floats = jit::packedBFloats(k, n);
+              REQUIRE(floats >= jit::kPackedHeaderFloats + k * n);
+              std::vector<float> packed(static_cast<size_t>(floats));
+              jit::packGemmB(b.data(), tb ? k : n, tb, k, n, packed.data());
+              CHECK(jit::packedBMatches(packed.data(), k, n));
+              CHECK_FALSE(jit::packedBMatches(packed.data(), k + 1, n));
+              c = c0;
+              jit::sgemmPacked(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, packed.data(), c.data(), n, acc);
+              checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+            }
+  device::setNumThreads(threadsBefore);
+}
+
+TEST_CASE("sgemm: a packed B made for another shape is ignored, not misread") {
+  std::vector<float> a(3 * 4, 1.0f), b(4 * 5, 2.0f), c(3 * 5, 0.0f);
+  std::vector<float> packed(static_cast<size_t>(jit::packedBFloats(5, 4)));
+  std::vector<float> other(5 * 4, 100.0f);
+  jit::packGemmB(other.data(), 4, false, 5, 4, packed.data());  // a 5 x 4 B
+  jit::sgemmPacked(3, 5, 4, a.data(), 4, false, b.data(), 5, false, packed.data(), c.data(), 5, false);
+  for (float v : c) CHECK(v == 8.0f);  // read from b itself
+  CHECK(jit::packedBFloats(-1, 4) == -1);
+  CHECK(jit::packedBFloats(INT64_MAX / 2, INT64_MAX / 4) == -1);
+}

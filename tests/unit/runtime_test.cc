@@ -139,3 +139,64 @@ TEST_CASE("runtime: a runtime's disk cache is its own directory") {
   CHECK(again->stats().diskCacheHits == 1);
   fs::remove_all(dir);
 }
+
+TEST_CASE("runtime: constant weights are packed once per executable and shared by every VM") {
+  // A dense layer at batch 3 and a matmul at batch 1 over constant weights
+  // (K = 37: not a multiple of the vector width), a `?` batch in the second.
+  constexpr const char* kLayers = R"(
+def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(?, 19), float32], %w: Tensor[(21, 37), float32],
+          %v: Tensor[(19, 45), float32]) {
+  (nn.relu(nn.dense(%x, %w, units=21)), nn.matmul(%y, %v))
+}
+)";
+  auto fill = [](std::initializer_list<int64_t> shape, float scale) {
+    Tensor t = Tensor::empty(kiln::DType::Float32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::sin(static_cast<float>(i) * scale);
+    return t;
+  };
+  Tensor w = fill({21, 37}, 0.37f), v = fill({19, 45}, 0.11f), x = fill({3, 37}, 0.7f), y = fill({1, 19}, 0.3f);
+  kiln::CompileOptions options;
+  options.params = {{"w", w}, {"v", v}};
+  auto exe = kiln::compile(kLayers, "layers.relay", options);
+  auto rt = Runtime::create();
+  kiln::VMOptions vo;
+  vo.runtime = rt;
+  std::vector<std::unique_ptr<kiln::VirtualMachine>> vms;
+  for (int i = 0; i < 8; ++i) vms.push_back(std::make_unique<kiln::VirtualMachine>(exe, vo));
+  auto inUse = [&] {
+    uint64_t bytes = 0;
+    for (const auto& p : rt->pools()->stats()) bytes += p.bytesInUse;
+    return bytes;
+  };
+  Value first;
+  uint64_t afterFirst = 0;
+  for (size_t i = 0; i < vms.size(); ++i) {
+    Value r = vms[i]->invoke("main", {Value(x), Value(y)});
+    if (i == 0) {
+      first = r;
+      afterFirst = inUse();
+    }
+    for (int f = 0; f < 2; ++f) {
+      Tensor got = r.fields()[f].tensor(), want = first.fields()[f].tensor();
+      for (int64_t e = 0; e < got.numel(); ++e) REQUIRE(got.data<float>()[e] == want.data<float>()[e]);
+    }
+  }
+  auto stats = rt->kernelTable(exe)->preparedStats();
+  CHECK(stats.count == 2);  // w (as n x k) and v (as k x n): one copy each for all 8 VMs
+  CHECK(stats.bytes >= (21 * 37 + 19 * 45) * sizeof(float));
+  CHECK(afterFirst >= stats.bytes);
+  CHECK(inUse() == afterFirst);  // the other seven VMs added no packed copy
+  // Against the reference.
+  Tensor d = first.fields()[0].tensor(), m = first.fields()[1].tensor();
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 21; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < 37; ++p) s += double(x.data<float>()[i * 37 + p]) * w.data<float>()[j * 37 + p];
+      CHECK(d.data<float>()[i * 21 + j] == doctest::Approx(std::max(s, 0.0)).epsilon(1e-4));
+    }
+  for (int64_t j = 0; j < 45; ++j) {
+    double s = 0;
+    for (int64_t p = 0; p < 19; ++p) s += double(y.data<float>()[p]) * v.data<float>()[p * 45 + j];
+    CHECK(m.data<float>()[j] == doctest::Approx(s).epsilon(1e-4));
+  }
+}
