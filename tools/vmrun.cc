@@ -403,6 +403,9 @@ int run(int argc, char** argv) {
     }
     std::fprintf(stderr, "jit: %zu kernels used, %zu compiled in this process (%.1f ms), %zu memory-cache hits, %zu disk-cache hits\n",
                  compiled, cache.compiles() - compilesBefore, compileMs, cache.hits(), cache.diskHits());
+    auto prepared = vm.runtime().kernelTable(exe)->preparedStats();
+    std::fprintf(stderr, "prepared constants: %llu packed weight(s), %llu bytes, shared by the executable's VMs\n",
+                 static_cast<unsigned long long>(prepared.count), static_cast<unsigned long long>(prepared.bytes));
   }
   return 0;
 }
