@@ -9,13 +9,14 @@
 // from where they live with a vector read loop, or its FLOPs at peak where that
 // is larger.
 //
-//   model_bench [--check] [--only NAME] [--rounds N]
+//   model_bench [--check] [--no-ort] [--only NAME] [--rounds N]
 // --check runs every workload once through Kiln against the reference and exits
 // non-zero on a mismatch (ctest runs this); no timing, no ORT.
 #include <immintrin.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -40,6 +41,7 @@ using namespace kiln::bench;
 namespace {
 
 constexpr double kTolerance = 2e-3;
+constexpr int kQuiesceMillis = 20;
 
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;
@@ -177,14 +179,15 @@ int check(const std::vector<Workload>& all) {
 int main(int argc, char** argv) {
   std::string only;
   int rounds = 15;
-  bool checkOnly = false;
+  bool checkOnly = false, noOrt = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--check") checkOnly = true;
+    else if (a == "--no-ort") noOrt = true;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: model_bench [--check] [--only NAME] [--rounds N]\n");
+      std::fprintf(stderr, "usage: model_bench [--check] [--no-ort] [--only NAME] [--rounds N]\n");
       return 2;
     }
   }
@@ -192,7 +195,7 @@ int main(int argc, char** argv) {
   std::erase_if(all, [&](const Workload& w) { return !only.empty() && w.name != only; });
   if (checkOnly) return check(all);
 
-  OrtProcess ort(KILN_SOURCE_DIR "/bench/ort");
+  OrtProcess ort(noOrt ? "" : KILN_SOURCE_DIR "/bench/ort");
   if (!ort.unavailable().empty()) std::printf("ONNX Runtime: not run (%s)\n", ort.unavailable().c_str());
   std::string root = (std::filesystem::temp_directory_path() / ("kiln_model_bench_" + std::to_string(::getpid()))).string();
   double peak = fp32Peak();
@@ -223,7 +226,12 @@ int main(int argc, char** argv) {
           m.run();
           kiln.push_back(secondsSince(s) * 1e6);
         }
+        // Each runtime's idle threads spin for a while after a run (Kiln's 50 us,
+        // ORT's longer): a pause before switching lets them sleep, so neither
+        // side is timed while the other's threads still hold the cores.
+        if (withOrt) std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
         if (withOrt && ort.run(per, micros, out, ortError_)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
           onnx.insert(onnx.end(), micros.begin(), micros.end());
         } else if (withOrt) {
           std::fprintf(stderr, "%s: ORT: %s\n", w.name.c_str(), ortError_.c_str());

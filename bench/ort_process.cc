@@ -22,6 +22,10 @@ const char* kPython = "/usr/bin/python3";  // Debian's, where python3-onnx lives
 }  // namespace
 
 OrtProcess::OrtProcess(std::string ortDir) : dir_(std::move(ortDir)) {
+  if (dir_.empty()) {
+    why_ = "--no-ort";
+    return;
+  }
   if (!exists(dir_ + "/node_modules/onnxruntime-node")) {
     why_ = "onnxruntime-node is not installed in " + dir_ + " (run scripts/install-bench-deps.sh)";
     return;

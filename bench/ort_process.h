@@ -14,7 +14,8 @@ namespace kiln::bench {
 
 class OrtProcess {
  public:
-  // `ortDir` holds ort_runner.js, onnx_models.py and node_modules/onnxruntime-node.
+  // `ortDir` holds ort_runner.js, onnx_models.py and node_modules/onnxruntime-node
+  // ("": ORT is not wanted).
   explicit OrtProcess(std::string ortDir);
   ~OrtProcess();
   OrtProcess(const OrtProcess&) = delete;

@@ -1,6 +1,9 @@
 // A small fork-join pool: persistent workers, one job at a time, pieces claimed dynamically.
 #include "device/thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -43,7 +46,28 @@ bool spinUntil(Ready&& ready) {
 class Workers {
  public:
   explicit Workers(int threads) {
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { workerLoop(); });
+    // Worker i is pinned to the i-th CPU this process may use (when there are
+    // enough). Unpinned, a worker woken by the caller is often placed on the
+    // caller's own CPU (the scheduler's wake-affine choice) and then spins there
+    // beside it for milliseconds, until load balancing moves one of them: a
+    // two-thread kernel then ran slower than one. Pinned, the worker keeps its
+    // core, and the unpinned caller is the one the scheduler moves to a free CPU.
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    std::vector<int> cpus;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    bool pin = static_cast<int>(cpus.size()) >= threads;
+    for (int i = 1; i < threads; ++i) {
+      workers_.emplace_back([this] { workerLoop(); });
+      if (pin) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[static_cast<size_t>(i)], &one);
+        pthread_setaffinity_np(workers_.back().native_handle(), sizeof one, &one);
+      }
+    }
     size_ = threads;
   }
   ~Workers() {

@@ -322,7 +322,9 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
   __mmask16 m0 = w >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << w) - 1);
   __mmask16 m1 = w >= 32 ? 0xFFFF : w > 16 ? static_cast<__mmask16>((1u << (w - 16)) - 1) : 0;
   __m512 acc[kSets][M][2];
+#pragma GCC unroll 2
   for (auto& set : acc)
+#pragma GCC unroll 8
     for (auto& row : set) row[0] = row[1] = _mm512_setzero_ps();
   for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
     int64_t kc = std::min(kKC, j.k - p0);
@@ -331,9 +333,11 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
     const float* ap = j.a + p0 * j.aCol;
     int64_t p = 0;
     for (; p + kSets <= kc; p += kSets) {
+#pragma GCC unroll 2
       for (int s = 0; s < kSets; ++s) {
         const float* r = row + (p + s) * stride;
         __m512 b0 = _mm512_maskz_loadu_ps(m0, r), b1 = _mm512_maskz_loadu_ps(m1, r + 16);
+#pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
           __m512 x = _mm512_set1_ps(ap[i * j.aRow + (p + s) * j.aCol]);
           acc[s][i][0] = _mm512_fmadd_ps(x, b0, acc[s][i][0]);
@@ -344,6 +348,7 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
     for (; p < kc; ++p) {
       const float* r = row + p * stride;
       __m512 b0 = _mm512_maskz_loadu_ps(m0, r), b1 = _mm512_maskz_loadu_ps(m1, r + 16);
+#pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
         __m512 x = _mm512_set1_ps(ap[i * j.aRow + p * j.aCol]);
         acc[0][i][0] = _mm512_fmadd_ps(x, b0, acc[0][i][0]);
@@ -351,6 +356,7 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
       }
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
     __m512 v0 = acc[0][i][0], v1 = acc[0][i][1];
     if constexpr (kSets == 2) {
