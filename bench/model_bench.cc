@@ -9,9 +9,11 @@
 // from where they live with a vector read loop, or its FLOPs at peak where that
 // is larger.
 //
-//   model_bench [--check] [--no-ort] [--only NAME] [--rounds N]
+//   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR]
 // --check runs every workload once through Kiln against the reference and exits
-// non-zero on a mismatch (ctest runs this); no timing, no ORT.
+// non-zero on a mismatch (ctest runs this); no timing, no ORT. --dump writes
+// each workload as DIR/NAME.relay with NAME_weights.npz and NAME_inputs.npz, for
+// `vmrun DIR/NAME.relay --params ... --inputs ... --profile`.
 #include <immintrin.h>
 #include <unistd.h>
 
@@ -180,20 +182,34 @@ int main(int argc, char** argv) {
   std::string only;
   int rounds = 15;
   bool checkOnly = false, noOrt = false;
+  std::string dump;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--check") checkOnly = true;
     else if (a == "--no-ort") noOrt = true;
+    else if (a == "--dump" && i + 1 < argc) dump = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: model_bench [--check] [--no-ort] [--only NAME] [--rounds N]\n");
+      std::fprintf(stderr, "usage: model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR]\n");
       return 2;
     }
   }
   std::vector<Workload> all = makeWorkloads();
   std::erase_if(all, [&](const Workload& w) { return !only.empty() && w.name != only; });
   if (checkOnly) return check(all);
+  if (!dump.empty()) {
+    std::filesystem::create_directories(dump);
+    for (const Workload& w : all) {
+      std::FILE* f = std::fopen((dump + "/" + w.name + ".relay").c_str(), "w");
+      if (!f) return 1;
+      std::fputs(w.program.c_str(), f);
+      std::fclose(f);
+      kiln::writeNpz(dump + "/" + w.name + "_weights.npz", w.weights);
+      if (!w.tree) kiln::writeNpz(dump + "/" + w.name + "_inputs.npz", w.inputs);
+    }
+    return 0;
+  }
 
   OrtProcess ort(noOrt ? "" : KILN_SOURCE_DIR "/bench/ort");
   if (!ort.unavailable().empty()) std::printf("ONNX Runtime: not run (%s)\n", ort.unavailable().c_str());

@@ -175,12 +175,16 @@ class Workers {
   Job job_;
 };
 
+// Read once: hardware_concurrency() is a system call, and kernels ask per call.
 int defaultThreads() {
-  if (const char* env = std::getenv("KILN_NUM_THREADS")) {
-    int n = std::atoi(env);
-    if (n >= 1 && n <= 1024) return n;
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
+  static const int threads = [] {
+    if (const char* env = std::getenv("KILN_NUM_THREADS")) {
+      int n = std::atoi(env);
+      if (n >= 1 && n <= 1024) return n;
+    }
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }();
+  return threads;
 }
 
 // The process default pool: rebuilt when setNumThreads changes its size.
@@ -237,6 +241,11 @@ ThreadPoolScope::~ThreadPoolScope() { tCurrent = previous_; }
 int numThreads() {
   std::lock_guard<std::mutex> lock(gPoolMu);
   return gThreads == 0 ? defaultThreads() : gThreads;
+}
+
+int currentThreads() {
+  if (tCurrent) return tCurrent->size();
+  return numThreads();
 }
 
 void setNumThreads(int n) {

@@ -67,6 +67,9 @@ class ThreadPoolScope {
 // The process default pool's size, and a new size for it.
 int numThreads();
 void setNumThreads(int n);  // 1 disables parallelism; takes effect for later calls
+// Threads a parallelFor from this thread would use now: the current pool's, or
+// the default's (how a kernel sizes its tasks).
+int currentThreads();
 
 // On the calling thread's current pool, or the process default pool.
 void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes);

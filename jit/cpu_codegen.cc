@@ -231,7 +231,7 @@ class CpuCodegen final : public LoopEmitter {
         w = closedExpr(t.extent) ? b_.CreateMul(emitExpr(t.extent), inner) : inner;
       } else if (t.kind == StmtKind::Block || t.kind == StmtKind::If) {
         w = bodyWork(t.body);
-      } else if (t.kind == StmtKind::Gemm) {
+      } else if (t.kind == StmtKind::Gemm || t.kind == StmtKind::Conv2d) {
         w = b_.getInt64(int64_t(1) << 20);
       }
       total = b_.CreateAdd(total, w);
@@ -306,6 +306,20 @@ class CpuCodegen final : public LoopEmitter {
     }
     b_.CreateCall(sgemm, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda),
                           at(g.b, g.bOffset), emitExpr(g.ldb), at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(flags)});
+  }
+
+  void emitConv2d(const loop::StmtNode& s) override {
+    const loop::Conv2dArgs& c = s.conv;
+    llvm::Type* ptr = b_.getPtrTy();
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::FunctionCallee conv =
+        m_->getOrInsertFunction("kiln_sconv2d", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr}, false));
+    llvm::IRBuilder<> entryB(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    llvm::AllocaInst* dims = entryB.CreateAlloca(llvm::ArrayType::get(i64, c.dims.size()));
+    for (size_t i = 0; i < c.dims.size(); ++i)
+      b_.CreateStore(emitExpr(c.dims[i]), b_.CreateConstInBoundsGEP2_64(dims->getAllocatedType(), dims, 0, i));
+    auto buffer = [&](int32_t b) { return fn_->getArg(static_cast<unsigned>(b)); };
+    b_.CreateCall(conv, {dims, buffer(c.x), buffer(c.w), buffer(c.out)});
   }
 
   llvm::Value* libmCall(const char* name, llvm::Value* x) override {

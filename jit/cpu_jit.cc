@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "jit/disk_cache.h"
+#include "jit/conv2d.h"
 #include "jit/gemm.h"
 #include "device/thread_pool.h"
 #include "kiln/error.h"
@@ -94,6 +95,8 @@ llvm::orc::LLJIT& theJit() {
         llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(&kiln_parallel_for), llvm::JITSymbolFlags::Exported);
     runtime[(*j)->mangleAndIntern("kiln_sgemm")] =
         llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(&kiln_sgemm), llvm::JITSymbolFlags::Exported);
+    runtime[(*j)->mangleAndIntern("kiln_sconv2d")] =
+        llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(&kiln_sconv2d), llvm::JITSymbolFlags::Exported);
     runtime[(*j)->mangleAndIntern("kiln_sgemm_packed")] = llvm::orc::ExecutorSymbolDef(
         llvm::orc::ExecutorAddr::fromPtr(&kiln_sgemm_packed), llvm::JITSymbolFlags::Exported);
     if (auto e = (*j)->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(runtime))))

@@ -1,5 +1,6 @@
 // Packing, blocking, the AVX-512 / AVX2 micro-kernels, and the parallel driver.
 #include "jit/gemm.h"
+#include "jit/gemm_internal.h"
 
 #include <immintrin.h>
 
@@ -14,23 +15,19 @@
 
 namespace kiln::jit {
 
-using device::numThreads;
+using device::currentThreads;
 using device::parallelFor;
 
+using namespace detail;
+
 namespace {
-
-constexpr int64_t kKC = 128;  // contraction slice: an A panel and a B panel stay in L1/L2
-
-
-struct Shape {
-  int64_t mr, nr;
-};
 
 // Element (i, p) of the logical (untransposed) A.
 inline float elemA(const float* a, int64_t lda, bool t, int64_t i, int64_t p) { return t ? a[p * lda + i] : a[i * lda + p]; }
 
-// Packs rows [i0, i0+rows) x depth [p0, p0+kc) of A into MR-tall panels, zero-padded.
-void packA(const float* a, int64_t lda, bool t, int64_t i0, int64_t rows, int64_t p0, int64_t kc, int64_t mr, float* out) {
+}  // namespace
+
+void detail::packA(const float* a, int64_t lda, bool t, int64_t i0, int64_t rows, int64_t p0, int64_t kc, int64_t mr, float* out) {
   for (int64_t ip = 0; ip < rows; ip += mr) {
     int64_t h = std::min(mr, rows - ip);
     for (int64_t p = 0; p < kc; ++p) {
@@ -40,6 +37,8 @@ void packA(const float* a, int64_t lda, bool t, int64_t i0, int64_t rows, int64_
     }
   }
 }
+
+namespace {
 
 // Packs depth [p0, p0+kc) x columns [j0, j0+cols) of B into NR-wide panels, zero-padded.
 void packB(const float* b, int64_t ldb, bool t, int64_t p0, int64_t kc, int64_t j0, int64_t cols, int64_t nr, float* out) {
@@ -152,14 +151,9 @@ void microScalar(int64_t kc, const float* ap, const float* bp, float* c, int64_t
   storeTile(tile, 16, c, ldc, h, w, add);
 }
 
-using MicroKernel = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, int64_t, bool);
+}  // namespace
 
-struct Isa {
-  MicroKernel micro;
-  Shape tile;
-};
-
-const Isa& isa() {
+const Isa& detail::isa() {
   static const Isa chosen = [] {
     if (__builtin_cpu_supports("avx512f")) return Isa{micro512, {8, 32}};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{micro256, {6, 16}};
@@ -167,6 +161,8 @@ const Isa& isa() {
   }();
   return chosen;
 }
+
+namespace {
 
 struct GemmJob {
   int64_t m, n, k, lda, ldb, ldc;
@@ -183,9 +179,11 @@ struct FreeFloats {
   void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
 };
 
+}  // namespace
+
 // Packing space, kept per thread and grown as needed: no allocation (and no page
 // faults on fresh memory) per call once warm. `slot` keeps A and B apart.
-float* scratch(int slot, size_t floats) {
+float* detail::scratch(int slot, size_t floats) {
   thread_local std::unique_ptr<float, FreeFloats> buf[2];
   thread_local size_t cap[2] = {0, 0};
   if (cap[slot] < floats) {
@@ -194,6 +192,8 @@ float* scratch(int slot, size_t floats) {
   }
   return buf[slot].get();
 }
+
+namespace {
 
 // One task: rows [i0, i0 + mc) of C over all of n and k.
 void rowBlock(const GemmJob& j, int64_t i0) {
@@ -289,7 +289,7 @@ void wideGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool
   // Column blocks, each a whole number of panels: a few per thread, so that a
   // block's slice of C (re-read once per KC slice) stays in L2.
   int64_t panels = (n + nr - 1) / nr;
-  int64_t blocks = std::min<int64_t>(panels, 4 * numThreads());
+  int64_t blocks = std::min<int64_t>(panels, 4 * currentThreads());
   int64_t nc = (panels + blocks - 1) / blocks * nr;
   WideJob job{m, n, k, ldb, ldc, b, c, transB, accumulate, ap, mpad, nc};
   parallelFor((n + nc - 1) / nc, m * n * k / 64, wideBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
@@ -442,7 +442,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
   parallelFor(slices * pack.panels, k * n, packBTask, reinterpret_cast<void* const*>(&pack), nullptr);
   GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, bp, npad, 0};
   // Rows per task: enough tasks for every thread, each a whole number of tiles.
-  int threads = numThreads();
+  int threads = currentThreads();
   int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
   job.mc = (mc + mr - 1) / mr * mr;
   int64_t blocks = (m + job.mc - 1) / job.mc;
@@ -484,7 +484,7 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   if (m <= kSkinnyRows)
     return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, npad, c, ldc, accumulate});
   GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, npad, 0};
-  int threads = numThreads();
+  int threads = currentThreads();
   int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
   job.mc = (mc + mr - 1) / mr * mr;
   parallelFor((m + job.mc - 1) / job.mc, m * n * k / 64, rowBlockTask, reinterpret_cast<void* const*>(&job), nullptr);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "kiln/error.h"
 #include "jit/nvptx_codegen.h"
 
 namespace kiln::jit {
@@ -56,6 +57,7 @@ class Planner {
         }
         return;
       case StmtKind::Gemm: launch(id, GpuMapping::Gemm, steps); return;
+      case StmtKind::Conv2d: throw kiln::Error("internal: conv2d statements are lowered for CPUs only");
       case StmtKind::Store:
         launch(id, splitsReduction(id) ? GpuMapping::Rows : GpuMapping::Single, steps);
         return;

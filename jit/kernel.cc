@@ -39,7 +39,7 @@ std::string hex(uint64_t v) {
 namespace {
 // The lowering and code generation themselves: bump whenever they change the
 // machine code made for an unchanged function, so no disk cache serves old code.
-constexpr int kCodegenVersion = 5;
+constexpr int kCodegenVersion = 6;
 
 // Everything a compiled kernel depends on: its content, the device, the target,
 // LLVM and Kiln's own code generator.
@@ -85,7 +85,7 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   // written even when a cache without it compiled the key first.
   std::string symbol = "kiln_" + hex(hash) + (keepIR ? "_ir" : "");
   if (disk && !keepIR && device.kind == Device::Kind::CPU) symbol += "_d" + hex(hashText(disk->dir())).substr(0, 8);
-  loops_ = lowerToLoops(f_);
+  loops_ = lowerToLoops(f_, {.directConv = device.kind == Device::Kind::CPU});
   // Only CPU GEMMs read prepacked operands; a GPU kernel gets null pointers.
   if (device.kind == Device::Kind::CPU)
     for (const loop::BufferDecl& b : loops_.buffers)

@@ -51,6 +51,7 @@ class LoopEmitter {
   virtual bool parallelHere() const { return preheaders_.empty(); }
   virtual void emitParallel(const loop::StmtNode& s) = 0;
   virtual void emitGemm(const loop::StmtNode& s) = 0;
+  virtual void emitConv2d(const loop::StmtNode& s) = 0;
 
   // Starts emitting into `fn` (fresh caches and scopes).
   void beginFunction(llvm::Function* fn) {
@@ -102,6 +103,7 @@ class LoopEmitter {
         return;
       case StmtKind::Store: emitStore(s); return;
       case StmtKind::Gemm: emitGemm(s); return;
+      case StmtKind::Conv2d: emitConv2d(s); return;
       case StmtKind::If: {
         llvm::Value* cond = emitExpr(s.value);
         auto* thenBB = llvm::BasicBlock::Create(ctx_, "then", fn_);

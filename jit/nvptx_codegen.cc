@@ -308,6 +308,10 @@ class NvptxCodegen final : public LoopEmitter {
   llvm::Value* bufferArg(int32_t buffer) { return fn_->getArg(static_cast<unsigned>(buffer)); }
 
   // Inside serial work (Single): one thread computes all of C.
+  void emitConv2d(const loop::StmtNode&) override {
+    throw Error("internal: conv2d statements are lowered for CPUs only");
+  }
+
   void emitGemm(const loop::StmtNode& s) override {
     const loop::GemmArgs& g = s.gemm;
     GemmValues v = gemmValues(g);

@@ -220,6 +220,13 @@ StmtId LoopBuilder::gemm(const GemmArgs& args) {
   return static_cast<StmtId>(k_.stmts.size() - 1);
 }
 
+StmtId LoopBuilder::conv2d(const Conv2dArgs& args) {
+  StmtNode s{StmtKind::Conv2d};
+  s.conv = args;
+  k_.stmts.push_back(std::move(s));
+  return static_cast<StmtId>(k_.stmts.size() - 1);
+}
+
 namespace {
 
 std::string exprString(const LoopKernel& k, ExprId id) {
@@ -280,6 +287,16 @@ void stmtString(const LoopKernel& k, StmtId id, int indent, std::string& out) {
              "[" + exprString(k, g.aOffset) + "]" + (g.transA ? "^T" : "") + " * " + buf(g.b) + "[" +
              exprString(k, g.bOffset) + "]" + (g.transB ? "^T" : "") + "  (m=" + exprString(k, g.m) +
              ", n=" + exprString(k, g.n) + ", k=" + exprString(k, g.k) + ")\n";
+      break;
+    }
+    case StmtKind::Conv2d: {
+      const Conv2dArgs& c = s.conv;
+      auto buf = [&](int32_t b) { return k.buffers[static_cast<size_t>(b)].name; };
+      out += pad + "conv2d " + buf(c.out) + " = " + buf(c.x) + " * " + buf(c.w) + "  (";
+      const char* names[] = {"n", "c", "h", "w", "o", "kh", "kw", "oh", "ow", "sh", "sw", "ph", "pw", "dh", "dw", "groups"};
+      for (size_t i = 0; i < c.dims.size(); ++i)
+        out += std::string(i ? ", " : "") + names[i] + "=" + exprString(k, c.dims[i]);
+      out += ")\n";
       break;
     }
     case StmtKind::If:

@@ -15,6 +15,7 @@
 // into a reduction's input and consumers into its result.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -65,7 +66,9 @@ enum class LoopKind : uint8_t { Serial, Parallel, Vectorized, ParallelVectorized
 inline bool isParallel(LoopKind k) { return k == LoopKind::Parallel || k == LoopKind::ParallelVectorized; }
 inline bool isVectorized(LoopKind k) { return k == LoopKind::Vectorized || k == LoopKind::ParallelVectorized; }
 // Gemm: C[m x n] (+)= A * B through the runtime's float32 microkernel (jit/gemm.h).
-enum class StmtKind : uint8_t { For, Store, Block, If, Gemm };
+// Conv2d: a whole NCHW/OIHW float32 convolution through the runtime's direct
+// convolution (jit/conv2d.h); CPU kernels only.
+enum class StmtKind : uint8_t { For, Store, Block, If, Gemm, Conv2d };
 
 struct GemmArgs {
   int32_t a = -1, b = -1, c = -1;       // buffers
@@ -75,6 +78,12 @@ struct GemmArgs {
   // A buffer that may hold B prepacked (BufferDecl::preparedFrom), or -1. Its
   // pointer is null when the runtime has no packed form; the GEMM then reads B.
   int32_t packedB = -1;
+};
+
+struct Conv2dArgs {
+  int32_t x = -1, w = -1, out = -1;  // buffers: data, filters, output
+  // n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups (jit::Conv2dDims), Int64
+  std::array<ExprId, 16> dims = {};
 };
 
 struct StmtNode {
@@ -88,6 +97,7 @@ struct StmtNode {
   std::vector<StmtId> body = {};  // For, Block; If: the `then` statements
   std::vector<StmtId> orElse = {};  // If: the `else` statements
   GemmArgs gemm = {};               // Gemm
+  Conv2dArgs conv = {};             // Conv2d
   // For, a schedule hint: while the loop runs, bring buffer `prefetchBuffer` at
   // prefetchOffset + var into cache a step ahead of use (the next row of a
   // row-wise pass, say). It never changes results; a backend may ignore it.
@@ -178,6 +188,7 @@ class LoopBuilder {
   StmtId block(std::vector<StmtId> body);
   StmtId ifThenElse(ExprId cond, std::vector<StmtId> thenBody, std::vector<StmtId> elseBody);
   StmtId gemm(const GemmArgs& args);
+  StmtId conv2d(const Conv2dArgs& args);
 
   bool isIntConst(ExprId e, int64_t* value = nullptr) const;
 

@@ -27,7 +27,8 @@ namespace {
 
 class Lowering {
  public:
-  Lowering(const FusedFunction& f, loop::LoopKernel& k) : f_(f), k_(k), b_(k) {
+  Lowering(const FusedFunction& f, loop::LoopKernel& k, const LowerOptions& options)
+      : f_(f), k_(k), b_(k), options_(options) {
     slots_ = shapeSlots(f, &k.numShapeSlots);
     parent_.resize(static_cast<size_t>(k.numShapeSlots));
     for (size_t i = 0; i < parent_.size(); ++i) parent_[i] = static_cast<int32_t>(i);
@@ -219,7 +220,7 @@ class Lowering {
       g.aOffset = g.bOffset = g.cOffset = b_.intConst(0);
       size_t ra = f_.typeOf(a).rank();
       if (n.op->name == "nn.conv2d") {
-        stmts.push_back(lowerConv2d(n, value, a, bv, target));
+        stmts.push_back(options_.directConv ? directConv2d(n, value, a, bv, target) : lowerConv2d(n, value, a, bv, target));
         continue;
       }
       if (n.op->name == "nn.dense") {
@@ -285,6 +286,22 @@ class Lowering {
   int64_t sizeFactor(int32_t value, size_t d) {
     int64_t s = f_.typeOf(value).shape[d];
     return s != ops::kAnyDim ? s : -(static_cast<int64_t>(find(slotOf(value, d))) + 1);
+  }
+
+  // conv2d (NCHW, OIHW) as one call of the runtime's direct convolution.
+  loop::StmtId directConv2d(const FusedNode& n, int32_t value, int32_t x, int32_t w, int32_t target) {
+    ops::AttrReader attrs(n.op->name, n.attrs);
+    ops::Window2d win = ops::windowAttrs(attrs);
+    loop::Conv2dArgs c;
+    c.x = bufferOf_[static_cast<size_t>(x)];
+    c.w = bufferOf_[static_cast<size_t>(w)];
+    c.out = target;
+    auto k = [&](int64_t v) { return b_.intConst(v); };
+    c.dims = {dimOf(x, 0),          dimOf(x, 1),          dimOf(x, 2),          dimOf(x, 3),
+              dimOf(w, 0),          dimOf(w, 2),          dimOf(w, 3),          dimOf(value, 2),
+              dimOf(value, 3),      k(win.strides[0]),    k(win.strides[1]),    k(win.pad[0]),
+              k(win.pad[1]),        k(win.dilation[0]),   k(win.dilation[1]),   k(attrs.getInt("groups", 1))};
+    return b_.conv2d(c);
   }
 
   // conv2d (NCHW, OIHW) as im2col + GEMM: for each image and group, the input
@@ -429,6 +446,7 @@ class Lowering {
   const FusedFunction& f_;
   loop::LoopKernel& k_;
   loop::LoopBuilder b_;
+  LowerOptions options_;
   std::vector<int32_t> slots_;
   std::vector<int32_t> parent_;  // union-find over shape slots
   std::vector<int32_t> bufferOf_;
@@ -439,9 +457,9 @@ class Lowering {
 
 }  // namespace
 
-loop::LoopKernel lowerToLoops(const FusedFunction& f) {
+loop::LoopKernel lowerToLoops(const FusedFunction& f, const LowerOptions& options) {
   loop::LoopKernel k;
-  Lowering(f, k).run();
+  Lowering(f, k, options).run();
   return k;
 }
 

@@ -15,7 +15,13 @@ namespace kiln::kernel_ir {
 // Offsets of each value's dimensions in the run-time shape array.
 std::vector<int32_t> shapeSlots(const FusedFunction& f, int32_t* total = nullptr);
 
+struct LowerOptions {
+  // float32 NCHW/OIHW convolutions as one Conv2d statement (the CPU runtime's
+  // direct convolution) instead of an unfold into a column buffer and a Gemm.
+  bool directConv = false;
+};
+
 // Throws kiln::Error when an operator in `f` has no lowering yet.
-loop::LoopKernel lowerToLoops(const FusedFunction& f);
+loop::LoopKernel lowerToLoops(const FusedFunction& f, const LowerOptions& options = {});
 
 }  // namespace kiln::kernel_ir

@@ -1,0 +1,194 @@
+// Direct convolution: filters packed once per call, input windows gathered into
+// L1-resident panels, the GEMM micro-kernel, and the parallel driver.
+#include "jit/conv2d.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "device/thread_pool.h"
+#include "jit/gemm_internal.h"
+
+namespace kiln::jit {
+
+using namespace detail;
+
+namespace {
+
+struct ConvJob {
+  Conv2dDims d;
+  const float* x;
+  float* out;
+  const float* packedW;  // group g at packedW + g * k * mpad: KC slices of MR-tall panels
+  int64_t cg, og, k, mpad, pixels;
+  int64_t panelsPerTask, tasksPerImageGroup;
+};
+
+// Where the panel's pixels start reading: lane j covers output pixel j0 + j.
+struct PanelOrigin {
+  int32_t iy[32], ix[32];  // top-left input coordinate of each pixel's window
+  int64_t count;           // valid lanes (the last panel of an image is narrower)
+  bool oneRow;             // all lanes on one output row, stride 1 or 2: one run of input
+};
+
+PanelOrigin panelOrigin(const ConvJob& j, int64_t j0, int64_t nr) {
+  PanelOrigin o{};
+  o.count = std::min(nr, j.pixels - j0);
+  for (int64_t l = 0; l < o.count; ++l) {
+    int64_t oy = (j0 + l) / j.d.ow, ox = (j0 + l) % j.d.ow;
+    o.iy[l] = static_cast<int32_t>(oy * j.d.sh - j.d.ph);
+    o.ix[l] = static_cast<int32_t>(ox * j.d.sw - j.d.pw);
+  }
+  o.oneRow = (j.d.sw == 1 || j.d.sw == 2) && (j0 % j.d.ow) + o.count <= j.d.ow;
+  return o;
+}
+
+// Row r of the panel, for contraction index kk = (c, ky, kx): the window
+// element of each lane, zero outside the image. Portable version.
+void gatherRowPortable(const ConvJob& j, const PanelOrigin& o, const float* plane, int64_t ky, int64_t kx, int64_t nr,
+                       float* row) {
+  for (int64_t l = 0; l < nr; ++l) {
+    float v = 0;
+    if (l < o.count) {
+      int64_t iy = o.iy[l] + ky * j.d.dh, ix = o.ix[l] + kx * j.d.dw;
+      if (iy >= 0 && iy < j.d.h && ix >= 0 && ix < j.d.w) v = plane[iy * j.d.w + ix];
+    }
+    row[l] = v;
+  }
+}
+
+// Input columns [first, first + 16) of a row `width` wide; columns outside it
+// read as zero and are neither read nor faulted on (masked load).
+__attribute__((target("avx512f"))) __m512 loadColumns512(const float* row, int64_t first, int64_t width) {
+  __m512i col = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                 _mm512_set1_epi32(static_cast<int32_t>(first)));
+  __mmask16 m = _mm512_cmpge_epi32_mask(col, _mm512_setzero_si512()) &
+                _mm512_cmplt_epi32_mask(col, _mm512_set1_epi32(static_cast<int32_t>(width)));
+  const float* at = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(first * 4));
+  return _mm512_maskz_loadu_ps(m, at);
+}
+
+// The same for 32 lanes with AVX-512: masked contiguous loads where the lanes
+// are one run of input pixels, masked gathers otherwise.
+__attribute__((target("avx512f"))) void gatherRow512(const ConvJob& j, const PanelOrigin& o, const float* plane, int64_t ky,
+                                                     int64_t kx, float* row) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i h = _mm512_set1_epi32(static_cast<int32_t>(j.d.h)), w = _mm512_set1_epi32(static_cast<int32_t>(j.d.w));
+  const __m512i zero = _mm512_setzero_si512();
+  if (o.oneRow) {
+    int64_t iy = o.iy[0] + ky * j.d.dh;
+    if (iy < 0 || iy >= j.d.h) {
+      _mm512_storeu_ps(row, _mm512_setzero_ps());
+      _mm512_storeu_ps(row + 16, _mm512_setzero_ps());
+      return;
+    }
+    // Lane l reads input column ix0 + l * stride: 16 lanes span 16 * stride
+    // columns, loaded as 16-wide vectors with the columns outside the image
+    // masked off (neither read nor faulted on); stride 2 then keeps the even ones.
+    int64_t ix0 = o.ix[0] + kx * j.d.dw, stride = j.d.sw;
+    const float* src = plane + iy * j.d.w;
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int half = 0; half < 2; ++half) {
+      __m512i l = _mm512_add_epi32(lane, _mm512_set1_epi32(half * 16));
+      __mmask16 valid = _mm512_cmplt_epi32_mask(l, _mm512_set1_epi32(static_cast<int32_t>(o.count)));
+      int64_t first = ix0 + half * 16 * stride;
+      __m512 v = stride == 1 ? loadColumns512(src, first, j.d.w)
+                             : _mm512_permutex2var_ps(loadColumns512(src, first, j.d.w), evens,
+                                                      loadColumns512(src, first + 16, j.d.w));
+      _mm512_storeu_ps(row + half * 16, _mm512_maskz_mov_ps(valid, v));
+    }
+    return;
+  }
+  __m512i dy = _mm512_set1_epi32(static_cast<int32_t>(ky * j.d.dh)), dx = _mm512_set1_epi32(static_cast<int32_t>(kx * j.d.dw));
+  for (int half = 0; half < 2; ++half) {
+    __m512i iy = _mm512_add_epi32(_mm512_loadu_si512(o.iy + half * 16), dy);
+    __m512i ix = _mm512_add_epi32(_mm512_loadu_si512(o.ix + half * 16), dx);
+    __m512i l = _mm512_add_epi32(lane, _mm512_set1_epi32(half * 16));
+    __mmask16 m = _mm512_cmplt_epi32_mask(l, _mm512_set1_epi32(static_cast<int32_t>(o.count))) &
+                  _mm512_cmpge_epi32_mask(iy, zero) & _mm512_cmplt_epi32_mask(iy, h) & _mm512_cmpge_epi32_mask(ix, zero) &
+                  _mm512_cmplt_epi32_mask(ix, w);
+    __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(iy, w), ix);
+    _mm512_storeu_ps(row + half * 16, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, plane, 4));
+  }
+}
+
+// One task: a run of pixel panels of one image and group, over all its filters.
+void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  const ConvJob& j = *reinterpret_cast<const ConvJob*>(ctx);
+  const Isa& cpu = isa();
+  int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
+  // Gathers index a plane with int32 offsets; larger planes take the portable path.
+  bool vector = nr == 32 && j.d.h * j.d.w <= INT32_MAX && __builtin_cpu_supports("avx512f");
+  float* bp = scratch(1, static_cast<size_t>(kKC * nr));
+  int64_t panels = (j.pixels + nr - 1) / nr;
+  int64_t taps = j.d.kh * j.d.kw;
+  for (int64_t t = begin; t < end; ++t) {
+    int64_t img = t / (j.d.groups * j.tasksPerImageGroup);
+    int64_t g = t / j.tasksPerImageGroup % j.d.groups;
+    int64_t first = t % j.tasksPerImageGroup * j.panelsPerTask;
+    const float* image = j.x + (img * j.d.c + g * j.cg) * j.d.h * j.d.w;
+    float* c = j.out + (img * j.d.o + g * j.og) * j.pixels;
+    const float* aGroup = j.packedW + g * j.k * j.mpad;
+    for (int64_t q = first; q < std::min(panels, first + j.panelsPerTask); ++q) {
+      int64_t j0 = q * nr;
+      PanelOrigin origin = panelOrigin(j, j0, nr);
+      for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
+        int64_t kc = std::min(kKC, j.k - p0);
+        int64_t ch = p0 / taps, ky = p0 % taps / j.d.kw, kx = p0 % j.d.kw;  // contraction index p0 + r
+        for (int64_t r = 0; r < kc; ++r) {
+          const float* plane = image + ch * j.d.h * j.d.w;
+          if (vector) gatherRow512(j, origin, plane, ky, kx, bp + r * nr);
+          else gatherRowPortable(j, origin, plane, ky, kx, nr, bp + r * nr);
+          if (++kx == j.d.kw) {
+            kx = 0;
+            if (++ky == j.d.kh) {
+              ky = 0;
+              ++ch;
+            }
+          }
+        }
+        const float* aslice = aGroup + (p0 / kKC) * kKC * j.mpad;
+        for (int64_t ir = 0; ir < j.og; ir += mr)
+          cpu.micro(kc, aslice + (ir / mr) * mr * kc, bp, c + ir * j.pixels + j0, j.pixels, std::min(mr, j.og - ir),
+                    origin.count, p0 > 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void sconv2d(const Conv2dDims& d, const float* x, const float* w, float* out) {
+  int64_t pixels = d.oh * d.ow;
+  if (d.n <= 0 || d.o <= 0 || pixels <= 0) return;
+  int64_t cg = d.c / d.groups, og = d.o / d.groups, k = cg * d.kh * d.kw;
+  if (k <= 0) {
+    std::fill(out, out + d.n * d.o * pixels, 0.0f);
+    return;
+  }
+  const Isa& cpu = isa();
+  int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
+  int64_t mpad = (og + mr - 1) / mr * mr;
+  // Every group's filters as the A operand: rows [g*og, (g+1)*og) of the o x k matrix.
+  float* packedW = scratch(0, static_cast<size_t>(d.groups * k * mpad));
+  for (int64_t g = 0; g < d.groups; ++g)
+    for (int64_t p0 = 0; p0 < k; p0 += kKC)
+      packA(w, k, false, g * og, og, p0, std::min(kKC, k - p0), mr, packedW + g * k * mpad + p0 * mpad);
+  // A few tasks per thread in all, each a run of whole panels of one image and group.
+  int64_t panels = (pixels + nr - 1) / nr;
+  int64_t wanted = std::max<int64_t>(1, 4 * device::currentThreads() / std::max<int64_t>(1, d.n * d.groups));
+  int64_t perTask = (panels + std::min(panels, wanted) - 1) / std::min(panels, wanted);
+  ConvJob job{d, x, out, packedW, cg, og, k, mpad, pixels, perTask, (panels + perTask - 1) / perTask};
+  device::parallelFor(d.n * d.groups * job.tasksPerImageGroup, d.n * d.o * pixels * k / 64, convTask,
+                      reinterpret_cast<void* const*>(&job), nullptr);
+}
+
+}  // namespace kiln::jit
+
+extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, float* out) {
+  kiln::jit::Conv2dDims d;
+  std::memcpy(&d, dims, sizeof d);
+  kiln::jit::sconv2d(d, x, w, out);
+}

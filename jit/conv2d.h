@@ -1,0 +1,35 @@
+// Direct float32 convolution for kernels: NCHW data, OIHW filters, any stride,
+// padding, dilation and groups, run on the thread pool.
+//
+// An implicit GEMM: per image and group, out[Og x P] = W[Og x K] * cols[K x P]
+// with K = Cg*KH*KW and P = OH*OW, but the columns are never written out whole
+// (no im2col buffer): each NR-wide panel of output pixels gathers its KC-deep
+// slice of input windows straight into a packed panel that stays in L1, and the
+// GEMM micro-kernel consumes it for every filter tile. Runs of pixels on one
+// output row with stride 1 are plain (masked) vector loads; other strides and
+// dilations gather. Panels are shared out over the pool.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::jit {
+
+// Sizes and window attributes in the order kiln_sconv2d takes them.
+struct Conv2dDims {
+  int64_t n, c, h, w;        // input
+  int64_t o, kh, kw;         // filters: o x (c / groups) x kh x kw
+  int64_t oh, ow;            // output height and width
+  int64_t sh, sw;            // strides
+  int64_t ph, pw;            // top and left padding (bottom and right only shape oh, ow)
+  int64_t dh, dw;            // dilation
+  int64_t groups;
+};
+static_assert(sizeof(Conv2dDims) == 16 * sizeof(int64_t));
+
+// out[n, o, oh, ow] = sum over the window; `out` is overwritten.
+void sconv2d(const Conv2dDims& d, const float* x, const float* w, float* out);
+
+}  // namespace kiln::jit
+
+// The entry point JIT kernels call: `dims` holds the 16 fields of Conv2dDims.
+extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, float* out);

@@ -1,0 +1,38 @@
+// The GEMM's building blocks, shared with the direct convolution (conv2d.cc):
+// the machine's micro-kernel and its tile, A packing, per-thread packing space.
+// Internal to jit/; kernels reach these through gemm.h and conv2d.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln::jit::detail {
+
+constexpr int64_t kKC = 128;  // contraction slice: an A panel and a B panel stay in L1/L2
+
+struct Tile {
+  int64_t mr, nr;
+};
+
+// C[h x w] (+)= A panel (MR-tall, kc deep) * B panel (kc deep, NR wide); only
+// the valid h x w corner of the tile is written.
+using MicroKernel = void (*)(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t h, int64_t w,
+                             bool add);
+
+struct Isa {
+  MicroKernel micro;
+  Tile tile;
+};
+
+// The micro-kernel for this machine (AVX-512 8 x 32, AVX2 6 x 16, or portable).
+const Isa& isa();
+
+// Packs rows [i0, i0+rows) x depth [p0, p0+kc) of A (k x m stored when t) into
+// MR-tall panels, zero-padded.
+void packA(const float* a, int64_t lda, bool t, int64_t i0, int64_t rows, int64_t p0, int64_t kc, int64_t mr, float* out);
+
+// Packing space of the calling thread, 64-byte aligned, kept and grown between
+// calls. Slot 0 holds A panels, slot 1 B panels.
+float* scratch(int slot, size_t floats);
+
+}  // namespace kiln::jit::detail
