@@ -427,17 +427,21 @@ class Lowering {
     size_t rank = t.rank();
     std::vector<int32_t> vars(rank);
     std::vector<ExprId> index(rank);
-    for (size_t d = 0; d < rank; ++d) {
+    // Leading dimensions of static extent 1 (a batch of one) get no loop: the
+    // outermost loop, the one shared out over the pool, is then a real one.
+    size_t first = 0;
+    while (first + 1 < rank && t.shape[first] == 1) index[first++] = b_.intConst(0);
+    for (size_t d = first; d < rank; ++d) {
       vars[d] = b_.newVar();
       index[d] = b_.var(vars[d]);
     }
     ExprId v = valueAt(value, index);
     if (b_.typeOf(v) != (t.dtype == DType::Float16 ? DType::Float32 : t.dtype)) v = b_.cast(t.dtype, v);
     loop::StmtId s = b_.store(buffer, linearIndex(value, index), v);
-    for (size_t d = rank; d-- > 0;) {
+    for (size_t d = rank; d-- > first;) {
       bool vectorize = d + 1 == rank && !generalVersion_;
-      loop::LoopKind kind = d == 0 ? (vectorize ? loop::LoopKind::ParallelVectorized : loop::LoopKind::Parallel)
-                                   : (vectorize ? loop::LoopKind::Vectorized : loop::LoopKind::Serial);
+      loop::LoopKind kind = d == first ? (vectorize ? loop::LoopKind::ParallelVectorized : loop::LoopKind::Parallel)
+                                       : (vectorize ? loop::LoopKind::Vectorized : loop::LoopKind::Serial);
       s = b_.forLoop(vars[d], dimOf(value, d), kind, {s});
     }
     return s;
