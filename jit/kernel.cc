@@ -29,6 +29,51 @@ using device::cudaComputeCapability;
 using device::cudaUnavailableReason;
 
 namespace {
+
+// Scratch memory of CPU kernel calls (a GEMM's result before its epilogue, a
+// convolution's output): a per-thread block reused call after call, so a kernel
+// call allocates nothing once warm. Frames nest (stack discipline); a block in
+// use is never moved, so a call that does not fit takes pooled memory instead.
+class ScratchArena {
+ public:
+  static constexpr size_t kMaxBytes = size_t(16) << 20;  // larger scratch comes from the pool
+
+  class Frame {
+   public:
+    Frame() : arena_(instance()), mark_(arena_.used_) {}
+    ~Frame() { arena_.used_ = mark_; }
+    Frame(const Frame&) = delete;
+    Frame& operator=(const Frame&) = delete;
+    // `bytes` of 64-byte-aligned memory valid until this frame ends, or null.
+    void* take(size_t bytes) {
+      size_t need = (bytes + 63) / 64 * 64;
+      if (need > kMaxBytes || arena_.used_ + need > kMaxBytes) return nullptr;
+      if (!arena_.block_) {
+        if (arena_.used_ != 0) return nullptr;
+        arena_.block_.reset(static_cast<char*>(::operator new(kMaxBytes, std::align_val_t(64))));
+      }
+      void* p = arena_.block_.get() + arena_.used_;
+      arena_.used_ += need;
+      return p;
+    }
+
+   private:
+    ScratchArena& arena_;
+    size_t mark_;
+  };
+
+ private:
+  struct Free {
+    void operator()(char* p) const { ::operator delete(p, std::align_val_t(64)); }
+  };
+  static ScratchArena& instance() {
+    thread_local ScratchArena arena;
+    return arena;
+  }
+  std::unique_ptr<char, Free> block_;
+  size_t used_ = 0;
+};
+
 std::string hex(uint64_t v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -74,7 +119,10 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
     for (int64_t d : p.shape) allStatic &= d >= 0;
     paramShapes.emplace_back(p.shape.begin(), p.shape.end());
   }
-  if (allStatic) staticShapes_ = computeShapes(f_, paramShapes);
+  if (allStatic) {
+    staticShapes_ = computeShapes(f_, paramShapes);
+    for (const Shape& s : *staticShapes_) staticFlat_.insert(staticFlat_.end(), s.begin(), s.end());
+  }
   auto t0 = std::chrono::steady_clock::now();
   std::string key = kernelKey(f_, device);
   uint64_t hash = hashText(key);
@@ -171,15 +219,20 @@ std::vector<Shape> CompiledKernel::shapesFor(std::span<const Tensor> inputs) con
 
 void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                             const std::vector<Shape>& shapes, std::span<const float* const> prepared) const {
-  // Small fixed-size arrays cover almost every kernel without a heap allocation.
+  // Small fixed-size arrays cover almost every kernel without a heap allocation;
+  // a kernel of static shapes passes the shape array it flattened once.
   boost::container::small_vector<int64_t, 64> flat;
-  for (const Shape& s : shapes) flat.insert(flat.end(), s.begin(), s.end());
+  bool fixed = staticShapes_ && &shapes == &*staticShapes_;
+  if (!fixed)
+    for (const Shape& s : shapes) flat.insert(flat.end(), s.begin(), s.end());
+  const int64_t* shapeArray = fixed ? staticFlat_.data() : flat.data();
   boost::container::small_vector<void*, 16> buffers;
   for (const Tensor& t : inputs) buffers.push_back(t.data());
   for (const Tensor& t : outputs) buffers.push_back(t.data());
   // Scratch buffers (values kept in memory inside the kernel, e.g. a GEMM result
   // before its epilogue) live for this call.
   boost::container::small_vector<Tensor, 2> scratch;
+  ScratchArena::Frame arena;  // CPU scratch for this call, from the thread's arena
   size_t nextPrepared = 0;
   for (size_t b = inputs.size() + outputs.size(); b < loops_.buffers.size(); ++b) {
     const loop::BufferDecl& decl = loops_.buffers[b];
@@ -190,25 +243,29 @@ void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tens
       buffers.push_back(const_cast<float*>(p));
       continue;
     }
+    int64_t n = 1;
     if (decl.scratchValue >= 0) {
-      scratch.push_back(Tensor::empty(decl.dtype, shapes[static_cast<size_t>(decl.scratchValue)], device_));
+      for (int64_t d : shapes[static_cast<size_t>(decl.scratchValue)]) n *= d;
     } else {
-      int64_t n = 1;
-      for (int64_t f : decl.scratchSize) n *= f >= 0 ? f : flat[static_cast<size_t>(-f - 1)];
-      scratch.push_back(Tensor::empty(decl.dtype, {n}, device_));
+      for (int64_t f : decl.scratchSize) n *= f >= 0 ? f : shapeArray[-f - 1];
     }
+    if (void* p = gpu_ ? nullptr : arena.take(static_cast<size_t>(n) * dtypeSize(decl.dtype))) {
+      buffers.push_back(p);
+      continue;
+    }
+    scratch.push_back(Tensor::empty(decl.dtype, {n}, device_));
     buffers.push_back(scratch.back().data());
   }
   if (gpu_) {
     bool synchronous = false;
     CudaStream& stream = streamFor(device_, synchronous);
-    gpu_->run(buffers.data(), flat.data(), flat.size(), stream);
+    gpu_->run(buffers.data(), shapeArray, fixed ? staticFlat_.size() : flat.size(), stream);
     // Scratch blocks go back to the pool tagged with this stream, so no other
     // stream reuses them before these launches have run.
     if (synchronous) stream.synchronize();
     return;
   }
-  entry_(buffers.data(), flat.data());
+  entry_(buffers.data(), shapeArray);
 }
 
 std::vector<Tensor> CompiledKernel::operator()(std::span<const Tensor> inputs) const {

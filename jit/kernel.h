@@ -80,6 +80,7 @@ class CompiledKernel {
   // shapesFor, or the shapes computed once when every dimension is static.
   const std::vector<Shape>& checkedShapes(std::span<const Tensor> inputs, std::vector<Shape>& storage) const;
   std::optional<std::vector<Shape>> staticShapes_;
+  std::vector<int64_t> staticFlat_;  // staticShapes_ flattened: the kernel's shape array
 
   std::string ir_;
   KernelEntry entry_ = nullptr;                // on a CPU device
