@@ -158,6 +158,7 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(?, 19), float32], %w: Tensor
   kiln::CompileOptions options;
   options.params = {{"w", w}, {"v", v}};
   auto exe = kiln::compile(kLayers, "layers.relay", options);
+  size_t imageBytes = exe->serialize().size();
   auto rt = Runtime::create();
   kiln::VMOptions vo;
   vo.runtime = rt;
@@ -186,6 +187,7 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(?, 19), float32], %w: Tensor
   CHECK(stats.bytes >= (21 * 37 + 19 * 45) * sizeof(float));
   CHECK(afterFirst >= stats.bytes);
   CHECK(inUse() == afterFirst);  // the other seven VMs added no packed copy
+  CHECK(exe->serialize().size() == imageBytes);  // packed forms are the runtime's, not the executable's
   // Against the reference.
   Tensor d = first.fields()[0].tensor(), m = first.fields()[1].tensor();
   for (int64_t i = 0; i < 3; ++i)
