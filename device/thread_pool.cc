@@ -60,7 +60,7 @@ class Workers {
         if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
     bool pin = static_cast<int>(cpus.size()) >= threads;
     for (int i = 1; i < threads; ++i) {
-      workers_.emplace_back([this] { workerLoop(); });
+      workers_.emplace_back([this, i] { workerLoop(i); });
       if (pin) {
         cpu_set_t one;
         CPU_ZERO(&one);
@@ -83,21 +83,23 @@ class Workers {
   int size() const { return size_; }
 
   // False if the pool is busy (the caller then runs the job itself).
-  bool run(int64_t n, ParallelTask task, void* const* buffers, const int64_t* shapes) {
+  bool run(int64_t n, ParallelTask task, void* const* buffers, const int64_t* shapes, bool affine) {
     std::unique_lock<std::mutex> busy(jobMu_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
     uint32_t gen;
+    affine = affine && size_ <= kMaxAffineThreads;
     {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = Job{n, task, buffers, shapes};
-      pieces_.store(std::min<int64_t>(n, int64_t(kPiecesPerThread) * size_), std::memory_order_relaxed);
+      affine_.store(affine, std::memory_order_relaxed);
+      pieces_.store(std::min<int64_t>(n, affine ? size_ : int64_t(kPiecesPerThread) * size_), std::memory_order_relaxed);
       donePieces_.store(0, std::memory_order_relaxed);
       gen = static_cast<uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
       claim_.store(uint64_t(gen) << 32, std::memory_order_release);
       generation_.fetch_add(1, std::memory_order_release);  // publishes the job to spinning workers
     }
     wake_.notify_all();
-    work(gen);
+    work(gen, 0);
     // Done when every piece is: a worker that wakes late finds nothing left to
     // claim, and nobody waits for it.
     int64_t pieces = pieces_.load(std::memory_order_relaxed);
@@ -120,6 +122,8 @@ class Workers {
     void* const* buffers = nullptr;
     const int64_t* shapes = nullptr;
   };
+  // Affine jobs keep a bit per piece in the claim word.
+  static constexpr int kMaxAffineThreads = 32;
 
   // Claims and runs pieces of job `gen` until none is left. A claim is a CAS on
   // (generation, next piece), so a thread still holding an old generation can
@@ -127,15 +131,49 @@ class Workers {
   // while any piece of their job is unfinished. (pieces_ is atomic because a
   // thread late from an old job may read it as the next job is set up; its CAS
   // then fails on the new generation.)
-  void work(uint32_t gen) {
+  // An affine job's claim word holds a bit per claimed piece: thread `self`
+  // takes piece `self` when it is still free, so the same thread runs the same
+  // part of a kernel call after call (a weight-streaming product then finds its
+  // share of the weights in its own L2), and otherwise any free piece, so a late
+  // thread still costs only its own piece.
+  bool claimAffine(uint32_t gen, int self, int64_t& piece, int64_t& pieces) {
+    uint64_t c = claim_.load(std::memory_order_acquire);
+    for (;;) {
+      pieces = pieces_.load(std::memory_order_relaxed);
+      if (static_cast<uint32_t>(c >> 32) != gen) return false;
+      uint32_t taken = static_cast<uint32_t>(c);
+      if (self < pieces && !(taken >> self & 1u)) {
+        piece = self;
+      } else {
+        piece = -1;
+        for (int64_t p = 0; p < pieces; ++p)
+          if (!(taken >> p & 1u)) {
+            piece = p;
+            break;
+          }
+        if (piece < 0) return false;
+      }
+      if (claim_.compare_exchange_weak(c, c | (uint64_t(1) << piece), std::memory_order_acq_rel, std::memory_order_acquire))
+        return true;
+    }
+  }
+
+  void work(uint32_t gen, int self) {
     for (;;) {
       uint64_t c = claim_.load(std::memory_order_acquire);
       int64_t piece, pieces;
-      do {
-        piece = static_cast<int64_t>(c & 0xffffffffu);
-        pieces = pieces_.load(std::memory_order_relaxed);
-        if (static_cast<uint32_t>(c >> 32) != gen || piece >= pieces) return;
-      } while (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+      // affine_ belongs to job `gen` once the claim word says `gen` (both are set
+      // before the generation is published); a late thread sees another
+      // generation and leaves.
+      if (static_cast<uint32_t>(c >> 32) == gen && affine_.load(std::memory_order_relaxed)) {
+        if (!claimAffine(gen, self, piece, pieces)) return;
+      } else {
+        do {
+          piece = static_cast<int64_t>(c & 0xffffffffu);
+          pieces = pieces_.load(std::memory_order_relaxed);
+          if (static_cast<uint32_t>(c >> 32) != gen || piece >= pieces) return;
+        } while (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+      }
       int64_t begin = job_.n * piece / pieces, end = job_.n * (piece + 1) / pieces;
       tInTask = true;
       job_.task(job_.buffers, job_.shapes, begin, end);
@@ -148,7 +186,7 @@ class Workers {
     }
   }
 
-  void workerLoop() {
+  void workerLoop(int self) {
     uint64_t seen = 0;
     for (;;) {
       auto fresh = [&] { return generation_.load(std::memory_order_acquire) != seen; };
@@ -158,7 +196,7 @@ class Workers {
       }
       seen = generation_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_relaxed)) return;
-      work(static_cast<uint32_t>(seen));
+      work(static_cast<uint32_t>(seen), self);
     }
   }
 
@@ -172,6 +210,7 @@ class Workers {
   std::atomic<int64_t> donePieces_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> pieces_{0};
+  std::atomic<bool> affine_{false};  // the job's pieces are one per thread, offered to their own thread first
   Job job_;
 };
 
@@ -215,10 +254,11 @@ ThreadPoolStats ThreadPool::stats() const {
   return {size(), state_->shared.load(std::memory_order_relaxed), state_->busyInline.load(std::memory_order_relaxed)};
 }
 
-void ThreadPool::parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes) {
+void ThreadPool::parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes,
+                             bool affine) {
   if (n <= 0) return;
   if (worthSharing(n, work) && size() > 1) {
-    if (state_->workers.run(n, task, buffers, shapes)) {
+    if (state_->workers.run(n, task, buffers, shapes, affine)) {
       state_->shared.fetch_add(1, std::memory_order_relaxed);
       gJobsRun.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -255,15 +295,15 @@ void setNumThreads(int n) {
 
 int64_t parallelJobsRun() { return gJobsRun.load(std::memory_order_relaxed); }
 
-void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes) {
+void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes, bool affine) {
   if (n <= 0) return;
   // Small loops never touch a pool (the default one is found under a lock).
   if (!worthSharing(n, work)) {
     task(buffers, shapes, 0, n);
     return;
   }
-  if (tCurrent) tCurrent->parallelFor(n, work, task, buffers, shapes);
-  else ThreadPool::processDefault()->parallelFor(n, work, task, buffers, shapes);
+  if (tCurrent) tCurrent->parallelFor(n, work, task, buffers, shapes, affine);
+  else ThreadPool::processDefault()->parallelFor(n, work, task, buffers, shapes, affine);
 }
 
 }  // namespace kiln::device

@@ -42,7 +42,11 @@ class ThreadPool {
   ThreadPoolStats stats() const;
   // Runs task over [0, n), in parallel when `work` (an estimate of the total
   // element count) is large enough to gain; otherwise inline.
-  void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes);
+  // affine: one piece per thread, and piece t offered to thread t first (the
+  // caller is thread 0), so repeated calls give each thread the same part: for
+  // kernels that stream data a core can keep in its own cache between calls.
+  void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes,
+                   bool affine = false);
 
   // The process default pool (its size from numThreads()).
   static std::shared_ptr<ThreadPool> processDefault();
@@ -72,7 +76,8 @@ void setNumThreads(int n);  // 1 disables parallelism; takes effect for later ca
 int currentThreads();
 
 // On the calling thread's current pool, or the process default pool.
-void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes);
+void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes,
+                 bool affine = false);
 
 // How many parallelFor calls the pool has shared out since the process started
 // (the rest ran inline): what a test or a profile reads to see kernels go wide.

@@ -407,12 +407,13 @@ void skinnyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   for (int64_t q = begin; q < end; ++q) f(j, q);
 }
 
-// Panels are shared out over the pool when the product is large enough: each
-// thread then streams its own part of B (from its own L2 when that part fits).
+// Panels are shared out over the pool when the product is large enough, the
+// same part to the same thread call after call: each thread then streams its
+// own part of B from its own L2 when that part fits.
 void skinnyGemm(SkinnyJob j) {
   int64_t nr = isa().tile.nr;
   int64_t panels = (j.n + nr - 1) / nr;
-  parallelFor(panels, j.m * j.n * j.k / 4, skinnyTask, reinterpret_cast<void* const*>(&j), nullptr);
+  parallelFor(panels, j.m * j.n * j.k / 4, skinnyTask, reinterpret_cast<void* const*>(&j), nullptr, /*affine=*/true);
 }
 
 }  // namespace

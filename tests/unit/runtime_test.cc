@@ -202,3 +202,28 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(?, 19), float32], %w: Tensor
     CHECK(m.data<float>()[j] == doctest::Approx(s).epsilon(1e-4));
   }
 }
+
+namespace {
+std::atomic<int> gCovered[64];
+std::atomic<int> gPiecesRun{0};
+void countCover(void* const*, const int64_t*, int64_t begin, int64_t end) {
+  gPiecesRun++;
+  for (int64_t i = begin; i < end; ++i) gCovered[i]++;
+}
+}  // namespace
+
+TEST_CASE("thread pool: an affine loop runs one piece per thread and covers every index once") {
+  for (int threads : {2, 3, 5}) {
+    kiln::device::ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 7, 64}) {
+      for (int rep = 0; rep < 50; ++rep) {
+        for (auto& c : gCovered) c = 0;
+        gPiecesRun = 0;
+        pool.parallelFor(n, int64_t(1) << 20, countCover, nullptr, nullptr, /*affine=*/true);
+        for (int64_t i = 0; i < 64; ++i) REQUIRE(gCovered[i] == (i < n ? 1 : 0));
+        // One piece per thread at most (n pieces when fewer indices than threads).
+        CHECK(gPiecesRun.load() == std::min<int64_t>(n, threads));
+      }
+    }
+  }
+}
