@@ -183,12 +183,12 @@ void CompiledKernel::compileForGpu(const std::string& symbol, const std::string&
   gpu_ = std::make_shared<const GpuKernel>(loops_, std::move(ptx), device_);
 }
 
-const std::vector<Shape>& CompiledKernel::checkedShapes(std::span<const Tensor> inputs, std::vector<Shape>& storage) const {
+const std::vector<Shape>& CompiledKernel::checkedShapes(TensorRefs inputs, std::vector<Shape>& storage) const {
   if (staticShapes_) {
     // Every shape is fixed: check the inputs and reuse the shapes computed once.
     bool match = inputs.size() == f_.params.size();
     for (size_t i = 0; match && i < inputs.size(); ++i) {
-      const Tensor& t = inputs[i];
+      const Tensor& t = *inputs[i];
       match = t.defined() && t.dtype() == f_.params[i].dtype && t.device() == device_ && t.rank() == f_.params[i].rank() &&
               std::equal(t.shape().begin(), t.shape().end(), f_.params[i].shape.begin());
     }
@@ -198,13 +198,13 @@ const std::vector<Shape>& CompiledKernel::checkedShapes(std::span<const Tensor> 
   return storage;
 }
 
-std::vector<Shape> CompiledKernel::shapesFor(std::span<const Tensor> inputs) const {
+std::vector<Shape> CompiledKernel::shapesFor(TensorRefs inputs) const {
   if (inputs.size() != f_.params.size())
     throw Error("kernel " + f_.name + " takes " + std::to_string(f_.params.size()) + " input(s), but " +
                 std::to_string(inputs.size()) + " were given");
   std::vector<Shape> paramShapes;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
+    const Tensor& t = *inputs[i];
     if (!t.defined()) throw Error("kernel " + f_.name + ": input " + std::to_string(i) + " is undefined");
     if (t.dtype() != f_.params[i].dtype)
       throw Error("kernel " + f_.name + ": input " + std::to_string(i) + " has dtype " + std::string(dtypeName(t.dtype())) +
@@ -217,7 +217,7 @@ std::vector<Shape> CompiledKernel::shapesFor(std::span<const Tensor> inputs) con
   return computeShapes(f_, paramShapes);
 }
 
-void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+void CompiledKernel::launch(TensorRefs inputs, TensorRefs outputs,
                             const std::vector<Shape>& shapes, std::span<const float* const> prepared) const {
   // Small fixed-size arrays cover almost every kernel without a heap allocation;
   // a kernel of static shapes passes the shape array it flattened once.
@@ -227,8 +227,8 @@ void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tens
     for (const Shape& s : shapes) flat.insert(flat.end(), s.begin(), s.end());
   const int64_t* shapeArray = fixed ? staticFlat_.data() : flat.data();
   boost::container::small_vector<void*, 16> buffers;
-  for (const Tensor& t : inputs) buffers.push_back(t.data());
-  for (const Tensor& t : outputs) buffers.push_back(t.data());
+  for (const Tensor* t : inputs) buffers.push_back(t->data());
+  for (const Tensor* t : outputs) buffers.push_back(t->data());
   // Scratch buffers (values kept in memory inside the kernel, e.g. a GEMM result
   // before its epilogue) live for this call.
   boost::container::small_vector<Tensor, 2> scratch;
@@ -268,17 +268,39 @@ void CompiledKernel::launch(std::span<const Tensor> inputs, std::span<const Tens
   entry_(buffers.data(), shapeArray);
 }
 
+namespace {
+// Pointers to each tensor of a span, for the reference-based interface.
+boost::container::small_vector<const Tensor*, 16> refsOf(std::span<const Tensor> ts) {
+  boost::container::small_vector<const Tensor*, 16> refs;
+  for (const Tensor& t : ts) refs.push_back(&t);
+  return refs;
+}
+}  // namespace
+
 std::vector<Tensor> CompiledKernel::operator()(std::span<const Tensor> inputs) const {
+  auto in = refsOf(inputs);
+  TensorRefs ins(in.data(), in.size());
   std::vector<Shape> storage;
-  const std::vector<Shape>& shapes = checkedShapes(inputs, storage);
+  const std::vector<Shape>& shapes = checkedShapes(ins, storage);
   std::vector<Tensor> outputs;
   for (int32_t o : f_.outputs) outputs.push_back(Tensor::empty(f_.typeOf(o).dtype, shapes[static_cast<size_t>(o)], device_));
-  launch(inputs, outputs, shapes, {});
+  auto out = refsOf(outputs);
+  launch(ins, TensorRefs(out.data(), out.size()), shapes, {});
   return outputs;
+}
+
+std::vector<Shape> CompiledKernel::shapesFor(std::span<const Tensor> inputs) const {
+  auto in = refsOf(inputs);
+  return shapesFor(TensorRefs(in.data(), in.size()));
 }
 
 void CompiledKernel::run(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                          std::span<const float* const> prepared) const {
+  auto in = refsOf(inputs), out = refsOf(outputs);
+  run(TensorRefs(in.data(), in.size()), TensorRefs(out.data(), out.size()), prepared);
+}
+
+void CompiledKernel::run(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared) const {
   std::vector<Shape> storage;
   const std::vector<Shape>& shapes = checkedShapes(inputs, storage);
   if (outputs.size() != f_.outputs.size())
@@ -286,7 +308,7 @@ void CompiledKernel::run(std::span<const Tensor> inputs, std::span<const Tensor>
                 std::to_string(outputs.size()) + " were given");
   for (size_t i = 0; i < outputs.size(); ++i) {
     int32_t o = f_.outputs[i];
-    const Tensor& t = outputs[i];
+    const Tensor& t = *outputs[i];
     const Shape& want = shapes[static_cast<size_t>(o)];
     if (!t.defined() || t.dtype() != f_.typeOf(o).dtype || t.shape() != want || !(t.device() == device_))
       throw Error("kernel " + f_.name + ": output " + std::to_string(i) + " must be " + shapeString(want) + "x" +

@@ -57,6 +57,9 @@ class CompiledKernel {
   // packed form made for another shape is detected and ignored.
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
            std::span<const float* const> prepared = {}) const;
+  // The same over tensors the caller holds elsewhere (a VM's registers): no copies.
+  using TensorRefs = std::span<const Tensor* const>;
+  void run(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared = {}) const;
 
   // Inputs this kernel reads faster when given prepacked: float32 matrices used
   // whole as the B operand of a GEMM (a dense or matmul weight).
@@ -68,17 +71,18 @@ class CompiledKernel {
 
   // The concrete shape of every value for these inputs (checked against the kernel).
   std::vector<Shape> shapesFor(std::span<const Tensor> inputs) const;
+  std::vector<Shape> shapesFor(TensorRefs inputs) const;
 
  private:
   kernel_ir::FusedFunction f_;
   Device device_;
   loop::LoopKernel loops_;
   void compileForGpu(const std::string& symbol, const std::string& key, uint64_t hash, bool keepIR, const DiskCache* disk);
-  void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs, const std::vector<Shape>& shapes,
+  void launch(TensorRefs inputs, TensorRefs outputs, const std::vector<Shape>& shapes,
               std::span<const float* const> prepared) const;
   std::vector<PreparedInput> prepared_;
   // shapesFor, or the shapes computed once when every dimension is static.
-  const std::vector<Shape>& checkedShapes(std::span<const Tensor> inputs, std::vector<Shape>& storage) const;
+  const std::vector<Shape>& checkedShapes(TensorRefs inputs, std::vector<Shape>& storage) const;
   std::optional<std::vector<Shape>> staticShapes_;
   std::vector<int64_t> staticFlat_;  // staticShapes_ flattened: the kernel's shape array
 

@@ -30,13 +30,17 @@ const jit::CompiledKernel& BoundKernels::onOtherDevice(uint32_t k, Device device
   return *kernel;
 }
 
-void BoundKernels::prepared(uint32_t k, const jit::CompiledKernel& kernel, std::span<const Tensor> ins,
+void BoundKernels::prepared(uint32_t k, const jit::CompiledKernel& kernel, std::span<const Tensor* const> ins,
                             std::span<const float*> out) {
   const auto& wanted = kernel.preparedInputs();
   std::vector<PreparedSlot>& slots = prepared_[k];
   if (slots.size() != wanted.size()) slots.assign(wanted.size(), {});
   for (size_t i = 0; i < wanted.size() && i < out.size(); ++i) {
-    const Tensor& t = ins[wanted[i].input];
+    if (wanted[i].input >= ins.size()) {  // a malformed call: the kernel's own check reports it
+      out[i] = nullptr;
+      continue;
+    }
+    const Tensor& t = *ins[wanted[i].input];
     if (t.data() != slots[i].data) slots[i] = {t.data(), table_->preparedGemmB(t, wanted[i].transB)};
     out[i] = slots[i].packed;
   }

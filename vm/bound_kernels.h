@@ -33,7 +33,7 @@ class BoundKernels {
   // into `out` (as many as fit; null where an input is not a constant of the executable). An
   // inline cache per kernel and input remembers the last data pointer and its
   // answer, so a weight passed to the same kernel again costs a compare.
-  void prepared(uint32_t k, const jit::CompiledKernel& kernel, std::span<const Tensor> ins, std::span<const float*> out);
+  void prepared(uint32_t k, const jit::CompiledKernel& kernel, std::span<const Tensor* const> ins, std::span<const float*> out);
   // Whether kernel `k` has been bound on any device.
   bool bound(uint32_t k) const;
 

@@ -82,6 +82,7 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
 
   // Small scratch lists for kernel operands (a kernel has few parameters).
   boost::container::small_vector<Tensor, 8> ins, outs;
+  boost::container::small_vector<const Tensor*, 16> inRefs, outRefs;  // invoke_kernel's operands, in place
   boost::container::small_vector<Value, 8> argTmp;
   vm::MemoryTrace* trace = memoryTrace_.get();  // null unless enableMemoryTrace()
 
@@ -242,22 +243,37 @@ dispatch:
   CASE(InvokeKernel) {
     OPS(InvokeKernel);
     uint32_t k = IDX(0);
-    gatherInputs(o.list<1>());
-    bytecode::RegisterList out = o.list<2>();
-    outs.clear();
-    for (uint32_t i = 0; i < out.size; ++i) outs.push_back(tensorOf(R[out[i]], "kernel output"));
-    const jit::CompiledKernel& kernel = kernels.on(k, outs.empty() ? Device{} : outs[0].device());
+    // Operands by reference to the tensors in the registers (no copies); a
+    // scalar register's value becomes a 0-d tensor kept in ins/outs for the call
+    // (reserved first, so those never move while referenced).
+    auto refer = [&](bytecode::RegisterList list, boost::container::small_vector<Tensor, 8>& temps,
+                     boost::container::small_vector<const Tensor*, 16>& refs, const char* what) {
+      temps.clear();
+      refs.clear();
+      temps.reserve(list.size);
+      for (uint32_t i = 0; i < list.size; ++i) {
+        const Value& v = R[list[i]];
+        if (v.isObject(ObjectKind::Tensor)) {
+          refs.push_back(&v.asTensorObject()->tensor);
+        } else {
+          temps.push_back(tensorOf(v, what));
+          refs.push_back(&temps.back());
+        }
+      }
+    };
+    refer(o.list<1>(), ins, inRefs, "kernel input");
+    refer(o.list<2>(), outs, outRefs, "kernel output");
+    const jit::CompiledKernel& kernel = kernels.on(k, outRefs.empty() ? Device{} : outRefs[0]->device());
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     // On a GPU the launch returns at once: events around it measure the kernel.
     device::CudaStream* timed = profiling_ && kernel.device().kind == Device::Kind::CUDA ? &streams_->on(kernel.device()) : nullptr;
     if (timed) timed->timeBegin();
+    jit::CompiledKernel::TensorRefs inSpan(inRefs.data(), inRefs.size()), outSpan(outRefs.data(), outRefs.size());
     // A constant weight reaches its GEMM packed once (runtime/kernel_table.h).
     const float* prepared[8];
     size_t numPrepared = std::min<size_t>(kernel.preparedInputs().size(), 8);
-    if (numPrepared)
-      kernels.prepared(k, kernel, std::span<const Tensor>(ins.data(), ins.size()), std::span<const float*>(prepared, numPrepared));
-    kernel.run(std::span<const Tensor>(ins.data(), ins.size()), std::span<const Tensor>(outs.data(), outs.size()),
-               std::span<const float* const>(prepared, numPrepared));
+    if (numPrepared) kernels.prepared(k, kernel, inSpan, std::span<const float*>(prepared, numPrepared));
+    kernel.run(inSpan, outSpan, std::span<const float* const>(prepared, numPrepared));
     if (timed) {
       timed->timeEnd(k);
       profile_[k].calls++;
@@ -265,8 +281,9 @@ dispatch:
     } else if (profiling_) {
       recordKernel(k, t0);
     }
-    if (trace) traceReads(ins);
-    // The handles must not outlive the instruction: a released input dies now.
+    if (trace)
+      for (const Tensor* t : inRefs) trace->read(*t);
+    // Temporaries must not outlive the instruction.
     ins.clear();
     outs.clear();
     NEXT();
