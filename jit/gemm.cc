@@ -22,6 +22,12 @@ using namespace detail;
 
 namespace {
 
+// Packed B, one layout everywhere (per-call packing and prepacked weights):
+// panel after panel, each NR columns wide and all k rows deep (row-major, NR
+// floats a row, zero-padded), so a panel is one contiguous stream: the KC slice
+// at depth p0 of panel q starts at q * NR * k + p0 * NR.
+inline int64_t panelBlock(int64_t q, int64_t p0, int64_t k, int64_t nr) { return q * nr * k + p0 * nr; }
+
 // Element (i, p) of the logical (untransposed) A.
 inline float elemA(const float* a, int64_t lda, bool t, int64_t i, int64_t p) { return t ? a[p * lda + i] : a[i * lda + p]; }
 
@@ -170,7 +176,7 @@ struct GemmJob {
   const float* b;
   float* c;
   bool transA, transB, accumulate;
-  const float* packedB;  // all of B, packed per KC slice: slice p at packedB + p * kc * npad
+  const float* packedB;  // all of B, packed (panelBlock)
   int64_t npad;          // n rounded up to NR
   int64_t mc;            // rows per task
 };
@@ -205,10 +211,9 @@ void rowBlock(const GemmJob& j, int64_t i0) {
   for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
     int64_t kc = std::min(kKC, j.k - p0);
     packA(j.a, j.lda, j.transA, i0, rows, p0, kc, mr, ap);
-    const float* bslice = j.packedB + (p0 / kKC) * kKC * j.npad;
     bool add = j.accumulate || p0 > 0;
     for (int64_t jr = 0; jr < j.n; jr += nr) {
-      const float* bp = bslice + (jr / nr) * nr * kc;
+      const float* bp = j.packedB + panelBlock(jr / nr, p0, j.k, nr);
       for (int64_t ir = 0; ir < rows; ir += mr)
         cpu.micro(kc, ap + (ir / mr) * mr * kc, bp, j.c + (i0 + ir) * j.ldc + jr, j.ldc, std::min(mr, rows - ir),
                   std::min(nr, j.n - jr), add);
@@ -222,7 +227,7 @@ struct PackJob {
   int64_t ldb;
   bool transB;
   int64_t k, n, nr, npad, panels;
-  float* out;  // slice s at out + s * kKC * npad; panel q of it at + q * nr * kc
+  float* out;  // panel q's slice s at out + panelBlock(q, s * KC)
 };
 
 void packBTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
@@ -230,7 +235,7 @@ void packBTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   for (int64_t t = begin; t < end; ++t) {
     int64_t s = t / j.panels, q = t % j.panels;
     int64_t p0 = s * kKC, kc = std::min(kKC, j.k - p0), j0 = q * j.nr;
-    packB(j.b, j.ldb, j.transB, p0, kc, j0, std::min(j.nr, j.n - j0), j.nr, j.out + s * kKC * j.npad + q * j.nr * kc);
+    packB(j.b, j.ldb, j.transB, p0, kc, j0, std::min(j.nr, j.n - j0), j.nr, j.out + panelBlock(q, p0, j.k, j.nr));
   }
 }
 
@@ -328,7 +333,7 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
     for (auto& row : set) row[0] = row[1] = _mm512_setzero_ps();
   for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
     int64_t kc = std::min(kKC, j.k - p0);
-    const float* row = j.packed ? j.packed + (p0 / kKC) * kKC * j.npad + q * 32 * kc : j.b + p0 * j.ldb + q * 32;
+    const float* row = j.packed ? j.packed + panelBlock(q, p0, j.k, 32) : j.b + p0 * j.ldb + q * 32;
     int64_t stride = j.packed ? 32 : j.ldb;
     const float* ap = j.a + p0 * j.aCol;
     int64_t p = 0;
@@ -380,7 +385,7 @@ void skinnyPanelPortable(const SkinnyJob& j, int64_t q, int64_t nr) {
     float acc[32] = {};
     for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
       int64_t kc = std::min(kKC, j.k - p0);
-      const float* row = j.packed ? j.packed + (p0 / kKC) * kKC * j.npad + q * nr * kc : j.b + p0 * j.ldb + q * nr;
+      const float* row = j.packed ? j.packed + panelBlock(q, p0, j.k, nr) : j.b + p0 * j.ldb + q * nr;
       int64_t stride = j.packed ? nr : j.ldb;
       for (int64_t p = 0; p < kc; ++p) {
         float x = j.a[i * j.aRow + (p0 + p) * j.aCol];
@@ -455,7 +460,7 @@ int64_t packedBFloats(int64_t k, int64_t n) {
   if (k < 0 || n < 0 || n > (INT64_MAX - nr) / 2) return -1;
   int64_t npad = (n + nr - 1) / nr * nr;
   if (npad != 0 && k > (INT64_MAX / 4 - kPackedHeaderFloats) / npad) return -1;
-  return kPackedHeaderFloats + k * npad;  // slice s starts at s * KC * npad; the last one is k - s * KC deep
+  return kPackedHeaderFloats + k * npad;  // npad / NR panels of k x NR
 }
 
 void packGemmB(const float* b, int64_t ldb, bool transB, int64_t k, int64_t n, float* out) {

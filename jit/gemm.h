@@ -26,9 +26,10 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
 
 constexpr int64_t kSkinnyRows = 8;
 
-// Prepacked B: all of a k x n B in the layout the GEMM reads it in (KC-deep
-// slices of NR-wide, zero-padded panels for this machine's micro-kernel), made
-// once for a constant weight and then shared, read-only, by every call. The
+// Prepacked B: all of a k x n B in the layout the GEMM reads it in (NR-wide,
+// zero-padded panels for this machine's micro-kernel, one after another, each all
+// k rows deep, so that streaming a panel is one sequential read), made once for
+// a constant weight and then shared, read-only, by every call. The
 // first kPackedHeaderFloats floats hold (k, n, NR) as int64 so that a packed
 // buffer given for another shape or machine is never misread.
 constexpr int64_t kPackedHeaderFloats = 16;
