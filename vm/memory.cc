@@ -14,15 +14,13 @@ TensorMemory::TensorMemory(std::shared_ptr<MemoryPools> pools) : pools_(std::mov
 Value TensorMemory::storage(uint64_t bytes, uint32_t alignment, Device device) {
   if (alignment > 64) throw Error("alloc_storage: alignment " + std::to_string(alignment) + " is not supported (at most 64)");
   std::shared_ptr<void> buf = pool(device).allocateShared(bytes);
-  allocations_.fetch_add(1, std::memory_order_relaxed);
-  bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  count(bytes);
   return Value::storage(std::move(buf), bytes, device);
 }
 
 Tensor TensorMemory::tensor(DType dtype, std::span<const int64_t> shape, Device device) {
   Tensor t = allocateTensor(pool(device), dtype, shape);
-  allocations_.fetch_add(1, std::memory_order_relaxed);
-  bytes_.fetch_add(t.nbytes(), std::memory_order_relaxed);
+  count(t.nbytes());
   return t;
 }
 

@@ -32,11 +32,26 @@ class TensorMemory {
   // are rebuilt around copies of their tensors, iteratively, so a long list costs
   // no C++ stack; closures are shared (their captures stay where they are).
   Value copyValue(const Value& v, Device device);
-  PooledAllocator& pool(Device device) { return pools_->forDevice(device); }
+  // The host pool is looked up once (MemoryPools::forDevice takes a lock; pools
+  // are never removed, so the reference stays valid).
+  PooledAllocator& pool(Device device) {
+    if (device == Device{}) {
+      if (!host_) host_ = &pools_->forDevice(device);
+      return *host_;
+    }
+    return pools_->forDevice(device);
+  }
   VMMemoryStats stats() const;
 
  private:
   std::shared_ptr<MemoryPools> pools_;
+  PooledAllocator* host_ = nullptr;
+  // Written by the VM's thread only (a plain add, no locked instruction), read
+  // by stats() from any thread.
+  void count(uint64_t bytes) {
+    allocations_.store(allocations_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    bytes_.store(bytes_.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  }
   std::atomic<uint64_t> allocations_{0}, bytes_{0};
 };
 
