@@ -61,7 +61,7 @@ void gatherRowPortable(const ConvJob& j, const PanelOrigin& o, const float* plan
 
 // Input columns [first, first + 16) of a row `width` wide; columns outside it
 // read as zero and are neither read nor faulted on (masked load).
-__attribute__((target("avx512f"))) __m512 loadColumns512(const float* row, int64_t first, int64_t width) {
+__attribute__((target("avx512f"), always_inline)) inline __m512 loadColumns512(const float* row, int64_t first, int64_t width) {
   __m512i col = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                  _mm512_set1_epi32(static_cast<int32_t>(first)));
   __mmask16 m = _mm512_cmpge_epi32_mask(col, _mm512_setzero_si512()) &
@@ -72,7 +72,7 @@ __attribute__((target("avx512f"))) __m512 loadColumns512(const float* row, int64
 
 // The same for 32 lanes with AVX-512: masked contiguous loads where the lanes
 // are one run of input pixels, masked gathers otherwise.
-__attribute__((target("avx512f"))) void gatherRow512(const ConvJob& j, const PanelOrigin& o, const float* plane, int64_t ky,
+__attribute__((target("avx512f"), always_inline)) inline void gatherRow512(const ConvJob& j, const PanelOrigin& o, const float* plane, int64_t ky,
                                                      int64_t kx, float* row) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i h = _mm512_set1_epi32(static_cast<int32_t>(j.d.h)), w = _mm512_set1_epi32(static_cast<int32_t>(j.d.w));
@@ -90,6 +90,15 @@ __attribute__((target("avx512f"))) void gatherRow512(const ConvJob& j, const Pan
     int64_t ix0 = o.ix[0] + kx * j.d.dw, stride = j.d.sw;
     const float* src = plane + iy * j.d.w;
     const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    if (o.count == 32 && ix0 >= 0 && ix0 + 32 * stride <= j.d.w) {
+      // The whole run inside the image (most rows): plain loads.
+      const float* at = src + ix0;
+      for (int half = 0; half < 2; ++half, at += 16 * stride)
+        _mm512_storeu_ps(row + half * 16, stride == 1 ? _mm512_loadu_ps(at)
+                                                      : _mm512_permutex2var_ps(_mm512_loadu_ps(at), evens,
+                                                                               _mm512_loadu_ps(at + 16)));
+      return;
+    }
     for (int half = 0; half < 2; ++half) {
       __m512i l = _mm512_add_epi32(lane, _mm512_set1_epi32(half * 16));
       __mmask16 valid = _mm512_cmplt_epi32_mask(l, _mm512_set1_epi32(static_cast<int32_t>(o.count)));
@@ -114,6 +123,34 @@ __attribute__((target("avx512f"))) void gatherRow512(const ConvJob& j, const Pan
   }
 }
 
+// The panel's rows for contraction indices [p0, p0 + kc): (c, ky, kx) stepped
+// along, one gathered row each. One call per panel slice, so the row loop and
+// its constants stay inside the vector code.
+__attribute__((target("avx512f"))) void gatherSlice512(const ConvJob& j, const PanelOrigin& o, const float* image, int64_t p0,
+                                                       int64_t kc, int64_t nr, float* bp) {
+  int64_t taps = j.d.kh * j.d.kw, plane = j.d.h * j.d.w;
+  int64_t ch = p0 / taps, ky = p0 % taps / j.d.kw, kx = p0 % j.d.kw;
+  for (int64_t r = 0; r < kc; ++r) {
+    gatherRow512(j, o, image + ch * plane, ky, kx, bp + r * nr);
+    if (++kx == j.d.kw) {
+      kx = 0;
+      if (++ky == j.d.kh) {
+        ky = 0;
+        ++ch;
+      }
+    }
+  }
+}
+
+void gatherSlicePortable(const ConvJob& j, const PanelOrigin& o, const float* image, int64_t p0, int64_t kc, int64_t nr,
+                         float* bp) {
+  int64_t taps = j.d.kh * j.d.kw, plane = j.d.h * j.d.w;
+  for (int64_t r = 0; r < kc; ++r) {
+    int64_t kk = p0 + r;
+    gatherRowPortable(j, o, image + kk / taps * plane, kk % taps / j.d.kw, kk % j.d.kw, nr, bp + r * nr);
+  }
+}
+
 // One task: a run of pixel panels of one image and group, over all its filters.
 void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   const ConvJob& j = *reinterpret_cast<const ConvJob*>(ctx);
@@ -123,7 +160,6 @@ void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   bool vector = nr == 32 && j.d.h * j.d.w <= INT32_MAX && __builtin_cpu_supports("avx512f");
   float* bp = scratch(1, static_cast<size_t>(kKC * nr));
   int64_t panels = (j.pixels + nr - 1) / nr;
-  int64_t taps = j.d.kh * j.d.kw;
   for (int64_t t = begin; t < end; ++t) {
     int64_t img = t / (j.d.groups * j.tasksPerImageGroup);
     int64_t g = t / j.tasksPerImageGroup % j.d.groups;
@@ -136,19 +172,8 @@ void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
       PanelOrigin origin = panelOrigin(j, j0, nr);
       for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
         int64_t kc = std::min(kKC, j.k - p0);
-        int64_t ch = p0 / taps, ky = p0 % taps / j.d.kw, kx = p0 % j.d.kw;  // contraction index p0 + r
-        for (int64_t r = 0; r < kc; ++r) {
-          const float* plane = image + ch * j.d.h * j.d.w;
-          if (vector) gatherRow512(j, origin, plane, ky, kx, bp + r * nr);
-          else gatherRowPortable(j, origin, plane, ky, kx, nr, bp + r * nr);
-          if (++kx == j.d.kw) {
-            kx = 0;
-            if (++ky == j.d.kh) {
-              ky = 0;
-              ++ch;
-            }
-          }
-        }
+        if (vector) gatherSlice512(j, origin, image, p0, kc, nr, bp);
+        else gatherSlicePortable(j, origin, image, p0, kc, nr, bp);
         const float* aslice = aGroup + (p0 / kKC) * kKC * j.mpad;
         for (int64_t ir = 0; ir < j.og; ir += mr)
           cpu.micro(kc, aslice + (ir / mr) * mr * kc, bp, c + ir * j.pixels + j0, j.pixels, std::min(mr, j.og - ir),

@@ -103,6 +103,7 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
       {1, 5, 17, 45, 7, 3, 3, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},
       {1, 2, 9, 66, 19, 2, 2, 1, {2, 2}, {2, 1}, {0, 2, 1, 0}},
       {1, 6, 11, 35, 12, 3, 1, 3, {1, 3}, {2, 1}, {0, 0, 0, 0}},
+      {1, 3, 7, 80, 5, 3, 3, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}},  // stride-2 runs wholly inside the row
   };
   int threadsBefore = device::numThreads();
   device::setNumThreads(2);
