@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "device/thread_pool.h"
+#include "jit/gemm.h"
 #include "jit/gemm_internal.h"
 
 namespace kiln::jit {
@@ -185,7 +186,42 @@ void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
 
 }  // namespace
 
-void sconv2d(const Conv2dDims& d, const float* x, const float* w, float* out) {
+namespace {
+
+// The filters of every group as the A operand, rows [g*og, (g+1)*og) of the o x
+// k matrix: group g at out + g * k * mpad, its KC slice at depth p0 + p0 * mpad.
+void packFilters(const float* w, int64_t o, int64_t k, int64_t groups, float* out) {
+  int64_t og = o / groups, mr = isa().tile.mr;
+  int64_t mpad = (og + mr - 1) / mr * mr;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t p0 = 0; p0 < k; p0 += kKC)
+      packA(w, k, false, g * og, og, p0, std::min(kKC, k - p0), mr, out + g * k * mpad + p0 * mpad);
+}
+
+}  // namespace
+
+int64_t packedConvFilterFloats(int64_t o, int64_t k, int64_t groups) {
+  if (o <= 0 || k <= 0 || groups <= 0 || o % groups != 0) return -1;
+  int64_t mr = isa().tile.mr, og = o / groups;
+  int64_t mpad = (og + mr - 1) / mr * mr;
+  if (mpad > INT64_MAX / 4 / groups || k > (INT64_MAX / 4 - kPackedHeaderFloats) / (groups * mpad)) return -1;
+  return kPackedHeaderFloats + groups * k * mpad;
+}
+
+void packConvFilter(const float* w, int64_t o, int64_t k, int64_t groups, float* out) {
+  int64_t header[4] = {o, k, groups, isa().tile.mr};
+  std::memset(out, 0, sizeof(float) * kPackedHeaderFloats);
+  std::memcpy(out, header, sizeof header);
+  packFilters(w, o, k, groups, out + kPackedHeaderFloats);
+}
+
+bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t groups) {
+  int64_t header[4];
+  std::memcpy(header, packed, sizeof header);
+  return header[0] == o && header[1] == k && header[2] == groups && header[3] == isa().tile.mr;
+}
+
+void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out) {
   int64_t pixels = d.oh * d.ow;
   if (d.n <= 0 || d.o <= 0 || pixels <= 0) return;
   int64_t cg = d.c / d.groups, og = d.o / d.groups, k = cg * d.kh * d.kw;
@@ -196,24 +232,28 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, float* out) {
   const Isa& cpu = isa();
   int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
   int64_t mpad = (og + mr - 1) / mr * mr;
-  // Every group's filters as the A operand: rows [g*og, (g+1)*og) of the o x k matrix.
-  float* packedW = scratch(0, static_cast<size_t>(d.groups * k * mpad));
-  for (int64_t g = 0; g < d.groups; ++g)
-    for (int64_t p0 = 0; p0 < k; p0 += kKC)
-      packA(w, k, false, g * og, og, p0, std::min(kKC, k - p0), mr, packedW + g * k * mpad + p0 * mpad);
+  // Filters prepacked once for a constant weight, or packed now.
+  const float* filters;
+  if (packedW && packedConvFilterMatches(packedW, d.o, k, d.groups)) {
+    filters = packedW + kPackedHeaderFloats;
+  } else {
+    float* packed = scratch(0, static_cast<size_t>(d.groups * k * mpad));
+    packFilters(w, d.o, k, d.groups, packed);
+    filters = packed;
+  }
   // A few tasks per thread in all, each a run of whole panels of one image and group.
   int64_t panels = (pixels + nr - 1) / nr;
   int64_t wanted = std::max<int64_t>(1, 4 * device::currentThreads() / std::max<int64_t>(1, d.n * d.groups));
   int64_t perTask = (panels + std::min(panels, wanted) - 1) / std::min(panels, wanted);
-  ConvJob job{d, x, out, packedW, cg, og, k, mpad, pixels, perTask, (panels + perTask - 1) / perTask};
+  ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, perTask, (panels + perTask - 1) / perTask};
   device::parallelFor(d.n * d.groups * job.tasksPerImageGroup, d.n * d.o * pixels * k / 64, convTask,
                       reinterpret_cast<void* const*>(&job), nullptr);
 }
 
 }  // namespace kiln::jit
 
-extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, float* out) {
+extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out) {
   kiln::jit::Conv2dDims d;
   std::memcpy(&d, dims, sizeof d);
-  kiln::jit::sconv2d(d, x, w, out);
+  kiln::jit::sconv2d(d, x, w, packedW, out);
 }

@@ -26,10 +26,21 @@ struct Conv2dDims {
 };
 static_assert(sizeof(Conv2dDims) == 16 * sizeof(int64_t));
 
-// out[n, o, oh, ow] = sum over the window; `out` is overwritten.
-void sconv2d(const Conv2dDims& d, const float* x, const float* w, float* out);
+// out[n, o, oh, ow] = sum over the window; `out` is overwritten. `packedW` is
+// the filters prepacked by packConvFilter, or null (they are packed per call);
+// one made for other filters' shape is ignored.
+void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out);
+
+// Prepacked filters: o filters of k = (c / groups) * kh * kw weights each, in
+// the layout sconv2d reads them (per group, KC slices of MR-tall panels), made
+// once for a constant weight. A header of kPackedHeaderFloats floats (gemm.h)
+// holds (o, k, groups, MR) as int64.
+int64_t packedConvFilterFloats(int64_t o, int64_t k, int64_t groups);  // -1 on overflow or bad groups
+void packConvFilter(const float* w, int64_t o, int64_t k, int64_t groups, float* out);
+bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t groups);
 
 }  // namespace kiln::jit
 
-// The entry point JIT kernels call: `dims` holds the 16 fields of Conv2dDims.
-extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, float* out);
+// The entry point JIT kernels call: `dims` holds the 16 fields of Conv2dDims;
+// `packedW` may be null.
+extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out);

@@ -313,13 +313,15 @@ class CpuCodegen final : public LoopEmitter {
     llvm::Type* ptr = b_.getPtrTy();
     llvm::Type* i64 = b_.getInt64Ty();
     llvm::FunctionCallee conv =
-        m_->getOrInsertFunction("kiln_sconv2d", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr}, false));
+        m_->getOrInsertFunction("kiln_sconv2d", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr, ptr}, false));
     llvm::IRBuilder<> entryB(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
     llvm::AllocaInst* dims = entryB.CreateAlloca(llvm::ArrayType::get(i64, c.dims.size()));
     for (size_t i = 0; i < c.dims.size(); ++i)
       b_.CreateStore(emitExpr(c.dims[i]), b_.CreateConstInBoundsGEP2_64(dims->getAllocatedType(), dims, 0, i));
     auto buffer = [&](int32_t b) { return fn_->getArg(static_cast<unsigned>(b)); };
-    b_.CreateCall(conv, {dims, buffer(c.x), buffer(c.w), buffer(c.out)});
+    llvm::Value* packed = c.packedW >= 0 ? static_cast<llvm::Value*>(buffer(c.packedW))
+                                         : llvm::ConstantPointerNull::get(b_.getPtrTy());
+    b_.CreateCall(conv, {dims, buffer(c.x), buffer(c.w), packed, buffer(c.out)});
   }
 
   llvm::Value* libmCall(const char* name, llvm::Value* x) override {

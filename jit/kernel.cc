@@ -84,7 +84,7 @@ std::string hex(uint64_t v) {
 namespace {
 // The lowering and code generation themselves: bump whenever they change the
 // machine code made for an unchanged function, so no disk cache serves old code.
-constexpr int kCodegenVersion = 7;
+constexpr int kCodegenVersion = 8;
 
 // Everything a compiled kernel depends on: its content, the device, the target,
 // LLVM and Kiln's own code generator.
@@ -137,7 +137,7 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   // Only CPU GEMMs read prepacked operands; a GPU kernel gets null pointers.
   if (device.kind == Device::Kind::CPU)
     for (const loop::BufferDecl& b : loops_.buffers)
-      if (b.isPrepared()) prepared_.push_back({static_cast<uint32_t>(b.preparedFrom), b.preparedTransB});
+      if (b.isPrepared()) prepared_.push_back({static_cast<uint32_t>(b.preparedFrom), b.preparedLayout, b.preparedParam});
   if (device.kind == Device::Kind::CUDA) {
     compileForGpu(symbol, key, hash, keepIR, disk);
     compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -62,10 +62,11 @@ class CompiledKernel {
   void run(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared = {}) const;
 
   // Inputs this kernel reads faster when given prepacked: float32 matrices used
-  // whole as the B operand of a GEMM (a dense or matmul weight).
+  // whole as the B operand of a GEMM (a dense or matmul weight), convolution filters.
   struct PreparedInput {
     uint32_t input;
-    bool transB;  // B is stored n x k (a dense weight)
+    loop::PreparedLayout layout;
+    int64_t param;  // GemmB: 1 when B is stored n x k (a dense weight); ConvFilter: groups
   };
   const std::vector<PreparedInput>& preparedInputs() const { return prepared_; }
 

@@ -70,6 +70,10 @@ inline bool isVectorized(LoopKind k) { return k == LoopKind::Vectorized || k == 
 // convolution (jit/conv2d.h); CPU kernels only.
 enum class StmtKind : uint8_t { For, Store, Block, If, Gemm, Conv2d };
 
+// How a constant weight is prepared for the kernel that reads it: a GEMM's B
+// operand (jit::packGemmB) or a convolution's filters (jit::packConvFilter).
+enum class PreparedLayout : uint8_t { GemmB, ConvFilter };
+
 struct GemmArgs {
   int32_t a = -1, b = -1, c = -1;       // buffers
   ExprId m = -1, n = -1, k = -1, lda = -1, ldb = -1, ldc = -1;  // Int64
@@ -82,6 +86,7 @@ struct GemmArgs {
 
 struct Conv2dArgs {
   int32_t x = -1, w = -1, out = -1;  // buffers: data, filters, output
+  int32_t packedW = -1;  // a buffer that may hold the filters prepacked (PreparedLayout::ConvFilter), or -1
   // n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups (jit::Conv2dDims), Int64
   std::array<ExprId, 16> dims = {};
 };
@@ -115,11 +120,12 @@ struct BufferDecl {
   // Or a work area of a computed size: the product of these factors, each a
   // constant (>= 0) or a run-time shape slot s encoded as -(s + 1).
   std::vector<int64_t> scratchSize = {};
-  // Or the prepared (prepacked GEMM B) form of input buffer `preparedFrom`,
-  // supplied by the caller when that input is a constant weight it has packed
-  // once (runtime/kernel_table.h); a null pointer otherwise. Never allocated.
+  // Or the prepared (prepacked) form of input buffer `preparedFrom`, supplied
+  // by the caller when that input is a constant weight it has packed once
+  // (runtime/kernel_table.h); a null pointer otherwise. Never allocated.
   int32_t preparedFrom = -1;
-  bool preparedTransB = false;  // the input is B stored n x k
+  PreparedLayout preparedLayout = PreparedLayout::GemmB;
+  int64_t preparedParam = 0;  // GemmB: 1 when B is stored n x k; ConvFilter: groups
   bool isScratch() const { return scratchValue >= 0 || !scratchSize.empty(); }
   bool isPrepared() const { return preparedFrom >= 0; }
 };

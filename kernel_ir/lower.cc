@@ -274,10 +274,15 @@ class Lowering {
   // A buffer for the prepacked form of B operand `param` (2-D, read whole by
   // its GEMM), which a caller passes when `param` is a constant it has packed.
   int32_t preparedOperand(int32_t param, bool transB) {
+    return preparedBuffer(param, loop::PreparedLayout::GemmB, transB ? 1 : 0);
+  }
+
+  int32_t preparedBuffer(int32_t param, loop::PreparedLayout layout, int64_t layoutParam) {
     int32_t buffer = static_cast<int32_t>(k_.buffers.size());
     loop::BufferDecl decl{DType::Float32, false, "packed" + std::to_string(param)};
     decl.preparedFrom = bufferOf_[static_cast<size_t>(param)];
-    decl.preparedTransB = transB;
+    decl.preparedLayout = layout;
+    decl.preparedParam = layoutParam;
     k_.buffers.push_back(std::move(decl));
     return buffer;
   }
@@ -301,6 +306,7 @@ class Lowering {
               dimOf(w, 0),          dimOf(w, 2),          dimOf(w, 3),          dimOf(value, 2),
               dimOf(value, 3),      k(win.strides[0]),    k(win.strides[1]),    k(win.pad[0]),
               k(win.pad[1]),        k(win.dilation[0]),   k(win.dilation[1]),   k(attrs.getInt("groups", 1))};
+    c.packedW = preparedBuffer(w, loop::PreparedLayout::ConvFilter, attrs.getInt("groups", 1));
     return b_.conv2d(c);
   }
 

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "bytecode/opcodes.h"
+#include "jit/conv2d.h"
 #include "jit/gemm.h"
 #include "jit/kernel.h"
 #include "kernel_ir/scalar_kernel.h"
@@ -16,8 +17,9 @@ KernelTable::KernelTable(std::shared_ptr<const Executable> exe, std::shared_ptr<
     : exe_(std::move(exe)), cache_(std::move(cache)), pools_(std::move(pools)) {
   for (size_t c = 0; c < exe_->constants().size(); ++c) {
     const Tensor& t = exe_->constants()[c];
-    if (t.dtype() == DType::Float32 && t.shape().size() == 2 && t.device() == Device{} && t.numel() > 0)
-      matrixConstants_.emplace(t.data(), static_cast<uint32_t>(c));
+    if (t.dtype() == DType::Float32 && (t.shape().size() == 2 || t.shape().size() == 4) && t.device() == Device{} &&
+        t.numel() > 0)
+      weightConstants_.emplace(t.data(), static_cast<uint32_t>(c));
   }
   for (const KernelInfo& k : exe_->kernels()) {
     std::unique_ptr<const kernel_ir::ScalarKernel> s;
@@ -47,24 +49,35 @@ const jit::CompiledKernel& KernelTable::compiled(uint32_t k, Device device) {
 }
 
 
-const float* KernelTable::preparedGemmB(const Tensor& t, bool transB) {
-  auto found = matrixConstants_.find(t.data());
-  if (found == matrixConstants_.end()) return nullptr;
+const float* KernelTable::prepared(const Tensor& t, loop::PreparedLayout layout, int64_t param) {
+  auto found = weightConstants_.find(t.data());
+  if (found == weightConstants_.end()) return nullptr;
   const Tensor& c = exe_->constants()[found->second];
   if (t.shape() != c.shape() || t.dtype() != c.dtype()) return nullptr;
-  uint64_t key = static_cast<uint64_t>(found->second) << 1 | (transB ? 1 : 0);
+  // The packed size for this layout, or -1 when the constant does not fit it.
+  int64_t floats = -1;
+  const Shape& s = c.shape();
+  if (layout == loop::PreparedLayout::GemmB && s.size() == 2) {
+    bool transB = param != 0;
+    floats = jit::packedBFloats(transB ? s[1] : s[0], transB ? s[0] : s[1]);
+  } else if (layout == loop::PreparedLayout::ConvFilter && s.size() == 4) {
+    floats = jit::packedConvFilterFloats(s[0], s[1] * s[2] * s[3], param);
+  }
+  if (floats < 0) return nullptr;
+  PreparedKey key{found->second, layout, param};
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = prepared_.find(key); it != prepared_.end()) return it->second.data<float>();
-  // Packing under the lock: it happens once per weight, and concurrent first
-  // calls must not pack (and hold) two copies.
-  int64_t rows = c.shape()[0], cols = c.shape()[1];
-  int64_t k = transB ? cols : rows, n = transB ? rows : cols;
-  int64_t floats = jit::packedBFloats(k, n);
-  if (floats < 0) return nullptr;
+  // Packing under the lock: it happens once per weight and layout, and
+  // concurrent first calls must not pack (and hold) two copies.
   std::array<int64_t, 1> shape{floats};
   MemoryPools& pools = pools_ ? *pools_ : MemoryPools::processDefault();
   Tensor packed = allocateTensor(pools.forDevice(Device{}), DType::Float32, shape);
-  jit::packGemmB(c.data<float>(), cols, transB, k, n, packed.data<float>());
+  if (layout == loop::PreparedLayout::GemmB) {
+    bool transB = param != 0;
+    jit::packGemmB(c.data<float>(), s[1], transB, transB ? s[1] : s[0], transB ? s[0] : s[1], packed.data<float>());
+  } else {
+    jit::packConvFilter(c.data<float>(), s[0], s[1] * s[2] * s[3], param, packed.data<float>());
+  }
   preparedStats_.count++;
   preparedStats_.bytes += packed.nbytes();
   return prepared_.emplace(key, std::move(packed)).first->second.data<float>();

@@ -4,8 +4,9 @@
 //
 // It also holds the executable's prepared constants: a float32 matrix constant
 // that reaches a GEMM as its B operand (a dense or matmul weight) is packed into
-// the GEMM's layout (jit::packGemmB) the first time a kernel asks for it, once
-// per table — shared by every VM and thread over the executable, immutable, never
+// the GEMM's layout (jit::packGemmB), and convolution filters into the direct
+// convolution's (jit::packConvFilter), the first time a kernel asks, once per
+// table — shared by every VM and thread over the executable, immutable, never
 // packed again per call. The packed forms live in the Runtime's memory pools
 // (counted in their statistics and in preparedStats()); they are the runtime's,
 // not the executable's: nothing of them is serialized.
@@ -23,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernel_ir/loop_ir.h"
 #include "kiln/executable.h"
 #include "kiln/memory.h"
 
@@ -46,10 +48,11 @@ class KernelTable {
   const Executable& executable() const { return *exe_; }
   // Kernel `k` compiled for `device`, compiling it on first use; throws kiln::Error.
   const jit::CompiledKernel& compiled(uint32_t k, Device device = {});
-  // `t` packed as the B operand of a GEMM (transB: stored n x k) when it is one
-  // of the executable's constants (or a view of one, same shape), else null. The
-  // pointer stays valid as long as the table.
-  const float* preparedGemmB(const Tensor& t, bool transB);
+  // `t` prepared in `layout` (GemmB: packed as a GEMM's B operand, param 1 when
+  // stored n x k; ConvFilter: packed as a convolution's filters, param = groups)
+  // when it is one of the executable's constants (or a view of one, same shape),
+  // else null. The pointer stays valid as long as the table.
+  const float* prepared(const Tensor& t, loop::PreparedLayout layout, int64_t param);
   struct PreparedStats {
     uint64_t count = 0;  // packed constants made
     uint64_t bytes = 0;  // their size
@@ -64,10 +67,21 @@ class KernelTable {
   std::shared_ptr<jit::KernelCache> cache_;
   std::vector<std::unique_ptr<const kernel_ir::ScalarKernel>> scalar_;
   std::shared_ptr<MemoryPools> pools_;  // where packed constants live (null: the process default)
-  std::unordered_map<const void*, uint32_t> matrixConstants_;  // data -> index: float32 2-D host constants
+  std::unordered_map<const void*, uint32_t> weightConstants_;  // data -> index: float32 2-D and 4-D host constants
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<const jit::CompiledKernel>> compiled_;  // (kernel << 32 | device)
-  std::unordered_map<uint64_t, Tensor> prepared_;  // (constant << 1 | transB) -> packed form
+  struct PreparedKey {
+    uint32_t constant;
+    loop::PreparedLayout layout;
+    int64_t param;
+    bool operator==(const PreparedKey&) const = default;
+  };
+  struct PreparedKeyHash {
+    size_t operator()(const PreparedKey& k) const {
+      return std::hash<uint64_t>()((uint64_t(k.constant) << 8 | uint64_t(k.layout)) ^ (uint64_t(k.param) << 40));
+    }
+  };
+  std::unordered_map<PreparedKey, Tensor, PreparedKeyHash> prepared_;
   PreparedStats preparedStats_;
 };
 

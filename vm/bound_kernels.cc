@@ -41,7 +41,7 @@ void BoundKernels::prepared(uint32_t k, const jit::CompiledKernel& kernel, std::
       continue;
     }
     const Tensor& t = *ins[wanted[i].input];
-    if (t.data() != slots[i].data) slots[i] = {t.data(), table_->preparedGemmB(t, wanted[i].transB)};
+    if (t.data() != slots[i].data) slots[i] = {t.data(), table_->prepared(t, wanted[i].layout, wanted[i].param)};
     out[i] = slots[i].packed;
   }
 }

@@ -1,4 +1,5 @@
 // Linear algebra, convolution and pooling kernels against plain reference loops.
+#include "jit/conv2d.h"
 #include "jit/gemm.h"
 #include "device/thread_pool.h"
 #include "kernel_util.h"
@@ -356,4 +357,49 @@ TEST_CASE("sgemm: a packed B made for another shape is ignored, not misread") {
   for (float v : c) CHECK(v == 8.0f);  // read from b itself
   CHECK(jit::packedBFloats(-1, 4) == -1);
   CHECK(jit::packedBFloats(INT64_MAX / 2, INT64_MAX / 4) == -1);
+}
+
+TEST_CASE("direct convolution: prepacked filters give the per-call result; filters packed for another shape are ignored") {
+  std::mt19937 rng(47);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  // 2 images, 6 channels in 3 groups, 9 filters, 3x2 windows, stride (1, 2), pad (1, 0), 13x41.
+  jit::Conv2dDims d{2, 6, 13, 41, 9, 3, 2, 0, 0, 1, 2, 1, 0, 1, 1, 3};
+  d.oh = (13 + 2 * 1 - 3) / 1 + 1;
+  d.ow = (41 - 2) / 2 + 1;
+  int64_t k = 2 * 3 * 2;
+  std::vector<float> x(static_cast<size_t>(2 * 6 * 13 * 41)), w(static_cast<size_t>(9 * k));
+  for (float& v : x) v = dist(rng);
+  for (float& v : w) v = dist(rng);
+  size_t outSize = static_cast<size_t>(2 * 9 * d.oh * d.ow);
+  std::vector<float> plain(outSize), packedOut(outSize), mismatched(outSize);
+  jit::sconv2d(d, x.data(), w.data(), nullptr, plain.data());
+  int64_t floats = jit::packedConvFilterFloats(9, k, 3);
+  REQUIRE(floats > 9 * k);
+  std::vector<float> packed(static_cast<size_t>(floats));
+  jit::packConvFilter(w.data(), 9, k, 3, packed.data());
+  CHECK(jit::packedConvFilterMatches(packed.data(), 9, k, 3));
+  CHECK_FALSE(jit::packedConvFilterMatches(packed.data(), 9, k, 1));
+  jit::sconv2d(d, x.data(), w.data(), packed.data(), packedOut.data());
+  CHECK(packedOut == plain);
+  std::vector<float> other(static_cast<size_t>(jit::packedConvFilterFloats(9, k, 1)));
+  jit::packConvFilter(w.data(), 9, k, 1, other.data());  // the same weights as one group: another layout
+  jit::sconv2d(d, x.data(), w.data(), other.data(), mismatched.data());
+  CHECK(mismatched == plain);
+  CHECK(jit::packedConvFilterFloats(9, k, 2) == -1);  // 9 filters do not split into 2 groups
+  CHECK(jit::packedConvFilterFloats(INT64_MAX / 2, INT64_MAX / 2, 1) == -1);
+  // And against the definition, at a few points.
+  for (size_t probe : {size_t(0), outSize / 3, outSize - 1}) {
+    int64_t ox = static_cast<int64_t>(probe) % d.ow, oy = static_cast<int64_t>(probe) / d.ow % d.oh;
+    int64_t o = static_cast<int64_t>(probe) / (d.ow * d.oh) % 9, n = static_cast<int64_t>(probe) / (d.ow * d.oh * 9);
+    double s = 0;
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t ky = 0; ky < 3; ++ky)
+        for (int64_t kx = 0; kx < 2; ++kx) {
+          int64_t iy = oy - 1 + ky, ix = ox * 2 + kx;
+          if (iy < 0 || iy >= 13 || ix >= 41) continue;
+          s += double(w[static_cast<size_t>(((o * 2 + c) * 3 + ky) * 2 + kx)]) *
+               x[static_cast<size_t>(((n * 6 + o / 3 * 2 + c) * 13 + iy) * 41 + ix)];
+        }
+    CHECK(plain[probe] == doctest::Approx(s).epsilon(1e-4));
+  }
 }

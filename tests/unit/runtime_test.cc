@@ -145,8 +145,8 @@ TEST_CASE("runtime: constant weights are packed once per executable and shared b
   // (K = 37: not a multiple of the vector width), a `?` batch in the second.
   constexpr const char* kLayers = R"(
 def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(?, 19), float32], %w: Tensor[(21, 37), float32],
-          %v: Tensor[(19, 45), float32]) {
-  (nn.relu(nn.dense(%x, %w, units=21)), nn.matmul(%y, %v))
+          %v: Tensor[(19, 45), float32], %img: Tensor[(1, 4, 9, 9), float32], %f: Tensor[(6, 2, 3, 3), float32]) {
+  (nn.relu(nn.dense(%x, %w, units=21)), nn.matmul(%y, %v), nn.conv2d(%img, %f, padding=[1, 1, 1, 1], groups=2))
 }
 )";
   auto fill = [](std::initializer_list<int64_t> shape, float scale) {
@@ -155,8 +155,9 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(?, 19), float32], %w: Tensor
     return t;
   };
   Tensor w = fill({21, 37}, 0.37f), v = fill({19, 45}, 0.11f), x = fill({3, 37}, 0.7f), y = fill({1, 19}, 0.3f);
+  Tensor img = fill({1, 4, 9, 9}, 0.21f), f = fill({6, 2, 3, 3}, 0.53f);
   kiln::CompileOptions options;
-  options.params = {{"w", w}, {"v", v}};
+  options.params = {{"w", w}, {"v", v}, {"f", f}};
   auto exe = kiln::compile(kLayers, "layers.relay", options);
   size_t imageBytes = exe->serialize().size();
   auto rt = Runtime::create();
@@ -172,19 +173,19 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(?, 19), float32], %w: Tensor
   Value first;
   uint64_t afterFirst = 0;
   for (size_t i = 0; i < vms.size(); ++i) {
-    Value r = vms[i]->invoke("main", {Value(x), Value(y)});
+    Value r = vms[i]->invoke("main", {Value(x), Value(y), Value(img)});
     if (i == 0) {
       first = r;
       afterFirst = inUse();
     }
-    for (int f = 0; f < 2; ++f) {
-      Tensor got = r.fields()[f].tensor(), want = first.fields()[f].tensor();
+    for (int field = 0; field < 3; ++field) {
+      Tensor got = r.fields()[field].tensor(), want = first.fields()[field].tensor();
       for (int64_t e = 0; e < got.numel(); ++e) REQUIRE(got.data<float>()[e] == want.data<float>()[e]);
     }
   }
   auto stats = rt->kernelTable(exe)->preparedStats();
-  CHECK(stats.count == 2);  // w (as n x k) and v (as k x n): one copy each for all 8 VMs
-  CHECK(stats.bytes >= (21 * 37 + 19 * 45) * sizeof(float));
+  CHECK(stats.count == 3);  // w (as n x k), v (as k x n), f (filters): one copy each for all 8 VMs
+  CHECK(stats.bytes >= (21 * 37 + 19 * 45 + 6 * 18) * sizeof(float));
   CHECK(afterFirst >= stats.bytes);
   CHECK(inUse() == afterFirst);  // the other seven VMs added no packed copy
   CHECK(exe->serialize().size() == imageBytes);  // packed forms are the runtime's, not the executable's
@@ -201,6 +202,21 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(?, 19), float32], %w: Tensor
     for (int64_t p = 0; p < 19; ++p) s += double(y.data<float>()[p]) * v.data<float>()[p * 45 + j];
     CHECK(m.data<float>()[j] == doctest::Approx(s).epsilon(1e-4));
   }
+  Tensor conv = first.fields()[2].tensor();  // 2 groups of 2 channels in, 3 filters out each
+  for (int64_t o = 0; o < 6; ++o)
+    for (int64_t yy = 0; yy < 9; ++yy)
+      for (int64_t xx = 0; xx < 9; ++xx) {
+        double s = 0;
+        for (int64_t c = 0; c < 2; ++c)
+          for (int64_t ky = 0; ky < 3; ++ky)
+            for (int64_t kx = 0; kx < 3; ++kx) {
+              int64_t iy = yy - 1 + ky, ix = xx - 1 + kx;
+              if (iy < 0 || iy >= 9 || ix < 0 || ix >= 9) continue;
+              s += double(f.data<float>()[((o * 2 + c) * 3 + ky) * 3 + kx]) *
+                   img.data<float>()[((o / 3 * 2 + c) * 9 + iy) * 9 + ix];
+            }
+        CHECK(conv.data<float>()[(o * 9 + yy) * 9 + xx] == doctest::Approx(s).epsilon(1e-4));
+      }
 }
 
 namespace {
