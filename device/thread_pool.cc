@@ -46,29 +46,36 @@ bool spinUntil(Ready&& ready) {
 class Workers {
  public:
   explicit Workers(int threads) {
-    // Worker i is pinned to the i-th CPU this process may use (when there are
-    // enough). Unpinned, a worker woken by the caller is often placed on the
-    // caller's own CPU (the scheduler's wake-affine choice) and then spins there
-    // beside it for milliseconds, until load balancing moves one of them: a
-    // two-thread kernel then ran slower than one. Pinned, the worker keeps its
-    // core, and the unpinned caller is the one the scheduler moves to a free CPU.
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
-    std::vector<int> cpus;
     if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
       for (int c = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-    bool pin = static_cast<int>(cpus.size()) >= threads;
-    for (int i = 1; i < threads; ++i) {
-      workers_.emplace_back([this, i] { workerLoop(i); });
-      if (pin) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpus[static_cast<size_t>(i)], &one);
-        pthread_setaffinity_np(workers_.back().native_handle(), sizeof one, &one);
-      }
-    }
+        if (CPU_ISSET(c, &allowed)) cpus_.push_back(c);
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { workerLoop(i); });
     size_ = threads;
+    pin(sched_getcpu());
+  }
+
+  // Workers are pinned each to a CPU of their own, none of them the caller's.
+  // Unpinned, a worker woken by the caller is often placed on the caller's own
+  // CPU (the scheduler's wake-affine choice) and spins there beside it for
+  // milliseconds; pinned to the CPU the caller happens to be on, the two share
+  // it until the scheduler moves the caller, which it may not do for a long
+  // time. Either way a two-thread kernel ran slower than one. So a job from a
+  // caller on another CPU than the last one re-pins the workers around it: a
+  // system call, but only when the caller has moved.
+  void pin(int callerCpu) {
+    if (callerCpu == pinnedAround_ || static_cast<int>(cpus_.size()) < size_) return;
+    pinnedAround_ = callerCpu;
+    size_t next = 0;
+    for (auto& w : workers_) {
+      if (cpus_[next] == callerCpu) ++next;
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus_[next % cpus_.size()], &one);
+      pthread_setaffinity_np(w.native_handle(), sizeof one, &one);
+      ++next;
+    }
   }
   ~Workers() {
     {
@@ -88,6 +95,7 @@ class Workers {
     if (!busy.owns_lock()) return false;
     uint32_t gen;
     affine = affine && size_ <= kMaxAffineThreads;
+    pin(sched_getcpu());  // under jobMu_: one caller at a time
     {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = Job{n, task, buffers, shapes};
@@ -202,6 +210,8 @@ class Workers {
 
   std::vector<std::thread> workers_;
   int size_ = 1;
+  std::vector<int> cpus_;   // the CPUs this process may use
+  int pinnedAround_ = -2;   // the caller CPU the workers were last pinned around (-2: never)
   std::mutex jobMu_;  // one job at a time
   std::mutex mu_;     // for the condition variables; a job is set up under it
   std::condition_variable wake_, done_;
