@@ -31,7 +31,10 @@ struct ConvJob {
 struct PanelOrigin {
   int32_t iy[32], ix[32];  // top-left input coordinate of each pixel's window
   int64_t count;           // valid lanes (the last panel of an image is narrower)
-  bool oneRow;             // all lanes on one output row, stride 1 or 2: one run of input
+  // Stride 1 or 2 and at most two output rows: lanes [0, split) are one run of
+  // input columns on one row, lanes [split, count) another on the next.
+  bool runs;
+  int64_t split;
 };
 
 PanelOrigin panelOrigin(const ConvJob& j, int64_t j0, int64_t nr) {
@@ -42,7 +45,8 @@ PanelOrigin panelOrigin(const ConvJob& j, int64_t j0, int64_t nr) {
     o.iy[l] = static_cast<int32_t>(oy * j.d.sh - j.d.ph);
     o.ix[l] = static_cast<int32_t>(ox * j.d.sw - j.d.pw);
   }
-  o.oneRow = (j.d.sw == 1 || j.d.sw == 2) && (j0 % j.d.ow) + o.count <= j.d.ow;
+  o.runs = (j.d.sw == 1 || j.d.sw == 2) && (j0 % j.d.ow) + o.count <= 2 * j.d.ow;
+  o.split = std::min(o.count, j.d.ow - j0 % j.d.ow);
   return o;
 }
 
@@ -71,6 +75,17 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 loadColumns512(c
   return _mm512_maskz_loadu_ps(m, at);
 }
 
+// 16 lanes of a run: lane l reads column first + l * stride (stride 1 or 2) of
+// `row`, zero outside [0, width); a null row (outside the image) reads zeros.
+__attribute__((target("avx512f"), always_inline)) inline __m512 runLanes512(const float* row, int64_t first, int64_t stride,
+                                                                           int64_t width) {
+  if (!row) return _mm512_setzero_ps();
+  __m512 lo = loadColumns512(row, first, width);
+  if (stride == 1) return lo;
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  return _mm512_permutex2var_ps(lo, evens, loadColumns512(row, first + 16, width));
+}
+
 // The same for 32 lanes with AVX-512: masked contiguous loads where the lanes
 // are one run of input pixels, masked gathers otherwise.
 __attribute__((target("avx512f"), always_inline)) inline void gatherRow512(const ConvJob& j, const PanelOrigin& o, const float* plane, int64_t ky,
@@ -78,35 +93,40 @@ __attribute__((target("avx512f"), always_inline)) inline void gatherRow512(const
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i h = _mm512_set1_epi32(static_cast<int32_t>(j.d.h)), w = _mm512_set1_epi32(static_cast<int32_t>(j.d.w));
   const __m512i zero = _mm512_setzero_si512();
-  if (o.oneRow) {
-    int64_t iy = o.iy[0] + ky * j.d.dh;
-    if (iy < 0 || iy >= j.d.h) {
-      _mm512_storeu_ps(row, _mm512_setzero_ps());
-      _mm512_storeu_ps(row + 16, _mm512_setzero_ps());
-      return;
-    }
-    // Lane l reads input column ix0 + l * stride: 16 lanes span 16 * stride
-    // columns, loaded as 16-wide vectors with the columns outside the image
-    // masked off (neither read nor faulted on); stride 2 then keeps the even ones.
-    int64_t ix0 = o.ix[0] + kx * j.d.dw, stride = j.d.sw;
-    const float* src = plane + iy * j.d.w;
+  if (o.runs) {
+    // Lane l of a run reads input column first + l * stride of its row: 16 lanes
+    // span 16 * stride columns, loaded as 16-wide vectors with the columns
+    // outside the image masked off (neither read nor faulted on); stride 2 then
+    // keeps the even ones. A row outside the image reads as zeros.
+    int64_t stride = j.d.sw;
     const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    if (o.count == 32 && ix0 >= 0 && ix0 + 32 * stride <= j.d.w) {
-      // The whole run inside the image (most rows): plain loads.
-      const float* at = src + ix0;
+    auto rowOf = [&](int64_t lane0) -> const float* {
+      int64_t iy = o.iy[lane0] + ky * j.d.dh;
+      return iy < 0 || iy >= j.d.h ? nullptr : plane + iy * j.d.w;
+    };
+    const float* rowA = rowOf(0);
+    int64_t firstA = o.ix[0] + kx * j.d.dw;  // the column lane 0 reads
+    if (o.split == 32 && rowA && firstA >= 0 && firstA + 32 * stride <= j.d.w) {
+      // One run wholly inside the image (most rows): plain loads.
+      const float* at = rowA + firstA;
       for (int half = 0; half < 2; ++half, at += 16 * stride)
         _mm512_storeu_ps(row + half * 16, stride == 1 ? _mm512_loadu_ps(at)
                                                       : _mm512_permutex2var_ps(_mm512_loadu_ps(at), evens,
                                                                                _mm512_loadu_ps(at + 16)));
       return;
     }
+    bool two = o.split < o.count;
+    const float* rowB = two ? rowOf(o.split) : nullptr;
+    // The second run's lane l reads column ix[split] + (l - split) * stride.
+    int64_t firstB = two ? o.ix[o.split] + kx * j.d.dw - o.split * stride : 0;
     for (int half = 0; half < 2; ++half) {
       __m512i l = _mm512_add_epi32(lane, _mm512_set1_epi32(half * 16));
       __mmask16 valid = _mm512_cmplt_epi32_mask(l, _mm512_set1_epi32(static_cast<int32_t>(o.count)));
-      int64_t first = ix0 + half * 16 * stride;
-      __m512 v = stride == 1 ? loadColumns512(src, first, j.d.w)
-                             : _mm512_permutex2var_ps(loadColumns512(src, first, j.d.w), evens,
-                                                      loadColumns512(src, first + 16, j.d.w));
+      __m512 v = runLanes512(rowA, firstA + half * 16 * stride, stride, j.d.w);
+      if (two) {
+        __mmask16 inB = _mm512_cmpge_epi32_mask(l, _mm512_set1_epi32(static_cast<int32_t>(o.split)));
+        v = _mm512_mask_blend_ps(inB, v, runLanes512(rowB, firstB + half * 16 * stride, stride, j.d.w));
+      }
       _mm512_storeu_ps(row + half * 16, _mm512_maskz_mov_ps(valid, v));
     }
     return;
