@@ -3,9 +3,14 @@
 // A ThreadPool is a set of persistent workers (the caller is one of them).
 // parallelFor splits [0, n) into a few contiguous pieces per thread, which the
 // caller and the workers claim one at a time (so a thread the machine runs late
-// costs a piece, not a share); it returns when all are done. Idle workers spin
-// briefly before sleeping, so kernels in quick succession do not pay a wake-up
-// each.
+// costs a piece, not a share); it returns when all are done. An affine loop has
+// one piece per thread instead, piece t offered to thread t first, so that a
+// kernel called again gives each thread the same part (a weight-streaming
+// product then finds its share of the weights in its own core's cache). Idle
+// workers spin briefly before sleeping, so kernels in quick succession do not
+// pay a wake-up each. Workers are pinned each to a CPU of their own, never the
+// one their caller is on (re-pinned when the caller moves): a worker sharing its
+// caller's CPU made two threads slower than one.
 //
 // Contention: a pool runs one job at a time. A parallelFor issued while the pool
 // is busy (another thread's kernel, or a kernel inside a task) runs inline on its
