@@ -92,7 +92,7 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
     std::array<int64_t, 4> pad;  // top, left, bottom, right
     bool parallelUnfold = false;  // big enough that the convolution goes to the pool
   };
-  const Case cases[] = {
+  std::vector<Case> cases = {
       {1, 3, 8, 8, 4, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {2, 4, 9, 7, 6, 3, 2, 2, {2, 1}, {1, 2}, {0, 1, 2, 0}},
       {1, 4, 6, 6, 4, 3, 3, 4, {1, 1}, {2, 2}, {2, 2, 2, 2}},  // depthwise
@@ -106,6 +106,24 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
       {1, 6, 11, 35, 12, 3, 1, 3, {1, 3}, {2, 1}, {0, 0, 0, 0}},
       {1, 3, 7, 80, 5, 3, 3, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}},  // stride-2 runs wholly inside the row
   };
+  // And random small ones: every mix of edges, runs and gathers the direct
+  // convolution distinguishes (the sanitizer build runs these too).
+  std::uniform_int_distribution<int64_t> small(1, 4), tiny(0, 2), size(1, 40);
+  for (int r = 0; r < 40; ++r) {
+    Case k{};
+    k.groups = small(rng) <= 2 ? 1 : small(rng);
+    k.n = small(rng) <= 3 ? 1 : 2;
+    k.c = k.groups * small(rng);
+    k.o = k.groups * small(rng) * (small(rng) <= 2 ? 1 : 3);
+    k.kh = small(rng);
+    k.kw = small(rng);
+    k.stride = {small(rng) <= 2 ? 1 : 2, small(rng) <= 2 ? 1 : small(rng)};
+    k.dilation = {small(rng) <= 3 ? 1 : 2, small(rng) <= 3 ? 1 : 2};
+    k.pad = {tiny(rng), tiny(rng), tiny(rng), tiny(rng)};
+    k.h = (k.kh - 1) * k.dilation[0] + size(rng) / 4 + 1;
+    k.w = (k.kw - 1) * k.dilation[1] + size(rng);
+    cases.push_back(k);
+  }
   int threadsBefore = device::numThreads();
   device::setNumThreads(2);
   for (const Case& k : cases) {
