@@ -232,7 +232,7 @@ void CompiledKernel::launch(TensorRefs inputs, TensorRefs outputs,
   // Scratch buffers (values kept in memory inside the kernel, e.g. a GEMM result
   // before its epilogue) live for this call.
   boost::container::small_vector<Tensor, 2> scratch;
-  ScratchArena::Frame arena;  // CPU scratch for this call, from the thread's arena
+  std::optional<ScratchArena::Frame> arena;  // CPU scratch for this call, from the thread's arena
   size_t nextPrepared = 0;
   for (size_t b = inputs.size() + outputs.size(); b < loops_.buffers.size(); ++b) {
     const loop::BufferDecl& decl = loops_.buffers[b];
@@ -249,7 +249,8 @@ void CompiledKernel::launch(TensorRefs inputs, TensorRefs outputs,
     } else {
       for (int64_t f : decl.scratchSize) n *= f >= 0 ? f : shapeArray[-f - 1];
     }
-    if (void* p = gpu_ ? nullptr : arena.take(static_cast<size_t>(n) * dtypeSize(decl.dtype))) {
+    if (!gpu_ && !arena) arena.emplace();
+    if (void* p = gpu_ ? nullptr : arena->take(static_cast<size_t>(n) * dtypeSize(decl.dtype))) {
       buffers.push_back(p);
       continue;
     }
