@@ -22,11 +22,21 @@ using namespace detail;
 
 namespace {
 
-// Packed B, one layout everywhere (per-call packing and prepacked weights):
-// panel after panel, each NR columns wide and all k rows deep (row-major, NR
-// floats a row, zero-padded), so a panel is one contiguous stream: the KC slice
-// at depth p0 of panel q starts at q * NR * k + p0 * NR.
-inline int64_t panelBlock(int64_t q, int64_t p0, int64_t k, int64_t nr) { return q * nr * k + p0 * nr; }
+// Packed B: blocks of KC rows (fewer in the last) by NR columns (row-major, NR
+// floats a row, zero-padded). Prepacked weights are panel-major: panel after
+// panel, each all k rows deep, so that streaming one panel (the skinny path) is
+// one sequential read; B packed per call by the tile driver is slice-major: the
+// panels of one KC slice side by side, which that driver walks in order.
+struct PackedLayout {
+  bool panelMajor;
+  int64_t k, npad, nr;
+  // The block of panel q at depth p0 (a multiple of KC).
+  int64_t block(int64_t q, int64_t p0) const {
+    if (panelMajor) return q * nr * k + p0 * nr;
+    return p0 * npad + q * nr * std::min(kKC, k - p0);
+  }
+};
+inline int64_t panelBlock(int64_t q, int64_t p0, int64_t k, int64_t nr) { return PackedLayout{true, k, 0, nr}.block(q, p0); }
 
 // Element (i, p) of the logical (untransposed) A.
 inline float elemA(const float* a, int64_t lda, bool t, int64_t i, int64_t p) { return t ? a[p * lda + i] : a[i * lda + p]; }
@@ -176,9 +186,10 @@ struct GemmJob {
   const float* b;
   float* c;
   bool transA, transB, accumulate;
-  const float* packedB;  // all of B, packed (panelBlock)
+  const float* packedB;  // all of B, packed in `layout`
   int64_t npad;          // n rounded up to NR
   int64_t mc;            // rows per task
+  PackedLayout layout;   // of packedB
 };
 
 struct FreeFloats {
@@ -213,7 +224,7 @@ void rowBlock(const GemmJob& j, int64_t i0) {
     packA(j.a, j.lda, j.transA, i0, rows, p0, kc, mr, ap);
     bool add = j.accumulate || p0 > 0;
     for (int64_t jr = 0; jr < j.n; jr += nr) {
-      const float* bp = j.packedB + panelBlock(jr / nr, p0, j.k, nr);
+      const float* bp = j.packedB + j.layout.block(jr / nr, p0);
       for (int64_t ir = 0; ir < rows; ir += mr)
         cpu.micro(kc, ap + (ir / mr) * mr * kc, bp, j.c + (i0 + ir) * j.ldc + jr, j.ldc, std::min(mr, rows - ir),
                   std::min(nr, j.n - jr), add);
@@ -227,7 +238,8 @@ struct PackJob {
   int64_t ldb;
   bool transB;
   int64_t k, n, nr, npad, panels;
-  float* out;  // panel q's slice s at out + panelBlock(q, s * KC)
+  float* out;  // panel q's slice s at out + layout.block(q, s * KC)
+  PackedLayout layout;
 };
 
 void packBTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
@@ -235,7 +247,7 @@ void packBTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   for (int64_t t = begin; t < end; ++t) {
     int64_t s = t / j.panels, q = t % j.panels;
     int64_t p0 = s * kKC, kc = std::min(kKC, j.k - p0), j0 = q * j.nr;
-    packB(j.b, j.ldb, j.transB, p0, kc, j0, std::min(j.nr, j.n - j0), j.nr, j.out + panelBlock(q, p0, j.k, j.nr));
+    packB(j.b, j.ldb, j.transB, p0, kc, j0, std::min(j.nr, j.n - j0), j.nr, j.out + j.layout.block(q, p0));
   }
 }
 
@@ -444,9 +456,9 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
   // parallel (serial packing held back the two-thread speed-up by ~10%).
   int64_t slices = (k + kKC - 1) / kKC;
   float* bp = scratch(1, static_cast<size_t>(slices * kKC * npad));
-  PackJob pack{b, ldb, transB, k, n, nr, npad, npad / nr, bp};
+  PackJob pack{b, ldb, transB, k, n, nr, npad, npad / nr, bp, {false, k, npad, nr}};
   parallelFor(slices * pack.panels, k * n, packBTask, reinterpret_cast<void* const*>(&pack), nullptr);
-  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, bp, npad, 0};
+  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, bp, npad, 0, {false, k, npad, nr}};
   // Rows per task: enough tasks for every thread, each a whole number of tiles.
   int threads = currentThreads();
   int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
@@ -469,7 +481,7 @@ void packGemmB(const float* b, int64_t ldb, bool transB, int64_t k, int64_t n, f
   std::memset(out, 0, sizeof(float) * kPackedHeaderFloats);
   std::memcpy(out, header, sizeof header);
   int64_t npad = (n + nr - 1) / nr * nr;
-  PackJob pack{b, ldb, transB, k, n, nr, npad, npad / nr, out + kPackedHeaderFloats};
+  PackJob pack{b, ldb, transB, k, n, nr, npad, npad / nr, out + kPackedHeaderFloats, {true, k, npad, nr}};
   int64_t slices = (k + kKC - 1) / kKC;
   packBTask(reinterpret_cast<void* const*>(&pack), nullptr, 0, slices * pack.panels);
 }
@@ -489,7 +501,7 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   int64_t npad = (n + nr - 1) / nr * nr;
   if (m <= kSkinnyRows)
     return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, npad, c, ldc, accumulate});
-  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, npad, 0};
+  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, npad, 0, {true, k, npad, nr}};
   int threads = currentThreads();
   int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
   job.mc = (mc + mr - 1) / mr * mr;
