@@ -136,6 +136,20 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
         if (exe.constants()[ops[3].value].rank() != 1 || exe.constants()[ops[3].value].dtype() != DType::Int64)
           fail(f, in.pc, "alloc_tensor shape constant is not an int64 vector");
         break;
+      case Opcode::AllocTensorOwn: {
+        const Tensor& shape = exe.constants()[ops[1].value];
+        if (shape.rank() != 1 || shape.dtype() != DType::Int64)
+          fail(f, in.pc, "alloc_tensor_own shape constant is not an int64 vector");
+        // The block's size, as alloc_storage's is: every dimension >= 0, at most 2^48 bytes.
+        uint64_t bytes = dtypeSize(static_cast<DType>(ops[2].value));
+        for (int64_t i = 0; i < shape.shape()[0]; ++i) {
+          int64_t d = shape.data<int64_t>()[i];
+          if (d < 0) fail(f, in.pc, "alloc_tensor_own: negative dimension");
+          if (d != 0 && bytes > (uint64_t(1) << 48) / static_cast<uint64_t>(d)) fail(f, in.pc, "alloc_tensor_own: size out of range");
+          bytes *= static_cast<uint64_t>(d);
+        }
+        break;
+      }
       default: break;
     }
   }

@@ -90,7 +90,10 @@ inline std::string memoryListing(const Executable& exe) {
         for (int i = 0; i < k; ++i) rest = rest.substr(rest.find(',') + 2);
         return rest.substr(0, rest.find(','));
       };
-      if (line.find("alloc_storage") != std::string::npos) {
+      if (line.find("alloc_tensor_own") != std::string::npos) {  // a storage of its own, one tensor in it
+        ++storages;
+        ++tensors;
+      } else if (line.find("alloc_storage") != std::string::npos) {
         ++storages;
         placedIn[operand("alloc_storage", 0).substr(1)] = 0;
       } else if (line.find("alloc_tensor") != std::string::npos) {

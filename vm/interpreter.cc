@@ -361,6 +361,16 @@ dispatch:
     NEXT();
   }
   DISPATCH();
+  CASE(AllocTensorOwn) {
+    OPS(AllocTensorOwn);
+    const Tensor& shape = exe.constants()[IDX(1)];
+    const int64_t* p = shape.data<int64_t>();
+    REG(0) = Value(memory_->tensor(static_cast<DType>(IDX(2)), std::span<const int64_t>(p, static_cast<size_t>(shape.shape()[0])),
+                                   bytecode::decodeDevice(IDX(3))));
+    if (trace) trace->birth(REG(0).asTensorObject()->tensor);
+    NEXT();
+  }
+  DISPATCH();
   CASE(AllocTensorReg) {
     OPS(AllocTensorReg);
     const Value& st = REG(1);

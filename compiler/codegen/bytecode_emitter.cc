@@ -632,14 +632,11 @@ class FunctionEmitter {
           }
           case OutputMemory::Static:
           case OutputMemory::None: {
-            uint32_t storage = temp();
+            // Each output in a block of its own: one instruction, one object.
             for (size_t i = 0; i < nout; ++i) {
               const ops::TensorDesc& t = f.typeOf(f.outputs[i]);
-              uint64_t bytes = static_cast<uint64_t>(kiln::numElements(std::span<const int64_t>(t.shape.data(), t.shape.size()))) * dtypeSize(t.dtype);
-              emit(Opcode::AllocStorage, {storage, bytes, 64, dev});
-              emit(Opcode::AllocTensor, {outs[i], storage, 0, shapeConstant(t), static_cast<uint32_t>(t.dtype)});
+              emit(Opcode::AllocTensorOwn, {outs[i], shapeConstant(t), static_cast<uint32_t>(t.dtype), dev});
             }
-            dropReg(storage);
             break;
           }
         }

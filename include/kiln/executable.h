@@ -75,7 +75,8 @@ class Executable {
  public:
   static constexpr uint32_t kMajorVersion = 2;
   // 2.1: reference cells (the ref opcodes, TypeDesc::Kind::Ref).
-  static constexpr uint32_t kMinorVersion = 1;
+  // 2.2: alloc_tensor_own.
+  static constexpr uint32_t kMinorVersion = 2;
 
   // What an executable is made of, as the compiler emits it and the loader reads it.
   struct Contents {
