@@ -84,7 +84,7 @@ std::string hex(uint64_t v) {
 namespace {
 // The lowering and code generation themselves: bump whenever they change the
 // machine code made for an unchanged function, so no disk cache serves old code.
-constexpr int kCodegenVersion = 8;
+constexpr int kCodegenVersion = 9;
 
 // Everything a compiled kernel depends on: its content, the device, the target,
 // LLVM and Kiln's own code generator.

@@ -429,7 +429,39 @@ class Lowering {
   }
 
   loop::StmtId outputNest(int32_t value, int32_t buffer) {
-    const ops::TensorDesc& t = f_.typeOf(value);
+    if (loop::StmtId s = concatCopies(value, buffer); s >= 0) return s;
+    return nest(value, buffer, value, static_cast<size_t>(-1), 0);
+  }
+
+  // A concatenation that is a kernel output, with static extents along its
+  // axis: one copy nest per input into its range of the output (plain loads and
+  // stores), instead of one nest whose every element selects its input (which
+  // vectorizes into gathers). -1 when it does not apply.
+  loop::StmtId concatCopies(int32_t value, int32_t buffer) {
+    if (f_.isParam(value) || generalVersion_) return -1;
+    const FusedNode& n = f_.node(value);
+    if (n.isConstant() || n.op->name != "concatenate") return -1;
+    size_t rank = n.type.rank();
+    int64_t axis = ops::AttrReader(n.op->name, n.attrs).getInt("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(rank);
+    if (axis < 0 || static_cast<size_t>(axis) >= rank) return -1;
+    for (int32_t in : n.inputs)
+      if (f_.typeOf(in).rank() != rank || f_.typeOf(in).shape[static_cast<size_t>(axis)] == ops::kAnyDim) return -1;
+    std::vector<loop::StmtId> copies;
+    int64_t offset = 0;
+    for (int32_t in : n.inputs) {
+      copies.push_back(nest(in, buffer, value, static_cast<size_t>(axis), offset));
+      offset += f_.typeOf(in).shape[static_cast<size_t>(axis)];
+    }
+    return b_.block(std::move(copies));
+  }
+
+  // A loop nest over the dimensions of `over` storing its elements into
+  // `buffer`, laid out as `value` (the same shape as `over`, except that along
+  // `axis` the store lands `offset` further on).
+  loop::StmtId nest(int32_t over, int32_t buffer, int32_t value, size_t axis, int64_t offset) {
+    const ops::TensorDesc& t = f_.typeOf(over);
+    const ops::TensorDesc& out = f_.typeOf(value);
     size_t rank = t.rank();
     std::vector<int32_t> vars(rank);
     std::vector<ExprId> index(rank);
@@ -441,14 +473,16 @@ class Lowering {
       vars[d] = b_.newVar();
       index[d] = b_.var(vars[d]);
     }
-    ExprId v = valueAt(value, index);
-    if (b_.typeOf(v) != (t.dtype == DType::Float16 ? DType::Float32 : t.dtype)) v = b_.cast(t.dtype, v);
-    loop::StmtId s = b_.store(buffer, linearIndex(value, index), v);
+    ExprId v = valueAt(over, index);
+    if (b_.typeOf(v) != (out.dtype == DType::Float16 ? DType::Float32 : out.dtype)) v = b_.cast(out.dtype, v);
+    std::vector<ExprId> at = index;
+    if (axis < rank) at[axis] = b_.add(at[axis], b_.intConst(offset));
+    loop::StmtId s = b_.store(buffer, linearIndex(value, at), v);
     for (size_t d = rank; d-- > first;) {
       bool vectorize = d + 1 == rank && !generalVersion_;
       loop::LoopKind kind = d == first ? (vectorize ? loop::LoopKind::ParallelVectorized : loop::LoopKind::Parallel)
                                        : (vectorize ? loop::LoopKind::Vectorized : loop::LoopKind::Serial);
-      s = b_.forLoop(vars[d], dimOf(value, d), kind, {s});
+      s = b_.forLoop(vars[d], dimOf(over, d), kind, {s});
     }
     return s;
   }

@@ -74,6 +74,18 @@ TEST_CASE("concatenate, stack and split, with dynamic and empty fields") {
   CHECK(c1.shape() == Shape{2, 5});
   expectAll(c1, [&](const std::vector<int64_t>& i) { return i[1] < 3 ? at(a, {i[0], i[1]}) : static_cast<double>(i[0] * 2 + i[1] - 3); });
 
+  // Static extents along the axis: one copy nest per field (axis -1, a `?`
+  // leading dimension, a fused producer, an empty field in the middle).
+  Tensor c2 = run("def @main(%a: Tensor[(?, 3), int32], %b: Tensor[(?, 2), int32], %e: Tensor[(?, 0), int32]) {"
+                  " concatenate((%a * 2, %e, %b, %a), axis=-1) }",
+                  {a, iota(DType::Int32, {2, 2}), Tensor::empty(DType::Int32, {2, 0})})[0];
+  CHECK(c2.shape() == Shape{2, 8});
+  expectAll(c2, [&](const std::vector<int64_t>& i) {
+    if (i[1] < 3) return 2 * at(a, {i[0], i[1]});
+    if (i[1] < 5) return static_cast<double>(i[0] * 2 + i[1] - 3);
+    return at(a, {i[0], i[1] - 5});
+  });
+
   Tensor st = run("def @main(%a: Tensor[(2, 3), int32], %b: Tensor[(2, 3), int32]) { stack((%a, %b, %a), axis=1) }",
                   {a, iota(DType::Int32, {2, 3})})[0];
   CHECK(st.shape() == Shape{2, 3, 3});
