@@ -239,7 +239,7 @@ int defaultThreads() {
 // The process default pool: rebuilt when setNumThreads changes its size.
 std::mutex gPoolMu;
 std::shared_ptr<ThreadPool> gPool;
-int gThreads = 0;
+std::atomic<int> gThreads{0};  // written under gPoolMu; read without it (kernels ask per call)
 
 thread_local ThreadPool* tCurrent = nullptr;
 
@@ -280,8 +280,8 @@ void ThreadPool::parallelFor(int64_t n, int64_t work, ParallelTask task, void* c
 
 std::shared_ptr<ThreadPool> ThreadPool::processDefault() {
   std::lock_guard<std::mutex> lock(gPoolMu);
-  if (gThreads == 0) gThreads = defaultThreads();
-  if (!gPool || gPool->size() != gThreads) gPool = std::make_shared<ThreadPool>(gThreads);
+  if (gThreads.load() == 0) gThreads.store(defaultThreads());
+  if (!gPool || gPool->size() != gThreads.load()) gPool = std::make_shared<ThreadPool>(gThreads.load());
   return gPool;
 }
 
@@ -289,8 +289,8 @@ ThreadPoolScope::ThreadPoolScope(ThreadPool* pool) : previous_(tCurrent) { tCurr
 ThreadPoolScope::~ThreadPoolScope() { tCurrent = previous_; }
 
 int numThreads() {
-  std::lock_guard<std::mutex> lock(gPoolMu);
-  return gThreads == 0 ? defaultThreads() : gThreads;
+  int n = gThreads.load(std::memory_order_relaxed);
+  return n == 0 ? defaultThreads() : n;
 }
 
 int currentThreads() {
@@ -300,7 +300,7 @@ int currentThreads() {
 
 void setNumThreads(int n) {
   std::lock_guard<std::mutex> lock(gPoolMu);
-  gThreads = std::max(1, n);
+  gThreads.store(std::max(1, n));
 }
 
 int64_t parallelJobsRun() { return gJobsRun.load(std::memory_order_relaxed); }
