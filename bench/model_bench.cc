@@ -106,16 +106,10 @@ struct Floor {
 };
 
 // Loops stream the weights of one step per step: the buffer read is one step's.
-Floor floorOf(const Workload& w, int steps, int threads, double peak) {
-  double stream = streamSeconds(w.weightBytes / steps, threads) * steps;
+Floor floorOf(const Workload& w, int threads, double peak) {
+  double stream = streamSeconds(w.weightBytes / w.steps, threads) * w.steps;
   double compute = w.flops / (peak * threads);
   return compute > stream ? Floor{compute, "FLOPs at peak"} : Floor{stream, "weights streamed"};
-}
-
-int stepsOf(const Workload& w) {
-  if (w.name.rfind("lstm", 0) == 0) return static_cast<int>(w.inputs[0].second.shape()[0]);
-  if (w.tree) return static_cast<int>(w.inputs.size()) - 1;
-  return 1;
 }
 
 struct KilnModel {
@@ -259,7 +253,7 @@ int main(int argc, char** argv) {
                     ortError(out, w.expected));
         return 1;
       }
-      Floor floor = floorOf(w, stepsOf(w), threads, peak);
+      Floor floor = floorOf(w, threads, peak);
       double k = median(kiln), o = median(onnx);
       char ortCol[32] = "-", ratio[32] = "-";
       if (!onnx.empty()) {

@@ -68,7 +68,6 @@ double sigmoid(double v) { return 1 / (1 + std::exp(-v)); }
 Workload mlp(int64_t batch, Random& rng) {
   Workload w;
   w.name = "mlp_b" + std::to_string(batch);
-  w.title = "MLP 784-512-512-10, batch " + std::to_string(batch);
   std::string b = std::to_string(batch);
   w.program = "#[version = \"0.0.5\"]\n"
               "def @main(%x: Tensor[(" + b + ", 784), float32], %w1: Tensor[(512, 784), float32], %b1: Tensor[(512,), float32],\n"
@@ -101,8 +100,6 @@ constexpr int64_t kIn = 128, kHidden = 256;
 Workload lstm(int64_t steps, bool dynamic, Random& rng) {
   Workload w;
   w.name = dynamic ? "lstm_dyn" + std::to_string(steps) : "lstm" + std::to_string(steps);
-  w.title = dynamic ? "LSTM, steps from the input's shape (?), " + std::to_string(steps) + " steps"
-                    : "LSTM 128->256, " + std::to_string(steps) + " steps (tail-recursive loop)";
   std::string t = dynamic ? "?" : std::to_string(steps);
   w.program = "#[version = \"0.0.5\"]\n"
               "def @main(%xs: Tensor[(" + t + ", 1, 128), float32], %w_ih: Tensor[(1024, 128), float32],\n"
@@ -144,6 +141,7 @@ Workload lstm(int64_t steps, bool dynamic, Random& rng) {
   w.expected = toTensor(h, {1, kHidden});
   w.onnxKind = "lstm";
   w.weightBytes = 4.0 * steps * (4 * kHidden * (kIn + kHidden) + 8 * kHidden);
+  w.steps = static_cast<int>(steps);
   w.flops = 2.0 * steps * 4 * kHidden * (kIn + kHidden);
   return w;
 }
@@ -173,7 +171,6 @@ Matrix conv3x3(const Matrix& in, int64_t ci, int64_t hw, const Tensor& w, const 
 Workload cnn(Random& rng) {
   Workload w;
   w.name = "cnn";
-  w.title = "CNN 1x3x64x64: conv 3->32, conv 32->64 /2, mean, dense";
   w.program = "#[version = \"0.0.5\"]\n"
               "def @main(%x: Tensor[(1, 3, 64, 64), float32], %w1: Tensor[(32, 3, 3, 3), float32], %b1: Tensor[(32,), float32],\n"
               "          %w2: Tensor[(64, 32, 3, 3), float32], %b2: Tensor[(64,), float32],\n"
@@ -211,7 +208,6 @@ constexpr int64_t kTreeWidth = 128, kLeaves = 64;
 Workload tree(Random& rng) {
   Workload w;
   w.name = "tree64";
-  w.title = "binary tree of 64 leaves (1x128), recursion";
   w.program = "#[version = \"0.0.5\"]\n"
               "type BTree { BLeaf(Tensor[(1, 128), float32]), BNode(BTree, BTree) }\n"
               "def @main(%t: BTree, %w: Tensor[(128, 256), float32], %b: Tensor[(128,), float32]) -> Tensor[(1, 128), float32] {\n"
@@ -244,6 +240,7 @@ Workload tree(Random& rng) {
   }
   w.expected = toTensor(level[0], {1, kTreeWidth});
   w.weightBytes = 4.0 * (kLeaves - 1) * (kTreeWidth * 2 * kTreeWidth + kTreeWidth);
+  w.steps = kLeaves - 1;
   w.flops = 2.0 * (kLeaves - 1) * kTreeWidth * 2 * kTreeWidth;
   w.tree = true;
   return w;

@@ -21,13 +21,13 @@ namespace kiln::bench {
 
 struct Workload {
   std::string name;     // e.g. "mlp_b1"
-  std::string title;    // for the table
   std::string program;  // Relay text; @main's weight parameters are bound as constants
   std::vector<std::pair<std::string, Tensor>> weights;  // by parameter name, in ONNX initializer order
   std::vector<std::pair<std::string, Tensor>> inputs;   // @main's other parameters (tensors)
   Tensor expected;                                       // the reference result
   std::string onnxKind;  // what bench/ort/onnx_models.py builds ("": no ONNX counterpart)
   double weightBytes = 0;  // bytes of weights a run streams (per step for loops: times steps)
+  int steps = 1;           // weight-streaming steps a run makes (LSTM steps, tree nodes)
   double flops = 0;        // floating-point operations a run does
   bool tree = false;       // the input is the tree of `inputs` leaves, built as ADT values
 };

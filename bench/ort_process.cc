@@ -85,10 +85,12 @@ std::string OrtProcess::command(const std::string& line, std::string& error) {
     error = why_.empty() ? "the ORT runner is not running" : why_;
     return "";
   }
-  if (!line.empty()) {
-    std::fprintf(to_, "%s\n", line.c_str());
-    std::fflush(to_);
-  }
+  std::fprintf(to_, "%s\n", line.c_str());
+  std::fflush(to_);
+  return readLine(error);
+}
+
+std::string OrtProcess::readLine(std::string& error) {
   std::string reply;
   char buf[65536];
   while (std::fgets(buf, sizeof buf, from_)) {
@@ -107,7 +109,7 @@ bool OrtProcess::load(const std::string& dir, int threads, std::string& error) {
 bool OrtProcess::run(int iters, std::vector<double>& micros, std::vector<float>& output, std::string& error) {
   std::string times = command("run " + std::to_string(iters), error);
   if (times.rfind("times ", 0) != 0) return false;
-  std::string out = command("", error);  // "": read the reply's second line
+  std::string out = readLine(error);
   if (out.rfind("out ", 0) != 0) return false;
   micros.clear();
   output.clear();

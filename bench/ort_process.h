@@ -33,8 +33,9 @@ class OrtProcess {
   bool run(int iters, std::vector<double>& micros, std::vector<float>& output, std::string& error);
 
  private:
-  // Sends `line` (unless empty) and reads one line of reply.
+  // Sends `line` and reads the first line of the reply; readLine reads the next.
   std::string command(const std::string& line, std::string& error);
+  std::string readLine(std::string& error);
   std::string dir_, why_;
   pid_t pid_ = -1;
   FILE* to_ = nullptr;

@@ -187,7 +187,6 @@ struct GemmJob {
   float* c;
   bool transA, transB, accumulate;
   const float* packedB;  // all of B, packed in `layout`
-  int64_t npad;          // n rounded up to NR
   int64_t mc;            // rows per task
   PackedLayout layout;   // of packedB
 };
@@ -237,7 +236,7 @@ struct PackJob {
   const float* b;
   int64_t ldb;
   bool transB;
-  int64_t k, n, nr, npad, panels;
+  int64_t k, n, nr, panels;
   float* out;  // panel q's slice s at out + layout.block(q, s * KC)
   PackedLayout layout;
 };
@@ -322,8 +321,7 @@ struct SkinnyJob {
   int64_t aRow, aCol;
   const float* b;  // in place, when packed is null
   int64_t ldb;
-  const float* packed;  // packed panels (past the header), or null
-  int64_t npad;
+  const float* packed;  // packed panels (past the header, panel-major), or null
   float* c;
   int64_t ldc;
   bool accumulate;
@@ -443,11 +441,8 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
       for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
     return;
   }
-  if (m <= kSkinnyRows && !transB) {
-    int64_t nr = isa().tile.nr;
-    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, (n + nr - 1) / nr * nr, c, ldc,
-                       accumulate});
-  }
+  if (m <= kSkinnyRows && !transB)
+    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate});
   if (m <= kWideRows) return wideGemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate);
   const Isa& cpu = isa();
   int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
@@ -456,9 +451,9 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
   // parallel (serial packing held back the two-thread speed-up by ~10%).
   int64_t slices = (k + kKC - 1) / kKC;
   float* bp = scratch(1, static_cast<size_t>(slices * kKC * npad));
-  PackJob pack{b, ldb, transB, k, n, nr, npad, npad / nr, bp, {false, k, npad, nr}};
+  PackJob pack{b, ldb, transB, k, n, nr, npad / nr, bp, {false, k, npad, nr}};
   parallelFor(slices * pack.panels, k * n, packBTask, reinterpret_cast<void* const*>(&pack), nullptr);
-  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, bp, npad, 0, {false, k, npad, nr}};
+  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, bp, 0, {false, k, npad, nr}};
   // Rows per task: enough tasks for every thread, each a whole number of tiles.
   int threads = currentThreads();
   int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
@@ -481,7 +476,7 @@ void packGemmB(const float* b, int64_t ldb, bool transB, int64_t k, int64_t n, f
   std::memset(out, 0, sizeof(float) * kPackedHeaderFloats);
   std::memcpy(out, header, sizeof header);
   int64_t npad = (n + nr - 1) / nr * nr;
-  PackJob pack{b, ldb, transB, k, n, nr, npad, npad / nr, out + kPackedHeaderFloats, {true, k, npad, nr}};
+  PackJob pack{b, ldb, transB, k, n, nr, npad / nr, out + kPackedHeaderFloats, {true, k, npad, nr}};
   int64_t slices = (k + kKC - 1) / kKC;
   packBTask(reinterpret_cast<void* const*>(&pack), nullptr, 0, slices * pack.panels);
 }
@@ -500,8 +495,8 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   int64_t nr = isa().tile.nr, mr = isa().tile.mr;
   int64_t npad = (n + nr - 1) / nr * nr;
   if (m <= kSkinnyRows)
-    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, npad, c, ldc, accumulate});
-  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, npad, 0, {true, k, npad, nr}};
+    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate});
+  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, 0, {true, k, npad, nr}};
   int threads = currentThreads();
   int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
   job.mc = (mc + mr - 1) / mr * mr;

@@ -54,14 +54,18 @@ const float* KernelTable::prepared(const Tensor& t, loop::PreparedLayout layout,
   if (found == weightConstants_.end()) return nullptr;
   const Tensor& c = exe_->constants()[found->second];
   if (t.shape() != c.shape() || t.dtype() != c.dtype()) return nullptr;
-  // The packed size for this layout, or -1 when the constant does not fit it.
-  int64_t floats = -1;
+  // The packed form's two sizes and float count (-1: the constant does not fit the layout).
   const Shape& s = c.shape();
-  if (layout == loop::PreparedLayout::GemmB && s.size() == 2) {
-    bool transB = param != 0;
-    floats = jit::packedBFloats(transB ? s[1] : s[0], transB ? s[0] : s[1]);
-  } else if (layout == loop::PreparedLayout::ConvFilter && s.size() == 4) {
-    floats = jit::packedConvFilterFloats(s[0], s[1] * s[2] * s[3], param);
+  bool gemm = layout == loop::PreparedLayout::GemmB, transB = param != 0;
+  int64_t floats = -1, d0 = 0, d1 = 0;  // GemmB: k, n; ConvFilter: filters, weights per filter
+  if (gemm && s.size() == 2) {
+    d0 = transB ? s[1] : s[0];
+    d1 = transB ? s[0] : s[1];
+    floats = jit::packedBFloats(d0, d1);
+  } else if (!gemm && s.size() == 4) {
+    d0 = s[0];
+    d1 = s[1] * s[2] * s[3];
+    floats = jit::packedConvFilterFloats(d0, d1, param);
   }
   if (floats < 0) return nullptr;
   PreparedKey key{found->second, layout, param};
@@ -72,12 +76,8 @@ const float* KernelTable::prepared(const Tensor& t, loop::PreparedLayout layout,
   std::array<int64_t, 1> shape{floats};
   MemoryPools& pools = pools_ ? *pools_ : MemoryPools::processDefault();
   Tensor packed = allocateTensor(pools.forDevice(Device{}), DType::Float32, shape);
-  if (layout == loop::PreparedLayout::GemmB) {
-    bool transB = param != 0;
-    jit::packGemmB(c.data<float>(), s[1], transB, transB ? s[1] : s[0], transB ? s[0] : s[1], packed.data<float>());
-  } else {
-    jit::packConvFilter(c.data<float>(), s[0], s[1] * s[2] * s[3], param, packed.data<float>());
-  }
+  if (gemm) jit::packGemmB(c.data<float>(), s[1], transB, d0, d1, packed.data<float>());
+  else jit::packConvFilter(c.data<float>(), d0, d1, param, packed.data<float>());
   preparedStats_.count++;
   preparedStats_.bytes += packed.nbytes();
   return prepared_.emplace(key, std::move(packed)).first->second.data<float>();

@@ -271,6 +271,21 @@ TEST_CASE("dense, conv2d and pooling in other dtypes (the generic lowering)") {
   }
 }
 
+namespace {
+// C (m x n, ldc n) against a double-precision product of A and B as sgemm reads them.
+void checkProduct(const std::vector<float>& c, const std::vector<float>& c0, const std::vector<float>& a,
+                  const std::vector<float>& b, int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool acc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = acc ? c0[static_cast<size_t>(i * n + j)] : 0;
+      for (int64_t p = 0; p < k; ++p)
+        s += double(ta ? a[static_cast<size_t>(p * m + i)] : a[static_cast<size_t>(i * k + p)]) *
+             (tb ? b[static_cast<size_t>(j * k + p)] : b[static_cast<size_t>(p * n + j)]);
+      REQUIRE(c[static_cast<size_t>(i * n + j)] == doctest::Approx(s).epsilon(1e-4).scale(1.0));
+    }
+}
+}  // namespace
+
 TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slices and accumulate") {
   std::mt19937 rng(41);
   std::uniform_real_distribution<float> d(-1, 1);
@@ -296,32 +311,11 @@ TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slice
             for (float& v : c) v = d(rng);
             std::vector<float> c0 = c;
             jit::sgemm(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, c.data(), n, acc);
-            for (int64_t i = 0; i < m; ++i)
-              for (int64_t j = 0; j < n; ++j) {
-                double s = acc ? c0[static_cast<size_t>(i * n + j)] : 0;
-                for (int64_t p = 0; p < k; ++p)
-                  s += double(ta ? a[static_cast<size_t>(p * m + i)] : a[static_cast<size_t>(i * k + p)]) *
-                       (tb ? b[static_cast<size_t>(j * k + p)] : b[static_cast<size_t>(p * n + j)]);
-                REQUIRE(c[static_cast<size_t>(i * n + j)] == doctest::Approx(s).epsilon(1e-4).scale(1.0));
-              }
+            checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
           }
   device::setNumThreads(threadsBefore);
 }
 
-namespace {
-// C (m x n, ldc n) against a double-precision product of A and B as sgemm reads them.
-void checkProduct(const std::vector<float>& c, const std::vector<float>& c0, const std::vector<float>& a,
-                  const std::vector<float>& b, int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool acc) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = acc ? c0[static_cast<size_t>(i * n + j)] : 0;
-      for (int64_t p = 0; p < k; ++p)
-        s += double(ta ? a[static_cast<size_t>(p * m + i)] : a[static_cast<size_t>(i * k + p)]) *
-             (tb ? b[static_cast<size_t>(j * k + p)] : b[static_cast<size_t>(p * n + j)]);
-      REQUIRE(c[static_cast<size_t>(i * n + j)] == doctest::Approx(s).epsilon(1e-4).scale(1.0));
-    }
-}
-}  // namespace
 
 TEST_CASE("sgemm: few rows (skinny path) and prepacked B on odd shapes, against the reference") {
   std::mt19937 rng(43);
