@@ -25,6 +25,9 @@ struct ConvJob {
   const float* packedW;  // group g at packedW + g * k * mpad: KC slices of MR-tall panels
   int64_t cg, og, k, mpad, pixels;
   int64_t panelsPerTask, tasksPerImageGroup;
+  // The AVX-512 gathers: 32-wide panels, and every window coordinate and plane
+  // offset within int32 (they hold them in 32-bit lanes); otherwise portable.
+  bool vector;
 };
 
 // Where the panel's pixels start reading: lane j covers output pixel j0 + j.
@@ -52,12 +55,15 @@ PanelOrigin panelOrigin(const ConvJob& j, int64_t j0, int64_t nr) {
 
 // Row r of the panel, for contraction index kk = (c, ky, kx): the window
 // element of each lane, zero outside the image. Portable version.
-void gatherRowPortable(const ConvJob& j, const PanelOrigin& o, const float* plane, int64_t ky, int64_t kx, int64_t nr,
+// Portable version, in int64 coordinates (any image size): lane l covers output
+// pixel j0 + l, `count` lanes are valid.
+void gatherRowPortable(const ConvJob& j, int64_t j0, int64_t count, const float* plane, int64_t ky, int64_t kx, int64_t nr,
                        float* row) {
   for (int64_t l = 0; l < nr; ++l) {
     float v = 0;
-    if (l < o.count) {
-      int64_t iy = o.iy[l] + ky * j.d.dh, ix = o.ix[l] + kx * j.d.dw;
+    if (l < count) {
+      int64_t oy = (j0 + l) / j.d.ow, ox = (j0 + l) % j.d.ow;
+      int64_t iy = oy * j.d.sh - j.d.ph + ky * j.d.dh, ix = ox * j.d.sw - j.d.pw + kx * j.d.dw;
       if (iy >= 0 && iy < j.d.h && ix >= 0 && ix < j.d.w) v = plane[iy * j.d.w + ix];
     }
     row[l] = v;
@@ -163,12 +169,12 @@ __attribute__((target("avx512f"))) void gatherSlice512(const ConvJob& j, const P
   }
 }
 
-void gatherSlicePortable(const ConvJob& j, const PanelOrigin& o, const float* image, int64_t p0, int64_t kc, int64_t nr,
-                         float* bp) {
+void gatherSlicePortable(const ConvJob& j, int64_t j0, int64_t count, const float* image, int64_t p0, int64_t kc,
+                         int64_t nr, float* bp) {
   int64_t taps = j.d.kh * j.d.kw, plane = j.d.h * j.d.w;
   for (int64_t r = 0; r < kc; ++r) {
     int64_t kk = p0 + r;
-    gatherRowPortable(j, o, image + kk / taps * plane, kk % taps / j.d.kw, kk % j.d.kw, nr, bp + r * nr);
+    gatherRowPortable(j, j0, count, image + kk / taps * plane, kk % taps / j.d.kw, kk % j.d.kw, nr, bp + r * nr);
   }
 }
 
@@ -177,8 +183,6 @@ void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   const ConvJob& j = *reinterpret_cast<const ConvJob*>(ctx);
   const Isa& cpu = isa();
   int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
-  // Gathers index a plane with int32 offsets; larger planes take the portable path.
-  bool vector = nr == 32 && j.d.h * j.d.w <= INT32_MAX && __builtin_cpu_supports("avx512f");
   float* bp = scratch(1, static_cast<size_t>(kKC * nr));
   int64_t panels = (j.pixels + nr - 1) / nr;
   for (int64_t t = begin; t < end; ++t) {
@@ -190,15 +194,16 @@ void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
     const float* aGroup = j.packedW + g * j.k * j.mpad;
     for (int64_t q = first; q < std::min(panels, first + j.panelsPerTask); ++q) {
       int64_t j0 = q * nr;
-      PanelOrigin origin = panelOrigin(j, j0, nr);
+      int64_t count = std::min(nr, j.pixels - j0);
+      PanelOrigin origin = j.vector ? panelOrigin(j, j0, nr) : PanelOrigin{};
       for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
         int64_t kc = std::min(kKC, j.k - p0);
-        if (vector) gatherSlice512(j, origin, image, p0, kc, nr, bp);
-        else gatherSlicePortable(j, origin, image, p0, kc, nr, bp);
+        if (j.vector) gatherSlice512(j, origin, image, p0, kc, nr, bp);
+        else gatherSlicePortable(j, j0, count, image, p0, kc, nr, bp);
         const float* aslice = aGroup + (p0 / kKC) * kKC * j.mpad;
         for (int64_t ir = 0; ir < j.og; ir += mr)
-          cpu.micro(kc, aslice + (ir / mr) * mr * kc, bp, c + ir * j.pixels + j0, j.pixels, std::min(mr, j.og - ir),
-                    origin.count, p0 > 0);
+          cpu.micro(kc, aslice + (ir / mr) * mr * kc, bp, c + ir * j.pixels + j0, j.pixels, std::min(mr, j.og - ir), count,
+                    p0 > 0);
       }
     }
   }
@@ -265,7 +270,14 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
   int64_t panels = (pixels + nr - 1) / nr;
   int64_t wanted = std::max<int64_t>(1, 4 * device::currentThreads() / std::max<int64_t>(1, d.n * d.groups));
   int64_t perTask = (panels + std::min(panels, wanted) - 1) / std::min(panels, wanted);
-  ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, perTask, (panels + perTask - 1) / perTask};
+  // Window coordinates run from -padding to (out - 1) * stride + (window - 1) * dilation.
+  auto fits = [](int64_t out, int64_t stride, int64_t window, int64_t dilation, int64_t pad) {
+    return pad <= INT32_MAX && (out - 1) <= INT32_MAX / stride && (window - 1) <= INT32_MAX / dilation &&
+           (out - 1) * stride <= INT32_MAX - (window - 1) * dilation;
+  };
+  bool vector = nr == 32 && __builtin_cpu_supports("avx512f") && d.h * d.w <= INT32_MAX &&
+                fits(d.oh, d.sh, d.kh, d.dh, d.ph) && fits(d.ow, d.sw, d.kw, d.dw, d.pw);
+  ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, perTask, (panels + perTask - 1) / perTask, vector};
   device::parallelFor(d.n * d.groups * job.tasksPerImageGroup, d.n * d.o * pixels * k / 64, convTask,
                       reinterpret_cast<void* const*>(&job), nullptr);
 }

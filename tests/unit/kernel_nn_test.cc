@@ -415,3 +415,14 @@ TEST_CASE("direct convolution: prepacked filters give the per-call result; filte
     CHECK(plain[probe] == doctest::Approx(s).epsilon(1e-4));
   }
 }
+
+TEST_CASE("direct convolution: window coordinates past int32 take the 64-bit path, not a wrapped one") {
+  // Stride 2^32 over rows: output row 1 starts at input row 2^32, far outside
+  // the 3-row image (all zeros), which 32-bit coordinates would wrap to row 0.
+  jit::Conv2dDims d{1, 1, 3, 5, 1, 1, 3, 2, 3, int64_t(1) << 32, 1, 0, 0, 1, 1, 1};
+  std::vector<float> x(15), w{1.0f, 2.0f, 3.0f}, out(6, -1.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + 1);
+  jit::sconv2d(d, x.data(), w.data(), nullptr, out.data());
+  for (int64_t ox = 0; ox < 3; ++ox) CHECK(out[static_cast<size_t>(ox)] == x[ox] + 2 * x[ox + 1] + 3 * x[ox + 2]);
+  for (int64_t ox = 0; ox < 3; ++ox) CHECK(out[static_cast<size_t>(3 + ox)] == 0.0f);
+}
