@@ -50,9 +50,17 @@ std::shared_ptr<const Executable> Executable::build(Contents contents, std::shar
   // Kernel IR is checked before it is classified: classification lowers it,
   // and lowering trusts types.
   bytecode::verifyKernels(*exe);
+  for (const PrecompiledKernel& p : exe->c_.precompiled)
+    if (p.kernel >= exe->kernels_.size()) throw Error("invalid executable: precompiled code for a kernel that does not exist");
   for (auto& k : exe->kernels_) k.kind = kernel_ir::kernelKind(*k.function);
   bytecode::verify(*exe);
   return exe;
+}
+
+std::string_view Executable::precompiledCode(uint32_t k, Device device) const {
+  for (const PrecompiledKernel& p : c_.precompiled)
+    if (p.kernel == k && p.device == device) return p.code;
+  return {};
 }
 
 Executable::Contents Executable::contents() const {

@@ -4,8 +4,8 @@
 // Layout (little-endian):
 //   header, 32 bytes: magic "KILNEXE\0", u32 major, u32 minor, u64 payload bytes,
 //                     u64 checksum of the payload (64-bit FNV-1a over 8-byte words)
-//   payload: strings, devices, constructors, kernels, constants, functions, in
-//   that order. Devices are u32 words (kind << 16 | index); a function record
+//   payload: strings, devices, constructors, kernels, constants, functions, and
+//   (2.3) precompiled kernels, in that order. Devices are u32 words (kind << 16 | index); a function record
 //   carries each parameter's device after its type.
 //   A constant's data starts at a 64-byte aligned file offset and is padded to a
 //   multiple of 64 bytes, so a mapped file serves tensors in place.
@@ -312,6 +312,13 @@ std::vector<uint8_t> Executable::serialize() const {
     w.u32(static_cast<uint32_t>(f.code.size()));
     w.raw(f.code.data(), f.code.size() * 4);
   }
+  w.u32(static_cast<uint32_t>(c_.precompiled.size()));
+  for (const PrecompiledKernel& p : c_.precompiled) {
+    w.u32(p.kernel);
+    w.u32(bytecode::encodeDevice(p.device));
+    w.u64(p.code.size());
+    w.raw(p.code.data(), p.code.size());
+  }
   uint64_t payload = w.out.size() - kHeaderBytes;
   uint64_t sum = checksum(w.out.data() + kHeaderBytes, payload);
   std::memcpy(w.out.data() + 16, &payload, 8);
@@ -424,6 +431,20 @@ std::shared_ptr<const Executable> Executable::fromImage(std::shared_ptr<const vo
     f.code.resize(words);
     r.get(f.code.data(), static_cast<size_t>(words) * 4);
     contents.functions.push_back(std::move(f));
+  }
+  if (minor >= 3) {
+    uint32_t np = r.count(16);
+    for (uint32_t i = 0; i < np; ++i) {
+      PrecompiledKernel p;
+      p.kernel = r.u32();
+      if (p.kernel >= nk) throw Error("invalid executable: precompiled code for a kernel that does not exist");
+      p.device = readDevice(r);
+      uint64_t bytes = r.u64();
+      if (bytes > r.remaining()) throw Error("invalid executable: precompiled code exceeds the file");
+      const uint8_t* code = r.skip(static_cast<size_t>(bytes));
+      p.code.assign(reinterpret_cast<const char*>(code), static_cast<size_t>(bytes));
+      contents.precompiled.push_back(std::move(p));
+    }
   }
   return build(std::move(contents), std::move(owner));
 }

@@ -1,5 +1,5 @@
 // A kernel loaded into the CUDA driver: its PTX module, one function per
-// launch, and the host plan (nvptx_codegen.h) that run() walks to launch them.
+// launch, and the host plan (gpu_plan.h) that run() walks to launch them.
 //
 // Ownership: the module stays loaded for the life of the process (compiled
 // kernels are cached process-wide, like the CPU's machine code). Immutable after
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "device/cuda_stream.h"
-#include "jit/nvptx_codegen.h"
+#include "jit/gpu_plan.h"
 
 namespace kiln::jit {
 

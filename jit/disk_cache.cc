@@ -1,9 +1,6 @@
 // Reading and atomically writing cached kernel objects.
 #include "jit/disk_cache.h"
 
-#include <llvm/Object/ObjectFile.h>
-#include <llvm/Support/MemoryBuffer.h>
-
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -13,7 +10,7 @@
 
 namespace kiln::jit {
 
-uint64_t hashText(const std::string& s) {
+uint64_t hashText(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) {
     h ^= c;
@@ -50,31 +47,50 @@ std::optional<std::string> DiskCache::loadPtx(uint64_t hash, const std::string& 
   return ptx;
 }
 
-std::unique_ptr<llvm::MemoryBuffer> DiskCache::load(uint64_t hash, const std::string& key, const std::string& symbol) const {
-  std::ifstream k(path(hash, ".key"), std::ios::binary);
-  if (!k) return nullptr;
-  std::stringstream ss;
-  ss << k.rdbuf();
-  if (ss.str() != key) return nullptr;
-  auto buf = llvm::MemoryBuffer::getFile(path(hash, ".o"), /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!buf) return nullptr;
-  // Only a well-formed object that defines the expected entry point is a hit.
-  auto obj = llvm::object::ObjectFile::createObjectFile((*buf)->getMemBufferRef());
-  if (!obj) {
-    llvm::consumeError(obj.takeError());
-    return nullptr;
-  }
-  bool found = false;
-  for (const llvm::object::SymbolRef& sym : (*obj)->symbols()) {
-    auto name = sym.getName();
-    if (!name) {
-      llvm::consumeError(name.takeError());
-      continue;
-    }
-    found |= *name == symbol;
-  }
-  if (!found) return nullptr;
-  return std::move(*buf);
+std::optional<std::string> DiskCache::load(uint64_t hash, const std::string& key) const {
+  std::string sealed;
+  if (!readFile(path(hash, ".kobj"), sealed)) return std::nullopt;
+  auto object = unsealObject(sealed, key);
+  if (!object) return std::nullopt;
+  return std::string(*object);
+}
+
+namespace {
+constexpr char kSealMagic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '1'};
+constexpr size_t kSealHeader = 8 + 8 + 8 + 8;  // magic, key length, object length, checksum
+
+void putU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+uint64_t getU64(std::string_view s, size_t at) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(static_cast<unsigned char>(s[at + i])) << (8 * i);
+  return v;
+}
+uint64_t sealChecksum(std::string_view key, std::string_view object) {
+  return hashText(key) ^ (hashText(object) * 0x9e3779b97f4a7c15ull) ^ object.size();
+}
+}  // namespace
+
+std::string sealObject(const std::string& key, std::string_view object) {
+  std::string out(kSealMagic, sizeof kSealMagic);
+  putU64(out, key.size());
+  putU64(out, object.size());
+  putU64(out, sealChecksum(key, object));
+  out += key;
+  out.append(object.data(), object.size());
+  return out;
+}
+
+std::optional<std::string_view> unsealObject(std::string_view sealed, const std::string& key) {
+  if (sealed.size() < kSealHeader || sealed.compare(0, sizeof kSealMagic, std::string_view(kSealMagic, 8)) != 0)
+    return std::nullopt;
+  uint64_t keyLen = getU64(sealed, 8), objLen = getU64(sealed, 16), sum = getU64(sealed, 24);
+  uint64_t rest = sealed.size() - kSealHeader;
+  if (keyLen > rest || objLen != rest - keyLen) return std::nullopt;
+  std::string_view storedKey = sealed.substr(kSealHeader, keyLen), object = sealed.substr(kSealHeader + keyLen);
+  if (storedKey != key || sealChecksum(storedKey, object) != sum) return std::nullopt;
+  return object;
 }
 
 namespace {
@@ -94,12 +110,11 @@ bool writeAtomically(const std::string& target, const char* data, size_t size) {
 }
 }  // namespace
 
-void DiskCache::store(uint64_t hash, const std::string& key, llvm::MemoryBufferRef object) const {
+void DiskCache::store(uint64_t hash, const std::string& key, std::string_view object) const {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
-  // The object first: a key without its object is never taken for a hit.
-  if (writeAtomically(path(hash, ".o"), object.getBufferStart(), object.getBufferSize()))
-    writeAtomically(path(hash, ".key"), key.data(), key.size());
+  std::string sealed = sealObject(key, object);
+  writeAtomically(path(hash, ".kobj"), sealed.data(), sealed.size());
 }
 
 }  // namespace kiln::jit

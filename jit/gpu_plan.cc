@@ -1,11 +1,11 @@
 // Planning a LoopKernel's GPU launches: which statements become which launches
 // (and with what mapping), and what the host decides itself (branches on
-// shapes, loops around launches). Pure loop-IR analysis; see nvptx_codegen.h.
+// shapes, loops around launches). Pure loop-IR analysis; see gpu_plan.h.
 #include <algorithm>
 #include <functional>
 
 #include "kiln/error.h"
-#include "jit/nvptx_codegen.h"
+#include "jit/gpu_plan.h"
 
 namespace kiln::jit {
 

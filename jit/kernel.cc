@@ -1,11 +1,6 @@
 // CompiledKernel (lower, generate, compile; check and run) and the kernel cache.
 #include "jit/kernel.h"
 
-#include <llvm/Config/llvm-config.h>
-#include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/Module.h>
-#include <llvm/Support/MemoryBuffer.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,8 +8,10 @@
 
 #include "device/cuda_driver.h"
 #include "kernel_ir/lower.h"
-#include "jit/llvm_diagnostics.h"
-#include "jit/nvptx_codegen.h"
+#include "jit/codegen_backend.h"
+#include "jit/gpu_plan.h"
+#include "jit/host_cpu.h"
+#include "jit/object_loader.h"
 #include "kiln/error.h"
 #include "kernel_ir/shape_util.h"
 
@@ -86,8 +83,9 @@ namespace {
 // machine code made for an unchanged function, so no disk cache serves old code.
 constexpr int kCodegenVersion = 9;
 
-// Everything a compiled kernel depends on: its content, the device, the target,
-// LLVM and Kiln's own code generator.
+// Everything a compiled kernel depends on: its content, the device, the target
+// (the CPU's fingerprint, read without LLVM), LLVM's version and Kiln's own code
+// generator's.
 // The PTX architecture a GPU gets (its own, capped at what LLVM generates).
 int ptxArchitecture(Device device) { return std::min(cudaComputeCapability(device), kMaxPtxSm); }
 
@@ -98,15 +96,15 @@ std::string kernelKey(const FusedFunction& f, Device device) {
   if (device.kind == Device::Kind::CUDA) {
     target = "nvptx64|sm_" + std::to_string(ptxArchitecture(device));
   } else {
-    const CpuTarget& t = hostTarget();
-    target = t.triple + "|" + t.cpu + "|" + t.features;
+    target = hostCpuFingerprint();
   }
-  return unnamed.toString() + "|" + device.toString() + "|" + target + "|llvm" + LLVM_VERSION_STRING + "|codegen" +
+  return unnamed.toString() + "|" + device.toString() + "|" + target + "|llvm" + KILN_LLVM_VERSION + "|codegen" +
          std::to_string(kCodegenVersion);
 }
 }  // namespace
 
-CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, const DiskCache* disk)
+CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, const DiskCache* disk,
+                               std::string_view precompiled)
     : f_(std::move(f)), device_(device) {
   if (device.kind == Device::Kind::CUDA) {
     std::string why = cudaUnavailableReason();
@@ -124,42 +122,66 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
     for (const Shape& s : *staticShapes_) staticFlat_.insert(staticFlat_.end(), s.begin(), s.end());
   }
   auto t0 = std::chrono::steady_clock::now();
-  std::string key = kernelKey(f_, device);
-  uint64_t hash = hashText(key);
-  // One symbol per key: machine code is process-wide, so caches of different
-  // Runtimes asking for one key share it (cpu_jit.h). A kernel kept with its IR
-  // is a separate compile under its own name, and so is one whose object goes to
-  // a disk cache: that cache's directory is in the name, so its object is
-  // written even when a cache without it compiled the key first.
-  std::string symbol = "kiln_" + hex(hash) + (keepIR ? "_ir" : "");
-  if (disk && !keepIR && device.kind == Device::Kind::CPU) symbol += "_d" + hex(hashText(disk->dir())).substr(0, 8);
+  key_ = kernelKey(f_, device);
+  uint64_t hash = hashText(key_);
+  // One symbol per key: loaded machine code is process-wide (object_loader.h),
+  // so caches of different Runtimes asking for one key share it. A kernel kept
+  // with its IR is a separate compile under its own name.
+  symbol_ = "kiln_" + hex(hash) + (keepIR ? "_ir" : "");
   loops_ = lowerToLoops(f_, {.directConv = device.kind == Device::Kind::CPU});
   // Only CPU GEMMs read prepacked operands; a GPU kernel gets null pointers.
   if (device.kind == Device::Kind::CPU)
     for (const loop::BufferDecl& b : loops_.buffers)
       if (b.isPrepared()) prepared_.push_back({static_cast<uint32_t>(b.preparedFrom), b.preparedLayout, b.preparedParam});
   if (device.kind == Device::Kind::CUDA) {
-    compileForGpu(symbol, key, hash, keepIR, disk);
-    compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    return;
+    compileForGpu(symbol_, key_, hash, keepIR, disk);
+  } else {
+    compileForCpu(hash, keepIR, disk, precompiled);
   }
-  if (disk && !keepIR) {
-    if (auto object = disk->load(hash, key, symbol)) {
-      entry_ = loadCompiledObject(std::move(object), symbol);
-      fromDisk_ = true;
-      compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CompiledKernel::compileForCpu(uint64_t hash, bool keepIR, const DiskCache* disk, std::string_view precompiled) {
+  if (!keepIR) {
+    // Machine code made elsewhere is used only when it is whole and its key (the
+    // kernel, this CPU, this Kiln and LLVM) is this kernel's; a damaged or
+    // foreign object is refused by the loader and compiled afresh instead.
+    if ((entry_ = loadedKernel(symbol_))) {
+      source_ = Source::Loaded;
+      if (disk && !disk->load(hash, key_))
+        if (const std::string* object = loadedKernelObject(symbol_)) disk->store(hash, key_, *object);
       return;
     }
+    if (!precompiled.empty())
+      if (auto object = unsealObject(precompiled, key_)) {
+        try {
+          entry_ = loadKernelObject(*object, symbol_);
+          source_ = Source::Precompiled;
+          return;
+        } catch (const Error&) {
+        }
+      }
+    if (disk)
+      if (auto object = disk->load(hash, key_)) {
+        try {
+          entry_ = loadKernelObject(*object, symbol_);
+          source_ = Source::DiskCache;
+          return;
+        } catch (const Error&) {
+        }
+      }
   }
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  quietDiagnostics(*ctx);
-  auto module = emitCpuModule(loops_, *ctx, symbol, hostTarget());
-  DiskEntry entry;
-  if (disk && !keepIR) entry = DiskEntry{disk, hash, key};
-  CpuCompileResult r = compileForHost(std::move(module), std::move(ctx), symbol, keepIR, entry);
-  entry_ = r.entry;
-  ir_ = std::move(r.optimizedIR);
-  compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CpuObject compiled = codegenBackend().compileCpu(loops_, symbol_, keepIR);
+  entry_ = loadKernelObject(compiled.object, symbol_);
+  if (disk && !keepIR) disk->store(hash, key_, compiled.object);
+  ir_ = std::move(compiled.optimizedIR);
+  source_ = Source::Compiled;
+}
+
+std::string CompiledKernel::sealedMachineCode() const {
+  if (device_.kind != Device::Kind::CPU) return "";
+  const std::string* object = loadedKernelObject(symbol_);
+  return object ? sealObject(key_, *object) : "";
 }
 
 void CompiledKernel::compileForGpu(const std::string& symbol, const std::string& key, uint64_t hash, bool keepIR,
@@ -172,11 +194,11 @@ void CompiledKernel::compileForGpu(const std::string& symbol, const std::string&
     if (auto text = disk->loadPtx(hash, key, entries)) {
       ptx.ptx = std::move(*text);
       ptx.sm = ptxArchitecture(device_);
-      fromDisk_ = true;
+      source_ = Source::DiskCache;
     }
   }
-  if (!fromDisk_) {
-    ptx = emitPtx(loops_, symbol, ptxArchitecture(device_));
+  if (source_ != Source::DiskCache) {
+    ptx = codegenBackend().compilePtx(loops_, symbol, ptxArchitecture(device_));
     if (disk && !keepIR) disk->storePtx(hash, key, ptx.ptx);
   }
   if (keepIR) ir_ = ptx.ptx;
@@ -344,7 +366,8 @@ std::shared_ptr<const CompiledKernel> CompiledKernel::boundTo(Device device) con
   return k;
 }
 
-std::shared_ptr<const CompiledKernel> KernelCache::get(const FusedFunction& f, Device device, bool keepIR) {
+std::shared_ptr<const CompiledKernel> KernelCache::get(const FusedFunction& f, Device device, bool keepIR,
+                                                       std::string_view precompiled) {
   // The whole content, not just its hash, so a hash collision can never alias two kernels.
   std::string key = kernelKey(f, device) + (keepIR ? "|ir" : "");
   std::promise<std::shared_ptr<const CompiledKernel>> promise;
@@ -376,8 +399,13 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const FusedFunction& f, D
           std::lock_guard<std::mutex> lock(diskMu_);
           disk = disk_.get();
         }
-        kernel = std::make_shared<const CompiledKernel>(f, device, keepIR, disk);
-        if (kernel->fromDiskCache()) ++diskHits_;
+        kernel = std::make_shared<const CompiledKernel>(f, device, keepIR, disk, precompiled);
+        if (kernel->source() == CompiledKernel::Source::DiskCache) ++diskHits_;
+        if (kernel->source() == CompiledKernel::Source::Precompiled) ++precompiledHits_;
+        if (kernel->source() == CompiledKernel::Source::Compiled) ++codegens_;
+        double sum = kernelMillis_.load();
+        while (!kernelMillis_.compare_exchange_weak(sum, sum + kernel->compileMillis())) {
+        }
       }
       promise.set_value(std::move(kernel));
     } catch (...) {

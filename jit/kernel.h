@@ -7,6 +7,12 @@
 // requests for one kernel compile it once, the others wait for that result.
 // CompiledKernel is immutable and safe to run from many threads at once.
 //
+// A CPU kernel's machine code comes from the first of: this process (another
+// cache loaded the same key), the executable's precompiled section, the disk
+// cache, and the code generator (jit/codegen_backend.h), which is the only one
+// that loads LLVM. Whatever its source, the code is a relocatable object that
+// object_loader.h maps; one whose key or checksum does not match is never run.
+//
 // On a GPU (cuda:N) the kernel is PTX for the GPU's architecture, loaded into
 // the driver; run() queues its launches on the calling thread's current stream
 // (cuda_stream.h) and returns without waiting, or waits when no stream is
@@ -23,9 +29,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "jit/cpu_jit.h"
 #include "jit/cuda_kernel.h"
 #include "jit/disk_cache.h"
+#include "jit/object_loader.h"
 #include "kernel_ir/fused_function.h"
 #include "kernel_ir/loop_ir.h"
 #include "kiln/tensor.h"
@@ -34,8 +40,18 @@ namespace kiln::jit {
 
 class CompiledKernel {
  public:
-  CompiledKernel(kernel_ir::FusedFunction f, Device device, bool keepIR, const DiskCache* disk = nullptr);
-  bool fromDiskCache() const { return fromDisk_; }
+  // `precompiled`: a sealed object for this kernel (sealObject), used when it matches.
+  CompiledKernel(kernel_ir::FusedFunction f, Device device, bool keepIR, const DiskCache* disk = nullptr,
+                 std::string_view precompiled = {});
+  // Where the machine code came from.
+  enum class Source : uint8_t { Compiled, Loaded, DiskCache, Precompiled };
+  Source source() const { return source_; }
+  bool fromDiskCache() const { return source_ == Source::DiskCache; }
+  // The kernel's key (its content, device, target and compiler versions).
+  const std::string& key() const { return key_; }
+  // A CPU kernel's machine code sealed with its key, for an executable's
+  // precompiled section ("" on a GPU).
+  std::string sealedMachineCode() const;
   // The same machine code serving another device of the same kind (cpu:1).
   std::shared_ptr<const CompiledKernel> boundTo(Device device) const;
 
@@ -78,6 +94,7 @@ class CompiledKernel {
   kernel_ir::FusedFunction f_;
   Device device_;
   loop::LoopKernel loops_;
+  void compileForCpu(uint64_t hash, bool keepIR, const DiskCache* disk, std::string_view precompiled);
   void compileForGpu(const std::string& symbol, const std::string& key, uint64_t hash, bool keepIR, const DiskCache* disk);
   void launch(TensorRefs inputs, TensorRefs outputs, const std::vector<Shape>& shapes,
               std::span<const float* const> prepared) const;
@@ -91,7 +108,8 @@ class CompiledKernel {
   KernelEntry entry_ = nullptr;                // on a CPU device
   std::shared_ptr<const GpuKernel> gpu_;       // on a GPU
   double compileMillis_ = 0;
-  bool fromDisk_ = false;
+  Source source_ = Source::Compiled;
+  std::string key_, symbol_;
 };
 
 class KernelCache {
@@ -102,11 +120,16 @@ class KernelCache {
   static KernelCache& global();
 
   // Compiles on first use; `keepIR` keeps the optimized LLVM IR for printing.
-  std::shared_ptr<const CompiledKernel> get(const kernel_ir::FusedFunction& f, Device device = {}, bool keepIR = false);
+  // `precompiled` is the executable's sealed machine code for `f`, if it has some.
+  std::shared_ptr<const CompiledKernel> get(const kernel_ir::FusedFunction& f, Device device = {}, bool keepIR = false,
+                                            std::string_view precompiled = {});
 
   size_t hits() const { return hits_; }
-  size_t compiles() const { return compiles_; }
+  size_t compiles() const { return compiles_; }  // kernels made: compiled, or loaded from elsewhere
   size_t diskHits() const { return diskHits_; }
+  size_t precompiledHits() const { return precompiledHits_; }
+  size_t codegens() const { return codegens_; }  // compiled by the code generator (LLVM)
+  double kernelMillis() const { return kernelMillis_.load(); }  // making kernels, summed over threads
 
   // The on-disk cache directory ("" disables it). Defaults to $KILN_CACHE_DIR.
   void setDiskCacheDir(const std::string& dir);
@@ -119,7 +142,8 @@ class KernelCache {
   mutable std::mutex diskMu_;
   std::mutex mu_;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> kernels_;
-  std::atomic<size_t> hits_{0}, compiles_{0};
+  std::atomic<size_t> hits_{0}, compiles_{0}, precompiledHits_{0}, codegens_{0};
+  std::atomic<double> kernelMillis_{0};
 };
 
 }  // namespace kiln::jit

@@ -2,8 +2,11 @@
 #include "runtime/kernel_table.h"
 
 #include <array>
+#include <atomic>
+#include <chrono>
 
 #include "bytecode/opcodes.h"
+#include "device/thread_pool.h"
 #include "jit/conv2d.h"
 #include "jit/gemm.h"
 #include "jit/kernel.h"
@@ -43,9 +46,44 @@ const jit::CompiledKernel& KernelTable::compiled(uint32_t k, Device device) {
     if (it != compiled_.end()) return *it->second;
   }
   // The cache compiles each kernel once even when many threads ask at once.
-  auto kernel = cache_->get(*exe_->kernels()[k].function, device);
+  auto kernel = cache_->get(*exe_->kernels()[k].function, device, false, exe_->precompiledCode(k, device));
   std::lock_guard<std::mutex> lock(mu_);
   return *compiled_.emplace(key, std::move(kernel)).first->second;
+}
+
+namespace {
+struct CompileAllJob {
+  KernelTable* table;
+  const std::vector<uint32_t>* kernels;
+  Device device;
+};
+void compileSome(void* const* buffers, const int64_t*, int64_t begin, int64_t end) {
+  auto* job = static_cast<CompileAllJob*>(buffers[0]);
+  for (int64_t i = begin; i < end; ++i) {
+    try {
+      job->table->compiled((*job->kernels)[static_cast<size_t>(i)], job->device);
+    } catch (const std::exception&) {
+      // Reported again, to the caller that needs the kernel, at its first call.
+    }
+  }
+}
+}  // namespace
+
+double KernelTable::compileAll(device::ThreadPool* pool) {
+  auto t0 = std::chrono::steady_clock::now();
+  Device device = exe_->devices().front();
+  if (device.kind != Device::Kind::CPU) return 0;
+  std::vector<uint32_t> kernels;
+  for (uint32_t k = 0; k < exe_->kernels().size(); ++k)
+    if (exe_->kernels()[k].kind == KernelKind::Compiled) kernels.push_back(k);
+  if (kernels.empty()) return 0;
+  CompileAllJob job{this, &kernels, device};
+  void* buffers[1] = {&job};
+  // One kernel per piece; `work` large enough that the pool always shares it out.
+  int64_t n = static_cast<int64_t>(kernels.size());
+  if (pool) pool->parallelFor(n, int64_t(1) << 40, compileSome, buffers, nullptr);
+  else device::parallelFor(n, int64_t(1) << 40, compileSome, buffers, nullptr);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 

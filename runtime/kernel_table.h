@@ -11,6 +11,13 @@
 // (counted in their statistics and in preparedStats()); they are the runtime's,
 // not the executable's: nothing of them is serialized.
 //
+// Kernels are compiled through the Runtime's cache, which takes the executable's
+// precompiled machine code for a kernel when it matches this CPU and build
+// (kiln/executable.h), then the disk cache, then the code generator.
+// compileAll() makes every kernel up front, in parallel on a thread pool (what a
+// Runtime does when it first sees an executable, unless told not to), so a cold
+// start compiles on every core instead of one kernel at a time at first call.
+//
 // Thread-safety: every member may be called from any thread. Scalar evaluators
 // are built when the table is made and only read after. compiled() takes a lock
 // to find a kernel (VMs remember what it returns, so they ask once per kernel and
@@ -35,6 +42,9 @@ class KernelCache;
 namespace kiln::kernel_ir {
 class ScalarKernel;
 }  // namespace kiln::kernel_ir
+namespace kiln::device {
+class ThreadPool;
+}  // namespace kiln::device
 
 namespace kiln::runtime {
 
@@ -48,6 +58,11 @@ class KernelTable {
   const Executable& executable() const { return *exe_; }
   // Kernel `k` compiled for `device`, compiling it on first use; throws kiln::Error.
   const jit::CompiledKernel& compiled(uint32_t k, Device device = {});
+  // Compiles (or loads) every JIT kernel for the executable's default device when
+  // that is a CPU, in parallel on `pool` (null: the process default pool), and
+  // returns the wall time it took. A kernel that fails is left to its first call,
+  // which reports the error.
+  double compileAll(device::ThreadPool* pool);
   // `t` prepared in `layout` (GemmB: packed as a GEMM's B operand, param 1 when
   // stored n x k; ConvFilter: packed as a convolution's filters, param = groups)
   // when it is one of the executable's constants (or a view of one, same shape),

@@ -1,12 +1,15 @@
 // Runtime: the kernel cache, thread pool, pools and kernel tables apps share.
 #include "kiln/runtime.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <string>
 #include <mutex>
 #include <unordered_map>
 
 #include "device/cuda_driver.h"
 #include "device/thread_pool.h"
+#include "jit/codegen_backend.h"
 #include "jit/kernel.h"
 #include "runtime/kernel_table.h"
 
@@ -23,11 +26,13 @@ struct Runtime::State {
   // address cannot be reused while the entry is live; expired entries are
   // dropped as new ones are made.
   std::unordered_map<const Executable*, std::weak_ptr<runtime::KernelTable>> tables;
+  std::atomic<double> compileOnLoadMillis{0};
 };
 
 RuntimeOptions RuntimeOptions::fromEnvironment() {
   RuntimeOptions o;
   if (const char* dir = std::getenv("KILN_CACHE_DIR")) o.kernelCacheDir = dir;
+  if (const char* c = std::getenv("KILN_COMPILE_ON_LOAD")) o.compileOnLoad = std::string(c) != "0";
   return o;
 }
 
@@ -61,6 +66,12 @@ RuntimeStats Runtime::stats() const {
   r.kernelCompiles = state_->cache->compiles();
   r.kernelCacheHits = state_->cache->hits();
   r.diskCacheHits = state_->cache->diskHits();
+  r.precompiledHits = state_->cache->precompiledHits();
+  r.codegenCompiles = state_->cache->codegens();
+  r.kernelMillis = state_->cache->kernelMillis();
+  r.compileOnLoadMillis = state_->compileOnLoadMillis.load();
+  r.codegenLoaded = jit::codegenBackendLoaded();
+  r.codegenLoadMillis = jit::codegenBackendLoadMillis();
   device::ThreadPoolStats p =
       state_->pool ? state_->pool->stats() : device::ThreadPool::processDefault()->stats();
   r.threads = p.threads;
@@ -77,14 +88,40 @@ jit::KernelCache& Runtime::kernelCache() const { return *state_->cache; }
 
 device::ThreadPool* Runtime::threadPool() const { return state_->pool.get(); }
 
+std::shared_ptr<const Executable> Runtime::precompile(const std::shared_ptr<const Executable>& exe) {
+  Executable::Contents c = exe->contents();
+  Device device = exe->devices().front();
+  if (device.kind != Device::Kind::CPU) return exe;
+  auto table = kernelTable(exe);
+  table->compileAll(state_->pool.get());
+  c.precompiled.clear();
+  for (uint32_t k = 0; k < exe->kernels().size(); ++k) {
+    if (exe->kernels()[k].kind != KernelKind::Compiled) continue;
+    std::string code = table->compiled(k, device).sealedMachineCode();  // throws what the kernel's compile throws
+    if (!code.empty()) c.precompiled.push_back(PrecompiledKernel{k, device, std::move(code)});
+  }
+  return Executable::build(std::move(c));
+}
+
 std::shared_ptr<runtime::KernelTable> Runtime::kernelTable(const std::shared_ptr<const Executable>& exe) {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  auto& tables = state_->tables;
-  if (auto it = tables.find(exe.get()); it != tables.end())
-    if (auto t = it->second.lock()) return t;
-  for (auto it = tables.begin(); it != tables.end();) it = it->second.expired() ? tables.erase(it) : std::next(it);
-  auto table = std::make_shared<runtime::KernelTable>(exe, state_->cache, state_->pools);
-  tables[exe.get()] = table;
+  std::shared_ptr<runtime::KernelTable> table;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    auto& tables = state_->tables;
+    if (auto it = tables.find(exe.get()); it != tables.end())
+      if (auto t = it->second.lock()) return t;
+    for (auto it = tables.begin(); it != tables.end();) it = it->second.expired() ? tables.erase(it) : std::next(it);
+    table = std::make_shared<runtime::KernelTable>(exe, state_->cache, state_->pools);
+    tables[exe.get()] = table;
+  }
+  // Outside the lock: another VM over the same executable meanwhile finds the
+  // table and waits, kernel by kernel, in the cache for what is being compiled.
+  if (state_->options.compileOnLoad) {
+    double ms = table->compileAll(state_->pool.get());
+    double sum = state_->compileOnLoadMillis.load();
+    while (!state_->compileOnLoadMillis.compare_exchange_weak(sum, sum + ms)) {
+    }
+  }
   return table;
 }
 

@@ -18,10 +18,11 @@
 #include "compiler/passes/to_fused_function.h"
 #include "jit/kernel.h"
 #include "kernel_ir/lower.h"
-#include "jit/nvptx_codegen.h"
+#include "jit/codegen_backend.h"
 #include "kernel_ir/kernel_kind.h"
 #include "kernel_ir/shape_util.h"
 #include "kiln/error.h"
+#include "kiln/runtime.h"
 
 namespace {
 
@@ -42,6 +43,8 @@ void usage(std::FILE* out) {
                "  --emit ptx       print each kernel's PTX (sm_90) and its launches (no GPU needed)\n"
                "  --no-prelude     do not add the prelude's definitions\n"
                "  --no-memory-plan give every kernel output its own storage (no sharing between temporaries)\n"
+               "  --precompile     with -o: also store every CPU kernel's machine code for this CPU (a load on a\n"
+               "                   machine like this one compiles nothing; elsewhere the kernels are compiled)\n"
                "  -o OUT           write the executable (for vmrun and the C++ API)\n"
                "  --params F.npz   bind @main's parameters of those names to the arrays as constants\n"
                "  --device LIST    devices, the first the default: where the program computes (cpu, cpu:1, ...);\n"
@@ -84,7 +87,8 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
     } else if (emit == "ptx" && kiln::kernel_ir::isDynamicKernel(f)) {
       out += "// a data-dependent operator: it runs natively on the host, no PTX\n\n";
     } else if (emit == "ptx") {
-      kiln::jit::PtxModule ptx = kiln::jit::emitPtx(kiln::kernel_ir::lowerToLoops(f), f.name);
+      kiln::jit::PtxModule ptx =
+          kiln::jit::codegenBackend().compilePtx(kiln::kernel_ir::lowerToLoops(f), f.name, kiln::jit::kMaxPtxSm);
       out += "// sm_" + std::to_string(ptx.sm) + "; what the host runs:\n" + kiln::jit::describePlan(ptx) + ptx.ptx + "\n";
     } else {
       out += kiln::jit::KernelCache::global().get(f, {}, true)->optimizedIR() + "\n";
@@ -97,7 +101,7 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
 
 int main(int argc, char** argv) {
   std::string program, out, emit, paramsFile, devices = "cpu";
-  bool prelude = true, planMemory = true;
+  bool prelude = true, planMemory = true, precompile = false;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -116,6 +120,8 @@ int main(int argc, char** argv) {
       prelude = false;
     } else if (a == "--no-memory-plan") {
       planMemory = false;
+    } else if (a == "--precompile") {
+      precompile = true;
     } else if (!a.empty() && a[0] == '-') {
       usage(stderr);
       return fail(2, "error: unknown option '" + a + "'");
@@ -133,6 +139,7 @@ int main(int argc, char** argv) {
   if (!emit.empty() && std::find(emits.begin(), emits.end(), emit) == emits.end())
     return fail(2, "error: --emit " + emit + " is not available (available: ir, parsed, fused, anf, lifted, devices, bytecode, memory, kernels, loops, llvm, ptx)");
   if (emit.empty() && out.empty()) return fail(2, "error: nothing to do: give -o OUT or --emit WHAT");
+  if (precompile && out.empty()) return fail(2, "error: --precompile needs -o OUT");
 
   try {
     kiln::CompileOptions copts;
@@ -169,6 +176,7 @@ int main(int argc, char** argv) {
       return describeKernels(*stages.fused, emit);
     });
     std::fwrite(text.data(), 1, text.size(), stdout);
+    if (precompile) exe = kiln::Runtime::create({})->precompile(exe);
     if (!out.empty()) exe->save(out);
     return 0;
   } catch (const kiln::Error& e) {

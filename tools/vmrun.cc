@@ -236,6 +236,7 @@ int run(int argc, char** argv) {
   probe.read(reinterpret_cast<char*>(magic), sizeof magic);
   bool isExe = kiln::Executable::looksLikeExecutable({magic, static_cast<size_t>(probe.gcount())});
   std::shared_ptr<const kiln::Executable> exe;
+  auto loadStart = std::chrono::steady_clock::now();
   if (isExe) {
     exe = kiln::Executable::load(program);
     // Placement happened when it was compiled.
@@ -254,6 +255,7 @@ int run(int argc, char** argv) {
     exe = kiln::compile(kiln::compiler::readSourceFile(program), program, opts);
     params.clear();  // bound as constants
   }
+  double loadMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - loadStart).count();
   if (printBytecode) {
     std::string text = exe->disassemble();
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -310,7 +312,10 @@ int run(int argc, char** argv) {
   kiln::VMOptions vmo;
   vmo.maxCallDepth = maxDepth;
   vmo.memoryLimit = memoryLimit;
-  kiln::VirtualMachine vm(exe, vmo);
+  size_t compilesBefore = kiln::jit::KernelCache::global().compiles();
+  auto vmStart = std::chrono::steady_clock::now();
+  kiln::VirtualMachine vm(exe, vmo);  // makes the executable's kernels (compile on load)
+  double vmMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - vmStart).count();
   try {
     vm.checkArguments(function, argv2);
   } catch (const Error& e) {
@@ -319,16 +324,19 @@ int run(int argc, char** argv) {
   if (profile || !traceFile.empty()) vm.enableProfiling(!traceFile.empty());
   if (stats) vm.enableMemoryTrace();
 
-  size_t compilesBefore = kiln::jit::KernelCache::global().compiles();
   Value result;
   std::vector<double> times;
-  for (int w = 0; w < warmup; ++w) result = vm.invoke(function, argv2);
-  int runs = std::max(repeat, 1);
-  for (int r = 0; r < runs; ++r) {
+  double firstRunMs = -1;
+  auto timedInvoke = [&] {
     auto t0 = std::chrono::steady_clock::now();
     result = vm.invoke(function, argv2);
-    times.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
-  }
+    double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    if (firstRunMs < 0) firstRunMs = ns / 1e6;
+    return ns;
+  };
+  for (int w = 0; w < warmup; ++w) timedInvoke();
+  int runs = std::max(repeat, 1);
+  for (int r = 0; r < runs; ++r) times.push_back(timedInvoke());
 
   // Results computed on a GPU come to the host to be printed and saved.
   if (std::any_of(exe->devices().begin(), exe->devices().end(), [](kiln::Device d) { return d.kind == kiln::Device::Kind::CUDA; }))
@@ -403,6 +411,12 @@ int run(int argc, char** argv) {
     }
     std::fprintf(stderr, "jit: %zu kernels used, %zu compiled in this process (%.1f ms), %zu memory-cache hits, %zu disk-cache hits\n",
                  compiled, cache.compiles() - compilesBefore, compileMs, cache.hits(), cache.diskHits());
+    kiln::RuntimeStats rs = vm.runtime().stats();
+    std::fprintf(stderr, "kernels: %zu by the code generator, %zu precompiled, %zu from the disk cache; code generator %s\n",
+                 cache.codegens(), cache.precompiledHits(), cache.diskHits(),
+                 rs.codegenLoaded ? ("loaded (" + ms(rs.codegenLoadMillis * 1e6) + ")").c_str() : "not loaded (no LLVM in this process)");
+    std::fprintf(stderr, "time: load %s, kernels %s (on load, parallel), first run %s\n", ms(loadMs * 1e6).c_str(),
+                 ms(vmMs * 1e6).c_str(), ms(firstRunMs * 1e6).c_str());
     auto prepared = vm.runtime().kernelTable(exe)->preparedStats();
     std::fprintf(stderr, "prepared constants: %llu packed weight(s), %llu bytes, shared by the executable's VMs\n",
                  static_cast<unsigned long long>(prepared.count), static_cast<unsigned long long>(prepared.bytes));

@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/kernel_kind.h"
@@ -71,12 +72,24 @@ struct KernelInfo {
   KernelKind kind = KernelKind::Compiled;
 };
 
+// Machine code for one kernel made ahead of time (`kilnc --precompile`). Opaque
+// to the format: the runtime's kernel cache seals it with the kernel's full key
+// (its content, the CPU's model and features, Kiln's code generator and LLVM
+// versions) and a checksum, and uses it only when all of them match; otherwise
+// it compiles the kernel's IR, which the executable always keeps.
+struct PrecompiledKernel {
+  uint32_t kernel = 0;  // index into kernels()
+  Device device;
+  std::string code;
+};
+
 class Executable {
  public:
   static constexpr uint32_t kMajorVersion = 2;
   // 2.1: reference cells (the ref opcodes, TypeDesc::Kind::Ref).
   // 2.2: alloc_tensor_own.
-  static constexpr uint32_t kMinorVersion = 2;
+  // 2.3: the precompiled section (machine code per kernel), after the functions.
+  static constexpr uint32_t kMinorVersion = 3;
 
   // What an executable is made of, as the compiler emits it and the loader reads it.
   struct Contents {
@@ -88,6 +101,7 @@ class Executable {
     // The devices it was compiled for, the default (compute) device first; the
     // host cpu is always among them.
     std::vector<Device> devices{Device{}};
+    std::vector<PrecompiledKernel> precompiled;
   };
 
   // Classifies every kernel and verifies every instruction (throws kiln::Error).
@@ -103,6 +117,9 @@ class Executable {
   const std::vector<ConstructorInfo>& constructors() const { return c_.constructors; }
   const std::vector<std::string>& strings() const { return c_.strings; }
   const std::vector<Device>& devices() const { return c_.devices; }
+  const std::vector<PrecompiledKernel>& precompiled() const { return c_.precompiled; }
+  // Kernel `k`'s precompiled code for `device`, or "" (a view into this executable).
+  std::string_view precompiledCode(uint32_t k, Device device) const;
 
   const BytecodeFunction* findFunction(std::string_view name) const;
   int64_t functionIndex(std::string_view name) const;  // -1 when absent

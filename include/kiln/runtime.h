@@ -51,15 +51,25 @@ struct RuntimeOptions {
   std::string kernelCacheDir;
   // Most bytes each device's pool in pools() may hold; 0: no limit.
   uint64_t memoryLimit = 0;
+  // Make every kernel of an executable when the Runtime first sees it (its first
+  // VM), in parallel on the pool, instead of one by one at each kernel's first call.
+  bool compileOnLoad = true;
 
-  // What the default Runtime uses: KILN_CACHE_DIR; threads from the default pool.
+  // What the default Runtime uses: KILN_CACHE_DIR, KILN_COMPILE_ON_LOAD (0: off);
+  // threads from the default pool.
   static RuntimeOptions fromEnvironment();
 };
 
 struct RuntimeStats {
-  uint64_t kernelCompiles = 0;   // kernels compiled (or loaded from disk) by this Runtime's cache
+  uint64_t kernelCompiles = 0;   // kernels made by this Runtime's cache (compiled or loaded)
   uint64_t kernelCacheHits = 0;  // requests served from memory
-  uint64_t diskCacheHits = 0;    // compiles served from the disk cache
+  uint64_t diskCacheHits = 0;    // kernels loaded from the disk cache
+  uint64_t precompiledHits = 0;  // kernels loaded from an executable's precompiled code
+  uint64_t codegenCompiles = 0;  // kernels the code generator (LLVM) compiled
+  double kernelMillis = 0;       // time spent making kernels (summed over threads)
+  double compileOnLoadMillis = 0;  // wall time of compileOnLoad, over every executable
+  bool codegenLoaded = false;    // whether this process has loaded the code generator (LLVM)
+  double codegenLoadMillis = 0;  // and how long opening it took
   int threads = 1;               // the pool's size
   int64_t parallelLoops = 0;     // parallel loops shared out among the pool's threads
   int64_t busyInline = 0;        // loops big enough to share that ran inline: the pool was busy
@@ -81,6 +91,12 @@ class Runtime {
   RuntimeStats stats() const;
   // Why CUDA cannot be used in this process ("" when it can).
   std::string cudaUnavailableReason() const;
+
+  // A copy of `exe` that carries the machine code of each of its CPU kernels for
+  // this CPU (compiled, or taken from this Runtime's caches), so that loading it
+  // on a machine like this one compiles nothing and never loads LLVM; on another
+  // CPU the kernels' IR is compiled as usual. What `kilnc --precompile` saves.
+  std::shared_ptr<const Executable> precompile(const std::shared_ptr<const Executable>& exe);
 
   // Memory pools for VMs that share cached memory (pass as VMOptions::pools).
   const std::shared_ptr<MemoryPools>& pools() const;

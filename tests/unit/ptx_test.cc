@@ -15,7 +15,7 @@
 #include "compiler/pipeline.h"
 #include "kernel_ir/lower.h"
 #include "ops/registry.h"
-#include "jit/nvptx_codegen.h"
+#include "codegen/nvptx_codegen.h"
 #include "kernel_ir/op.h"
 #include "kernel_ir/kernel_kind.h"
 

@@ -4,7 +4,7 @@
 #include <cfloat>
 #include <limits>
 
-#include "jit/vector_math.h"
+#include "codegen/vector_math.h"
 #include "kernel_util.h"
 
 using namespace kiln;

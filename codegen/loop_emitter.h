@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "kernel_ir/loop_ir.h"
-#include "jit/vector_math.h"
+#include "codegen/vector_math.h"
 #include "kiln/error.h"
 
 namespace kiln::jit {

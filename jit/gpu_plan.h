@@ -1,5 +1,8 @@
-// GPU code generation: a LoopKernel to PTX through LLVM's NVPTX backend, over
-// the same loop-level representation (and the same LoopEmitter) as the CPU.
+// The GPU launch plan of a LoopKernel and the PTX module it goes with. The PTX
+// itself comes from codegen/nvptx_codegen.h (LLVM's NVPTX backend, over the same
+// loop-level representation and LoopEmitter as the CPU), through the code
+// generator the runtime loads on demand (jit/codegen_backend.h); the plan is pure
+// loop-IR analysis, so a PTX module from the disk cache needs no LLVM.
 //
 // A kernel becomes one PTX module with an entry point per launch and a plan the
 // host walks (PtxStep): launches in order on one stream (a launch boundary is
@@ -73,18 +76,11 @@ struct PtxModule {
 // The newest compute capability LLVM 19 generates code for.
 constexpr int kMaxPtxSm = 90;
 
-// Lowers `k` to PTX for compute capability `sm` (capped at kMaxPtxSm). Throws
-// kiln::Error when LLVM rejects it or libdevice is needed and missing.
-PtxModule emitPtx(const loop::LoopKernel& k, const std::string& symbol, int sm = kMaxPtxSm);
 // The same module without its PTX (cheap: a disk-cache hit needs only this).
 PtxModule planPtx(const loop::LoopKernel& k, const std::string& symbol);
 
 // The host's plan as comment lines: launches with their mappings, host
 // branches and host loops, indented by nesting.
 std::string describePlan(const PtxModule& m);
-
-// Where libdevice is looked for: $KILN_LIBDEVICE, else the CUDA toolkit found at
-// build time.
-std::string libdevicePath();
 
 }  // namespace kiln::jit

@@ -1,8 +1,8 @@
 // LoopKernel -> PTX: the grid mapping, the GPU Gemm, libdevice math, and the
 // NVPTX target machine that optimizes the module and prints PTX.
-#include "jit/nvptx_codegen.h"
+#include "codegen/nvptx_codegen.h"
 
-#include "jit/llvm_diagnostics.h"
+#include "codegen/llvm_diagnostics.h"
 
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -19,8 +19,8 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "jit/cpu_jit.h"
-#include "jit/loop_emitter.h"
+#include "codegen/cpu_object.h"
+#include "codegen/loop_emitter.h"
 
 #ifndef KILN_CUDA_ROOT
 #define KILN_CUDA_ROOT "/usr/local/cuda"

@@ -1,5 +1,5 @@
 // LLVM diagnostics: errors to stderr; remarks and warnings only on request.
-#include "jit/llvm_diagnostics.h"
+#include "codegen/llvm_diagnostics.h"
 
 #include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/DiagnosticPrinter.h>

@@ -1,14 +1,14 @@
 // LoopKernel -> LLVM IR for the host CPU: the entry point, parallel loops as
 // thread-pool tasks, Gemm as calls of the sgemm microkernel, libm for float64 math
 // (the rest is LoopEmitter's).
-#include "jit/cpu_codegen.h"
+#include "codegen/cpu_codegen.h"
 
 #include <unordered_map>
 
 #include <llvm/ADT/StringMap.h>
 #include <llvm/TargetParser/Host.h>
 
-#include "jit/loop_emitter.h"
+#include "codegen/loop_emitter.h"
 
 namespace kiln::jit {
 

@@ -1,5 +1,5 @@
 // Cephes-style float32 polynomial approximations, written as LLVM IR.
-#include "jit/vector_math.h"
+#include "codegen/vector_math.h"
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>

@@ -1,0 +1,18 @@
+// The host CPU's identity for kernel keys, read with cpuid (no LLVM).
+//
+// A compiled CPU kernel is valid only on a CPU whose model and instruction-set
+// features are those it was compiled for (LLVM tunes for the model and uses every
+// feature it finds). The fingerprint names both — vendor, family/model/stepping,
+// the feature words of cpuid leaves 1, 7 and 0x80000001, and the register state
+// the OS enables (XCR0) — so a kernel key made on one machine never matches on
+// another whose code generator would choose differently.
+#pragma once
+
+#include <string>
+
+namespace kiln::jit {
+
+// e.g. "x86_64|AuthenticAMD|f25m97s2|<hex words>|xcr0=e7"; computed once.
+const std::string& hostCpuFingerprint();
+
+}  // namespace kiln::jit
