@@ -52,6 +52,10 @@ class Workers {
       for (int c = 0; c < CPU_SETSIZE; ++c)
         if (CPU_ISSET(c, &allowed)) cpus_.push_back(c);
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { workerLoop(i); });
+    // A pool is whole when made: every worker has started. A process that exits
+    // right after making one then never has a thread half-created at exit, which
+    // LeakSanitizer's exit-time scan of every thread's TLS could not read.
+    while (started_.load(std::memory_order_acquire) < threads - 1) std::this_thread::yield();
     size_ = threads;
     pin(sched_getcpu());
   }
@@ -195,6 +199,7 @@ class Workers {
   }
 
   void workerLoop(int self) {
+    started_.fetch_add(1, std::memory_order_release);
     uint64_t seen = 0;
     for (;;) {
       auto fresh = [&] { return generation_.load(std::memory_order_acquire) != seen; };
@@ -219,6 +224,7 @@ class Workers {
   std::atomic<uint64_t> claim_{0};  // (generation << 32) | next piece
   std::atomic<int64_t> donePieces_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<int> started_{0};
   std::atomic<int64_t> pieces_{0};
   std::atomic<bool> affine_{false};  // the job's pieces are one per thread, offered to their own thread first
   Job job_;

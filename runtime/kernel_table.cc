@@ -79,6 +79,10 @@ double KernelTable::compileAll(device::ThreadPool* pool) {
   if (kernels.empty()) return 0;
   CompileAllJob job{this, &kernels, device};
   void* buffers[1] = {&job};
+  if (kernels.size() == 1) {  // nothing to share: no need to start a pool
+    compileSome(buffers, nullptr, 0, 1);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   // One kernel per piece; `work` large enough that the pool always shares it out.
   int64_t n = static_cast<int64_t>(kernels.size());
   if (pool) pool->parallelFor(n, int64_t(1) << 40, compileSome, buffers, nullptr);
