@@ -1,6 +1,7 @@
 // KernelTable: compiled kernels per (kernel, device) and host-scalar evaluators.
 #include "runtime/kernel_table.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -77,6 +78,11 @@ double KernelTable::compileAll(device::ThreadPool* pool) {
   for (uint32_t k = 0; k < exe_->kernels().size(); ++k)
     if (exe_->kernels()[k].kind == KernelKind::Compiled) kernels.push_back(k);
   if (kernels.empty()) return 0;
+  // Largest first (by operator count, a proxy for compile time), so that the
+  // threads finish together instead of one starting the biggest kernel last.
+  std::stable_sort(kernels.begin(), kernels.end(), [&](uint32_t a, uint32_t b) {
+    return exe_->kernels()[a].function->nodes.size() > exe_->kernels()[b].function->nodes.size();
+  });
   CompileAllJob job{this, &kernels, device};
   void* buffers[1] = {&job};
   if (kernels.size() == 1) {  // nothing to share: no need to start a pool
