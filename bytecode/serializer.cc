@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 
@@ -450,6 +451,7 @@ std::shared_ptr<const Executable> Executable::fromImage(std::shared_ptr<const vo
 }
 
 std::shared_ptr<const Executable> Executable::load(const std::string& path) {
+  auto t0 = std::chrono::steady_clock::now();
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw Error("cannot open '" + path + "'");
   struct stat st {};
@@ -467,7 +469,11 @@ std::shared_ptr<const Executable> Executable::load(const std::string& path) {
   if (p == MAP_FAILED) throw Error("cannot map '" + path + "'");
   std::shared_ptr<const void> owner(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
   try {
-    return fromImage(owner, {static_cast<const uint8_t*>(p), size});
+    std::shared_ptr<const Executable> exe = fromImage(owner, {static_cast<const uint8_t*>(p), size});
+    // Not yet shared with anyone: the one write after construction.
+    const_cast<Executable&>(*exe).loadMillis_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return exe;
   } catch (const Error& e) {
     throw Error(path + ": " + e.message());
   }

@@ -392,6 +392,10 @@ KernelEntry loadKernelObject(std::string_view object, const std::string& symbol)
   return f.get()->entry;
 }
 
+KernelEntry loadObjectUncached(std::string_view object, const std::string& symbol) {
+  return ObjectImage(object, symbol).load();
+}
+
 uint64_t loadedObjectBytes() { return gMappedBytes.load(); }
 
 }  // namespace kiln::jit

@@ -34,6 +34,10 @@ using KernelEntry = void (*)(void* const* buffers, const int64_t* shapes);
 // loader does not know, names an unknown external symbol, or lacks `symbol`.
 KernelEntry loadKernelObject(std::string_view object, const std::string& symbol);
 
+// Loads `object` afresh, outside the process-wide table (for tests and fuzzing:
+// every call maps new memory, kept for the life of the process).
+KernelEntry loadObjectUncached(std::string_view object, const std::string& symbol);
+
 // The entry of `symbol` if it is loaded (waiting while another thread loads it), else null.
 KernelEntry loadedKernel(const std::string& symbol);
 

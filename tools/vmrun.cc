@@ -313,9 +313,7 @@ int run(int argc, char** argv) {
   vmo.maxCallDepth = maxDepth;
   vmo.memoryLimit = memoryLimit;
   size_t compilesBefore = kiln::jit::KernelCache::global().compiles();
-  auto vmStart = std::chrono::steady_clock::now();
   kiln::VirtualMachine vm(exe, vmo);  // makes the executable's kernels (compile on load)
-  double vmMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - vmStart).count();
   try {
     vm.checkArguments(function, argv2);
   } catch (const Error& e) {
@@ -326,13 +324,10 @@ int run(int argc, char** argv) {
 
   Value result;
   std::vector<double> times;
-  double firstRunMs = -1;
   auto timedInvoke = [&] {
     auto t0 = std::chrono::steady_clock::now();
     result = vm.invoke(function, argv2);
-    double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    if (firstRunMs < 0) firstRunMs = ns / 1e6;
-    return ns;
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   };
   for (int w = 0; w < warmup; ++w) timedInvoke();
   int runs = std::max(repeat, 1);
@@ -415,8 +410,10 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "kernels: %zu by the code generator, %zu precompiled, %zu from the disk cache; code generator %s\n",
                  cache.codegens(), cache.precompiledHits(), cache.diskHits(),
                  rs.codegenLoaded ? ("loaded (" + ms(rs.codegenLoadMillis * 1e6) + ")").c_str() : "not loaded (no LLVM in this process)");
-    std::fprintf(stderr, "time: load %s, kernels %s (on load, parallel), first run %s\n", ms(loadMs * 1e6).c_str(),
-                 ms(vmMs * 1e6).c_str(), ms(firstRunMs * 1e6).c_str());
+    std::fprintf(stderr, "time: load %s, kernels %s (%s), first run %s\n", ms(loadMs * 1e6).c_str(),
+                 ms(vm.kernelsMillis() * 1e6).c_str(),
+                 vm.runtime().options().compileOnLoad ? "on load, parallel" : "at first call, inside the first run",
+                 ms(vm.firstRunMillis() * 1e6).c_str());
     auto prepared = vm.runtime().kernelTable(exe)->preparedStats();
     std::fprintf(stderr, "prepared constants: %llu packed weight(s), %llu bytes, shared by the executable's VMs\n",
                  static_cast<unsigned long long>(prepared.count), static_cast<unsigned long long>(prepared.bytes));

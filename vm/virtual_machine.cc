@@ -17,7 +17,9 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, VMOptions 
           options_.pools ? options_.pools : std::make_shared<MemoryPools>(options_.memoryLimit))) {
   if (!exe_) throw Error("VirtualMachine needs an executable");
   runtime_ = options_.runtime ? options_.runtime : Runtime::processDefault();
+  auto t0 = std::chrono::steady_clock::now();
   kernels_ = std::make_unique<vm::BoundKernels>(runtime_->kernelTable(exe_));
+  kernelsMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   streams_ = std::make_unique<vm::GpuStreams>();
   for (const Tensor& t : exe_->constants()) constants_.emplace_back(t);
   profile_.resize(exe_->kernels().size());
@@ -134,7 +136,7 @@ Value VirtualMachine::invoke(std::string_view function, std::span<const Value> a
   if (fi < 0) throw Error("no function named '" + std::string(function) + "' in the executable");
   const BytecodeFunction& f = exe_->functions()[static_cast<size_t>(fi)];
   checkArgs(f, args);
-  uint64_t t0 = tracing_ ? nowNanos() : 0;
+  uint64_t t0 = tracing_ || firstRunMillis_ < 0 ? nowNanos() : 0;
   // GPU work of this invocation goes to this VM's streams, parallel loops to
   // its Runtime's pool.
   auto scopes = streams_->enter(exe_->devices());
@@ -158,6 +160,7 @@ Value VirtualMachine::invoke(std::string_view function, std::span<const Value> a
     Value r = run(static_cast<uint32_t>(fi), args);
     if (!streams_->empty()) streams_->finish(false, profile_);
     if (tracing_) trace_.push_back({"@" + f.name, t0, nowNanos() - t0});
+    if (firstRunMillis_ < 0) firstRunMillis_ = static_cast<double>(nowNanos() - t0) / 1e6;
     return r;
   } catch (const Error& e) {
     // Name the function that failed (the innermost frame), then leave the VM clean.

@@ -135,6 +135,8 @@ class Executable {
   static std::shared_ptr<const Executable> fromBytes(std::span<const uint8_t> bytes);  // copies
   // Maps the file (constants are used in place) and verifies it.
   static std::shared_ptr<const Executable> load(const std::string& path);
+  // How long load() took (mapping, parsing, verifying); 0 for one built in memory.
+  double loadMillis() const { return loadMillis_; }
   // Rewrites the header's checksum to match the payload (fuzzers use it to reach
   // the parser and verifier behind the checksum). No-op on too-short images.
   static void resealChecksum(std::vector<uint8_t>& image);
@@ -153,6 +155,7 @@ class Executable {
   Contents c_;
   std::vector<KernelInfo> kernels_;
   std::shared_ptr<const void> image_;  // keeps mapped constants alive
+  double loadMillis_ = 0;
 };
 
 }  // namespace kiln

@@ -102,6 +102,11 @@ class VirtualMachine {
   void checkArguments(std::string_view function, std::span<const Value> args) const;
 
   const Executable& executable() const { return *exe_; }
+  // Start-up, for --stats: the time this VM's construction spent making the
+  // executable's kernels (the Runtime's compile on load, when this VM was the
+  // first over the executable), and the first invoke()'s time (-1 before one).
+  double kernelsMillis() const { return kernelsMillis_; }
+  double firstRunMillis() const { return firstRunMillis_; }
   Runtime& runtime() const { return *runtime_; }
   // Whether kernel `k` has run (been bound) on any device in this VM.
   bool kernelCompiled(uint32_t k) const;
@@ -145,6 +150,7 @@ class VirtualMachine {
   std::vector<KernelProfile> profile_;
   std::vector<TraceEvent> trace_;
   std::chrono::steady_clock::time_point epoch_;
+  double kernelsMillis_ = 0, firstRunMillis_ = -1;
   std::unique_ptr<vm::TensorMemory> memory_;
   std::unique_ptr<vm::MemoryTrace> memoryTrace_;
   std::unique_ptr<vm::GpuStreams> streams_;  // one per GPU this VM runs on

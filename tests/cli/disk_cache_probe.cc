@@ -36,14 +36,19 @@ bool readSealed(const char* path, std::string& key, std::string& object) {
   object = s.substr(32 + keyLen);
   return true;
 }
-int rewrite(int argc, char** argv, bool foreign) {
+enum class Rewrite { Foreign, Stale, Garbage };
+int rewrite(int argc, char** argv, Rewrite how) {
   for (int i = 2; i < argc; ++i) {
     std::string key, object;
     if (!readSealed(argv[i], key, object)) return std::fprintf(stderr, "%s: not a sealed kernel\n", argv[i]), 1;
-    if (foreign) {
+    if (how == Rewrite::Foreign) {
       size_t at = key.find(kiln::jit::hostCpuFingerprint());
       if (at == std::string::npos) return std::fprintf(stderr, "%s: key without this CPU\n", argv[i]), 1;
       key.replace(at, kiln::jit::hostCpuFingerprint().size(), "x86_64|OtherVendor|f1m1s1|0.0.0|xcr0=0");
+    } else if (how == Rewrite::Stale) {
+      size_t at = key.rfind("|codegen");
+      if (at == std::string::npos) return std::fprintf(stderr, "%s: key without a code generator version\n", argv[i]), 1;
+      key = key.substr(0, at) + "|codegen0";
     } else {
       object = "\x7f" "ELF garbage that is no object at all";
     }
@@ -55,8 +60,9 @@ int rewrite(int argc, char** argv, bool foreign) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--foreign") == 0) return rewrite(argc, argv, true);
-  if (argc > 1 && std::strcmp(argv[1], "--sealed-garbage") == 0) return rewrite(argc, argv, false);
+  if (argc > 1 && std::strcmp(argv[1], "--foreign") == 0) return rewrite(argc, argv, Rewrite::Foreign);
+  if (argc > 1 && std::strcmp(argv[1], "--stale") == 0) return rewrite(argc, argv, Rewrite::Stale);
+  if (argc > 1 && std::strcmp(argv[1], "--sealed-garbage") == 0) return rewrite(argc, argv, Rewrite::Garbage);
   const char* programs[] = {
       "def @main(%x: Tensor[(?, 64), float32]) { tanh(%x * 2f + 1f) }",
       "def @main(%x: Tensor[(?, 64), float32]) { nn.softmax(%x) }",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The on-disk kernel cache across processes: the first run compiles and stores,
 # the second loads every kernel from disk (without loading LLVM) and computes the
-# same results. Damaged, truncated, foreign (another CPU's key) and sealed-garbage
+# same results. Damaged, truncated, foreign (another CPU's key), stale (another
+# code generator version's) and sealed-garbage
 # entries are recompiled, never run, and rewritten.
 set -u
 probe="$1"
@@ -33,6 +34,9 @@ expect "a flipped byte" "$(run flipped)" compiled loaded
 
 "$probe" --foreign "$dir"/*.kobj || { echo "FAIL: --foreign"; fail=1; }
 expect "another CPU's entries" "$(run foreign)" compiled loaded
+
+"$probe" --stale "$dir"/*.kobj || { echo "FAIL: --stale"; fail=1; }
+expect "another Kiln version's entries" "$(run stale)" compiled loaded
 
 "$probe" --sealed-garbage "$dir"/*.kobj || { echo "FAIL: --sealed-garbage"; fail=1; }
 expect "sealed garbage" "$(run garbage)" compiled loaded
