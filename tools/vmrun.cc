@@ -46,11 +46,13 @@ void usage(std::FILE* out) {
                "  --repeat N --warmup N  time N runs after N warm-up runs\n"
                "  --profile            per-kernel table (calls, time, share, JIT compile time)\n"
                "  --trace FILE.json    Chrome trace of the run\n"
-               "  --stats              memory and JIT statistics\n"
+               "  --stats              memory and JIT statistics; load, kernel and first-run time\n"
                "  --print-bytecode     print the bytecode and exit\n"
                "  --max-depth N        call depth limit (default 1000000)\n"
                "  --memory-limit SIZE  most bytes each device's pool may hold (e.g. 512M, 2G); over it: error, exit 1\n"
-               "  --no-memory-plan     (text programs) no storage sharing between temporaries, to compare peaks\n");
+               "  --no-memory-plan     (text programs) no storage sharing between temporaries, to compare peaks\n"
+               "environment: KILN_CACHE_DIR (on-disk kernel cache), KILN_COMPILE_ON_LOAD=0 (compile each kernel at\n"
+               "  its first call instead of all at load, in parallel), KILN_NUM_THREADS, KILN_CODEGEN_LIBRARY\n");
 }
 
 struct Usage : Error {
