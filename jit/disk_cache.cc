@@ -28,7 +28,14 @@ std::string DiskCache::path(uint64_t hash, const char* ext) const {
 }
 
 namespace {
+// Cache entries are kernels: kilobytes. Anything larger (or not a regular file)
+// found under a cache name is ignored rather than read into memory.
+constexpr uintmax_t kMaxEntryBytes = uintmax_t(64) << 20;
+
 bool readFile(const std::string& path, std::string& out) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) > kMaxEntryBytes || ec)
+    return false;
   std::ifstream f(path, std::ios::binary);
   if (!f) return false;
   std::stringstream ss;

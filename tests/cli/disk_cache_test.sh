@@ -35,6 +35,11 @@ expect "a flipped byte" "$(run flipped)" compiled loaded
 "$probe" --foreign "$dir"/*.kobj || { echo "FAIL: --foreign"; fail=1; }
 expect "another CPU's entries" "$(run foreign)" compiled loaded
 
+# Files far larger than any kernel under the kernels' names: ignored, not read.
+for f in "$dir"/*.kobj; do truncate -s 100G "$f"; done
+expect "100 GB (sparse) entries" "$(run huge)" compiled loaded
+expect "rewritten after that" "$(run rewritten2)" disk not-loaded
+
 "$probe" --stale "$dir"/*.kobj || { echo "FAIL: --stale"; fail=1; }
 expect "another Kiln version's entries" "$(run stale)" compiled loaded
 
