@@ -152,24 +152,21 @@ void CompiledKernel::compileForCpu(uint64_t hash, bool keepIR, const DiskCache* 
         if (const std::string* object = loadedKernelObject(symbol_)) disk->store(hash, key_, *object);
       return;
     }
-    if (!precompiled.empty())
-      if (auto object = unsealObject(precompiled, key_)) {
-        try {
-          entry_ = loadKernelObject(*object, symbol_);
-          source_ = Source::Precompiled;
-          return;
-        } catch (const Error&) {
-        }
+    auto tryLoad = [&](std::optional<std::string_view> object, Source source) {
+      if (!object) return false;
+      try {
+        entry_ = loadKernelObject(*object, symbol_);
+        source_ = source;
+        return true;
+      } catch (const Error&) {
+        return false;
       }
-    if (disk)
-      if (auto object = disk->load(hash, key_)) {
-        try {
-          entry_ = loadKernelObject(*object, symbol_);
-          source_ = Source::DiskCache;
-          return;
-        } catch (const Error&) {
-        }
-      }
+    };
+    if (!precompiled.empty() && tryLoad(unsealObject(precompiled, key_), Source::Precompiled)) return;
+    if (disk) {
+      std::optional<std::string> cached = disk->load(hash, key_);
+      if (cached && tryLoad(std::string_view(*cached), Source::DiskCache)) return;
+    }
   }
   CpuObject compiled = codegenBackend().compileCpu(loops_, symbol_, keepIR);
   entry_ = loadKernelObject(compiled.object, symbol_);
