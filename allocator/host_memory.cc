@@ -1,8 +1,8 @@
-// Host memory for the pooled allocator, from mimalloc.
-#include <mimalloc.h>
+// Host memory for the pooled allocator: 64-byte aligned blocks from the C library (mimalloc where the app links it).
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -15,8 +15,14 @@ class HostMemory final : public DeviceMemory {
  public:
   explicit HostMemory(Device device) : device_(device) {}
   Device device() const override { return device_; }
-  void* allocate(uint64_t bytes) override { return mi_malloc_aligned(bytes, 64); }
-  void free(void* p, uint64_t) override { mi_free(p); }
+  // The runtime links no allocator of its own, so that loading it into a
+  // process (Python, an app with its own malloc) never swaps the process's malloc
+  // for another; Kiln's tools link mimalloc, which then serves these calls.
+  void* allocate(uint64_t bytes) override {
+    void* p = nullptr;
+    return ::posix_memalign(&p, 64, std::max<uint64_t>(bytes, 1)) == 0 ? p : nullptr;
+  }
+  void free(void* p, uint64_t) override { std::free(p); }
 
  private:
   Device device_;

@@ -54,7 +54,7 @@ class DeviceMemory {
   virtual void awaitStream(uint64_t) {}
 };
 
-// Host memory from mimalloc, for `cpu` and `cpu:N`.
+// Host memory (64-byte aligned, from the C library), for `cpu` and `cpu:N`.
 std::unique_ptr<DeviceMemory> hostMemory(Device device);
 // The bytes of memory this process may use: the machine's physical memory, or
 // its cgroup's limit where that is lower (0 when neither can be read). A host
