@@ -69,6 +69,9 @@ class Tensor {
   // be 64-byte aligned with at least max(64, nbytes) bytes readable.
   static Tensor view(DType dtype, std::span<const int64_t> shape, std::shared_ptr<void> owner, Device device = {});
 
+  // How many owners share this tensor's memory (handles, views, storage blocks);
+  // 1: this handle alone, so writing it affects no one else.
+  long memoryUseCount() const { return buffer_.use_count(); }
   // The same data seen with another shape of equal element count (zero-copy).
   Tensor reshaped(std::span<const int64_t> shape) const;
 
