@@ -6,7 +6,8 @@
 # app that includes an internal header does not compile; nothing installed links
 # LLVM but the code generator.
 set -eu
-build=$1; src=$2; generator=$3
+build=$1; src=$2; generator=$3; sanitize=${4:-}
+flags=(-DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_EXE_LINKER_FLAGS="$sanitize")
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
@@ -24,7 +25,7 @@ KILN_CACHE_DIR= "$prefix/bin/vmrun" "$src/samples/tree_sum.relay" --input f32=1 
 
 # The sample, out of tree.
 cmake -S "$src/samples/embed" -B "$tmp/embed" -G "$generator" -DCMAKE_PREFIX_PATH="$prefix" \
-      -DCMAKE_BUILD_TYPE=Release >"$tmp/configure.log" || { cat "$tmp/configure.log"; exit 1; }
+      -DCMAKE_BUILD_TYPE=Release "${flags[@]}" >"$tmp/configure.log" || { cat "$tmp/configure.log"; exit 1; }
 cmake --build "$tmp/embed" >"$tmp/build.log" || { cat "$tmp/build.log"; exit 1; }
 out=$("$tmp/embed/kiln_embed" "$tmp/mlp.kx")
 echo "$out"
@@ -48,7 +49,7 @@ target_link_libraries(internal PRIVATE kiln::compiler)
 CMAKE
 printf '#include "kiln/compile.h"\n#include "kiln/kiln.h"\n#include "kiln/dlpack.h"\nint main() { return kiln::compile("def @main() { 1f }") ? 0 : 1; }\n' > "$tmp/internal/public.cc"
 printf '#include "vm/interpreter.h"\nint main() { return 0; }\n' > "$tmp/internal/internal.cc"
-cmake -S "$tmp/internal" -B "$tmp/internal/build" -G "$generator" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake -S "$tmp/internal" -B "$tmp/internal/build" -G "$generator" -DCMAKE_PREFIX_PATH="$prefix" "${flags[@]}" >/dev/null
 cmake --build "$tmp/internal/build" --target public_only >/dev/null
 "$tmp/internal/build/public_only"
 if cmake --build "$tmp/internal/build" --target internal >"$tmp/internal.log" 2>&1; then
