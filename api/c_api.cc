@@ -2,6 +2,7 @@
 // and every exception turned into a status object at the boundary.
 #include "kiln/kiln.h"
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -27,6 +28,8 @@ struct kiln_runtime {
 struct kiln_vm {
   std::unique_ptr<kiln::VirtualMachine> vm;
   bool resultsOnGpu = false;  // the executable places values on a GPU: copy results back
+  // A VM runs on one thread at a time: a second thread's invoke is an error, not a race.
+  std::atomic<bool> busy{false};
 };
 // Invariant: a register scalar is never held here (it becomes a 0-d tensor when
 // the handle is made), so a tensor handle always has a TensorObject whose shape
@@ -210,6 +213,12 @@ kiln_status* kiln_vm_invoke(kiln_vm* vm, const char* function, kiln_value* const
     require(vm, "vm");
     require(function, "function");
     require(result, "result");
+    if (vm->busy.exchange(true, std::memory_order_acquire))
+      throw kiln::Error("this VM is running on another thread; give each thread its own VM");
+    struct Release {
+      std::atomic<bool>& busy;
+      ~Release() { busy.store(false, std::memory_order_release); }
+    } release{vm->busy};
     std::vector<kiln::Value> in = valuesOf(args, num_args, "args");
     kiln::Value r = vm->vm->invoke(function, in);
     if (vm->resultsOnGpu) r = vm->vm->copyTo(r);

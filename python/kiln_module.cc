@@ -15,6 +15,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -257,12 +258,25 @@ struct PyRuntime {
   std::shared_ptr<kiln::Runtime> runtime;
 };
 
+// A VM runs on one thread at a time; Python threads sharing one get an error,
+// never a corrupted VM (the GIL is released while it runs).
+struct BusyGuard {
+  std::atomic<bool>& busy;
+  explicit BusyGuard(std::atomic<bool>& b) : busy(b) {
+    if (busy.exchange(true, std::memory_order_acquire))
+      throw kiln::Error("this VM is running on another thread; make one VM per thread (exe.vm())");
+  }
+  ~BusyGuard() { busy.store(false, std::memory_order_release); }
+};
+
 struct PyVM {
   std::shared_ptr<const kiln::Executable> exe;
   std::unique_ptr<kiln::VirtualMachine> vm;
   bool onGpu = false;
+  std::atomic<bool> busy{false};
 
   py::object invoke(const std::string& function, py::args args) {
+    BusyGuard guard(busy);
     const kiln::BytecodeFunction* f = exe->findFunction(function);
     if (!f) throw kiln::Error("the executable has no function @" + function);
     std::vector<kiln::Value> in;

@@ -140,6 +140,16 @@ class Errors(unittest.TestCase):
             vm.invoke("main", 2**40, True)
         self.assertEqual(int(vm.invoke("main", 2, True)), 4)  # the VM still works
 
+    def test_run_time_failures(self):
+        huge = kiln.compile('def @main() { zeros(shape=[100000, 1000000], dtype="float32") }').vm()
+        with self.assertRaisesRegex(kiln.Error, "out of memory on cpu"):
+            huge.invoke("main")
+        deep = kiln.compile("def @count(%n: int32) -> int32 { if (%n == 0) { 0 } else { 1 + @count(%n - 1) } }")
+        self.assertEqual(int(deep.vm().invoke("count", 100000)), 100000)  # frames on the heap, not the C stack
+        with self.assertRaisesRegex(kiln.Error, "match"):
+            kiln.compile("def @main(%l: List[int32]) -> int32 { match? (%l) { Cons(%x, _) => %x } }").vm().invoke(
+                "main", kiln.Adt("Nil"))
+
     def test_bad_files(self):
         with tempfile.TemporaryDirectory() as d:
             with self.assertRaisesRegex(kiln.Error, "cannot open"):
@@ -190,6 +200,27 @@ class DLPack(unittest.TestCase):
 
 
 class Threads(unittest.TestCase):
+    def test_one_vm_on_two_threads_is_an_error_not_a_crash(self):
+        exe = kiln.compile("def @count(%n: int32) -> int32 { if (%n == 0) { 0 } else { 1 + @count(%n - 1) } }")
+        vm = exe.vm()
+        outcomes = []
+
+        def work():
+            for _ in range(20):
+                try:
+                    outcomes.append(int(vm.invoke("count", 200000)))
+                except kiln.Error as e:
+                    outcomes.append(str(e))
+
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(len(outcomes), 40)
+        for o in outcomes:
+            self.assertTrue(o == 200000 or "running on another thread" in o, o)
+
     def test_one_vm_per_thread_in_parallel(self):
         exe = kiln.compile(PROGRAMS)
         errors, results = [], {}
