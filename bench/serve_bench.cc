@@ -60,11 +60,11 @@ int main(int argc, char** argv) {
     // for all VMs (less memory held; the pools' lock is then contended).
     if (sharedPools) vo.pools = runtime->pools();
     unsigned cores = std::thread::hardware_concurrency();
-    std::printf("serve_bench: %zu request variants (static dense 1x64, dynamic ?x16 rows, recursive lists), "
+    std::printf("serve_bench: %zu request variants (static dense 1x64, dynamic ?x16 rows, batched dense ?x64, recursive lists), "
                 "%.1f s per row, %u cores, pool of %d, %s\n",
                 w.requests.size(), seconds, cores, poolThreads, sharedPools ? "one set of memory pools" : "memory pools per VM");
     std::printf("%8s %12s %10s %10s   %s\n", "threads", "requests/s", "p50 (us)", "p99 (us)",
-                "p50/p99 by kind (us): static, dynamic, recursive");
+                "p50/p99 by kind (us): static, dynamic, batched, recursive");
     for (int threads : {1, 2, 4, 8}) {
       std::vector<std::vector<std::pair<size_t, double>>> latencies(static_cast<size_t>(threads));
       std::vector<std::thread> workers;
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
       double rps = static_cast<double>(all.size()) / elapsed;
       double p50 = percentile(all, 0.50), p99 = percentile(all, 0.99);
       std::printf("%8d %12.0f %10.1f %10.1f  ", threads, rps, p50, p99);
-      for (const char* kind : {"static", "dynamic", "recursive"}) {
+      for (const char* kind : {"static", "dynamic", "batched", "recursive"}) {
         auto& v = byKind[kind];
         double a = percentile(v, 0.5), b = percentile(v, 0.99);
         std::printf(" %.1f/%.1f", a, b);

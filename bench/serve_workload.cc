@@ -18,6 +18,12 @@ def @dense(%x: Tensor[(1, 64), float32], %w: Tensor[(64, 64), float32], %b: Tens
   nn.relu(nn.bias_add(nn.dense(%x, %w, units=64), %b))
 }
 
+// Dynamic batch: the same layer over ? rows (large enough to share out its loops).
+def @batched(%x: Tensor[(?, 64), float32], %w: Tensor[(64, 64), float32], %b: Tensor[(64), float32])
+    -> Tensor[(?, 64), float32] {
+  nn.relu(nn.bias_add(nn.dense(%x, %w, units=64), %b))
+}
+
 // Dynamic shapes: any number of 16-wide rows, softmax-weighted row sums.
 def @rows(%x: Tensor[(?, 16), float32]) -> Tensor[(?), float32] {
   sum(multiply(nn.softmax(multiply(%x, 2f), axis=1), %x), axis=[1])
@@ -49,13 +55,18 @@ ServeWorkload makeServeWorkload(int variants) {
   std::mt19937 rng(20261124);
   Tensor weight = randomTensor(rng, {64, 64}, 0.2f), bias = randomTensor(rng, {64}, 0.1f);
   for (int k = 0; k < variants; ++k) {
-    switch (k % 3) {
+    switch (k % 4) {
       case 0:
         w.requests.push_back({"dense", {Value(randomTensor(rng, {1, 64}, 1.0f)), Value(weight), Value(bias)}, "static"});
         break;
       case 1: {
         int64_t rows = 1 + (k * 7) % 37;
         w.requests.push_back({"rows", {Value(randomTensor(rng, {rows, 16}, 2.0f))}, "dynamic"});
+        break;
+      }
+      case 3: {
+        int64_t rows = 64 + (k * 29) % 960;
+        w.requests.push_back({"batched", {Value(randomTensor(rng, {rows, 64}, 1.0f)), Value(weight), Value(bias)}, "batched"});
         break;
       }
       default: {

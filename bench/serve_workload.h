@@ -1,8 +1,10 @@
 // The serving workload: one executable that a server's worker threads share, and
 // a fixed set of distinct requests mixing what a dynamic-model server sees —
 // static shapes (a dense layer at batch 1), dynamic shapes (a batch of `?` rows
-// through softmax and a reduction), and recursion (a List built and folded by
-// recursive functions, its length and tensor size from the request).
+// through softmax and a reduction; the dense layer over 64 to 1023 rows, whose
+// loops are big enough to share out on the Runtime's pool), and recursion (a List
+// built and folded by recursive functions, its length and tensor size from the
+// request).
 //
 // Used by the stress test (tests/stress/serve_stress.cc: every result checked
 // against a single-threaded run) and by bench/serve_bench (throughput, latency).
@@ -20,7 +22,7 @@ namespace kiln::bench {
 struct ServeRequest {
   std::string function;
   std::vector<Value> args;  // shared by every thread that sends it (values are immutable)
-  std::string kind;         // "static", "dynamic" or "recursive"
+  std::string kind;         // "static", "dynamic", "batched" or "recursive"
 };
 
 struct ServeWorkload {
