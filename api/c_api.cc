@@ -7,6 +7,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/dlpack.h"
@@ -81,8 +82,17 @@ void require(const T* p, const char* what) {
   if (!p) throw InvalidArgument{std::string(what) + " is null"};
 }
 
-kiln::DType checkedDType(kiln_dtype dtype) {
-  auto raw = static_cast<int>(dtype);
+// A dtype as the caller passed it. C callers may pass any int in an enum, and
+// loading an out-of-range value as the C++ enum type is undefined: read its bytes.
+int rawDType(const kiln_dtype& dtype) {
+  std::underlying_type_t<kiln_dtype> raw;
+  static_assert(sizeof raw == sizeof dtype);
+  std::memcpy(&raw, &dtype, sizeof raw);
+  return static_cast<int>(raw);
+}
+
+kiln::DType checkedDType(const kiln_dtype& dtype) {
+  int raw = rawDType(dtype);
   if (raw < 0 || raw >= kiln::kNumDTypes) throw InvalidArgument{"unknown dtype " + std::to_string(raw)};
   return static_cast<kiln::DType>(raw);
 }
@@ -138,7 +148,7 @@ void kiln_status_release(kiln_status* status) {
 }
 
 size_t kiln_dtype_size(kiln_dtype dtype) {
-  auto raw = static_cast<int>(dtype);
+  int raw = rawDType(dtype);
   return raw >= 0 && raw < kiln::kNumDTypes ? kiln::dtypeSize(static_cast<kiln::DType>(raw)) : 0;
 }
 
