@@ -102,12 +102,19 @@ class Workers {
     pin(sched_getcpu());  // under jobMu_: one caller at a time
     {
       std::lock_guard<std::mutex> lock(mu_);
-      job_ = Job{n, task, buffers, shapes};
-      affine_.store(affine, std::memory_order_relaxed);
-      pieces_.store(std::min<int64_t>(n, affine ? size_ : int64_t(kPiecesPerThread) * size_), std::memory_order_relaxed);
-      donePieces_.store(0, std::memory_order_relaxed);
       gen = static_cast<uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
+      // The claim word moves to the new generation *first*: a thread still in the
+      // last job's work() may hold that job's claim word (an affine job's holds a
+      // bitmask), and until this store its CAS on it would succeed; had affine_ or
+      // pieces_ already changed, it would take a piece of the new job under the old
+      // generation and count it twice (a lost job: the caller then waited forever).
+      // From here its CAS fails. It reads affine_ and pieces_ with acquire, so
+      // seeing their new values means this store is visible to its CAS too.
       claim_.store(uint64_t(gen) << 32, std::memory_order_release);
+      job_ = Job{n, task, buffers, shapes};
+      donePieces_.store(0, std::memory_order_relaxed);
+      affine_.store(affine, std::memory_order_release);
+      pieces_.store(std::min<int64_t>(n, affine ? size_ : int64_t(kPiecesPerThread) * size_), std::memory_order_release);
       generation_.fetch_add(1, std::memory_order_release);  // publishes the job to spinning workers
     }
     wake_.notify_all();
@@ -151,7 +158,7 @@ class Workers {
   bool claimAffine(uint32_t gen, int self, int64_t& piece, int64_t& pieces) {
     uint64_t c = claim_.load(std::memory_order_acquire);
     for (;;) {
-      pieces = pieces_.load(std::memory_order_relaxed);
+      pieces = pieces_.load(std::memory_order_acquire);
       if (static_cast<uint32_t>(c >> 32) != gen) return false;
       uint32_t taken = static_cast<uint32_t>(c);
       if (self < pieces && !(taken >> self & 1u)) {
@@ -177,12 +184,12 @@ class Workers {
       // affine_ belongs to job `gen` once the claim word says `gen` (both are set
       // before the generation is published); a late thread sees another
       // generation and leaves.
-      if (static_cast<uint32_t>(c >> 32) == gen && affine_.load(std::memory_order_relaxed)) {
+      if (static_cast<uint32_t>(c >> 32) == gen && affine_.load(std::memory_order_acquire)) {
         if (!claimAffine(gen, self, piece, pieces)) return;
       } else {
         do {
           piece = static_cast<int64_t>(c & 0xffffffffu);
-          pieces = pieces_.load(std::memory_order_relaxed);
+          pieces = pieces_.load(std::memory_order_acquire);
           if (static_cast<uint32_t>(c >> 32) != gen || piece >= pieces) return;
         } while (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire));
       }

@@ -246,3 +246,37 @@ TEST_CASE("thread pool: an affine loop runs one piece per thread and covers ever
     }
   }
 }
+
+namespace {
+// Each job's indices, counted per caller (buffers[0] points at the caller's counters).
+void countCallerCover(void* const* buffers, const int64_t*, int64_t begin, int64_t end) {
+  auto* counts = static_cast<std::atomic<int>*>(buffers[0]);
+  for (int64_t i = begin; i < end; ++i) counts[i]++;
+}
+}  // namespace
+
+TEST_CASE("thread pool: callers competing for one pool, affine and plain jobs of changing sizes, every index once") {
+  // Jobs alternate affine (the claim word a bitmask) and plain (a counter) with
+  // different piece counts, from several callers at once, so a new job is set up
+  // while a worker is still leaving the last one: the window in which a late
+  // worker once claimed a piece of the new job under the old generation (run
+  // twice, counted twice: its caller then waited forever).
+  kiln::device::ThreadPool pool(2);
+  constexpr int kCallers = 3, kJobs = 20000;
+  std::vector<std::thread> callers;
+  std::atomic<int> wrong{0};
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&, c] {
+      std::atomic<int> counts[64];
+      void* buffers[1] = {counts};
+      for (int j = 0; j < kJobs; ++j) {
+        int64_t n = 1 + (j * 7 + c * 5) % 64;
+        for (auto& x : counts) x = 0;
+        pool.parallelFor(n, int64_t(1) << 20, countCallerCover, buffers, nullptr, /*affine=*/(j + c) % 2 == 0);
+        for (int64_t i = 0; i < 64; ++i)
+          if (counts[i].load() != (i < n ? 1 : 0)) wrong++;
+      }
+    });
+  for (auto& t : callers) t.join();
+  CHECK(wrong.load() == 0);
+}
