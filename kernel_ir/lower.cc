@@ -3,6 +3,7 @@
 
 #include <array>
 #include <map>
+#include <span>
 
 #include "kiln/error.h"
 #include "kernel_ir/compute.h"
@@ -55,9 +56,7 @@ class Lowering {
     // vectorize); if that needed any assumption, the general version is the fallback.
     std::vector<ExprId> guards;
     guards_ = &guards;
-    std::vector<loop::StmtId> fast;
-    for (size_t o = 0; o < f_.outputs.size(); ++o)
-      if (!writtenByGemm(o, outBuffers)) fast.push_back(outputNest(f_.outputs[o], outBuffers[o]));
+    std::vector<loop::StmtId> fast = outputNests(outBuffers);
     guards_ = nullptr;
     std::erase_if(guards, [&](ExprId g) { return b_.isIntConst(g); });  // provably true
     if (guards.empty()) {
@@ -69,9 +68,7 @@ class Lowering {
     // The general version runs only when a `?` dimension broadcasts at run time:
     // plain loops keep its compile time low.
     generalVersion_ = true;
-    std::vector<loop::StmtId> general;
-    for (size_t o = 0; o < f_.outputs.size(); ++o)
-      if (!writtenByGemm(o, outBuffers)) general.push_back(outputNest(f_.outputs[o], outBuffers[o]));
+    std::vector<loop::StmtId> general = outputNests(outBuffers);
     ExprId all = guards[0];
     for (size_t i = 1; i < guards.size(); ++i) all = b_.binary(loop::BinaryOp::And, all, guards[i]);
     gemms.push_back(b_.ifThenElse(all, std::move(fast), std::move(general)));
@@ -428,9 +425,41 @@ class Lowering {
     return e;
   }
 
-  loop::StmtId outputNest(int32_t value, int32_t buffer) {
-    if (loop::StmtId s = concatCopies(value, buffer); s >= 0) return s;
-    return nest(value, buffer, value, static_cast<size_t>(-1), 0);
+  // The loop nests storing the outputs the GEMMs did not write. Consecutive
+  // outputs over the same iteration space (a split's parts, an LSTM gate's
+  // results) share one nest, each storing its element in the same iteration:
+  // one parallel loop instead of one per output, both when compiling (a single
+  // vectorized loop body) and when running (one dispatch to the pool). Safe
+  // because a nest never loads what another output nest stores: outputs are
+  // computed from inputs and GEMM results alone, every value inlined.
+  std::vector<loop::StmtId> outputNests(const std::vector<int32_t>& outBuffers) {
+    std::vector<loop::StmtId> nests;
+    std::vector<NestTarget> group;
+    auto flush = [&] {
+      if (!group.empty()) nests.push_back(nest(group, static_cast<size_t>(-1), 0));
+      group.clear();
+    };
+    for (size_t o = 0; o < f_.outputs.size(); ++o) {
+      if (writtenByGemm(o, outBuffers)) continue;
+      int32_t value = f_.outputs[o];
+      if (loop::StmtId s = concatCopies(value, outBuffers[o]); s >= 0) {
+        flush();
+        nests.push_back(s);
+        continue;
+      }
+      if (!group.empty() && !sameIterationSpace(group.front().over, value)) flush();
+      group.push_back({value, outBuffers[o], value});
+    }
+    flush();
+    return nests;
+  }
+
+  bool sameIterationSpace(int32_t a, int32_t b) {
+    size_t rank = f_.typeOf(a).rank();
+    if (f_.typeOf(b).rank() != rank) return false;
+    for (size_t d = 0; d < rank; ++d)  // hash-consed: equal extents are the same expression
+      if (dimOf(a, d) != dimOf(b, d)) return false;
+    return true;
   }
 
   // A concatenation that is a kernel output, with static extents along its
@@ -450,18 +479,25 @@ class Lowering {
     std::vector<loop::StmtId> copies;
     int64_t offset = 0;
     for (int32_t in : n.inputs) {
-      copies.push_back(nest(in, buffer, value, static_cast<size_t>(axis), offset));
+      NestTarget copy{in, buffer, value};
+      copies.push_back(nest({&copy, 1}, static_cast<size_t>(axis), offset));
       offset += f_.typeOf(in).shape[static_cast<size_t>(axis)];
     }
     return b_.block(std::move(copies));
   }
 
-  // A loop nest over the dimensions of `over` storing its elements into
-  // `buffer`, laid out as `value` (the same shape as `over`, except that along
-  // `axis` the store lands `offset` further on).
-  loop::StmtId nest(int32_t over, int32_t buffer, int32_t value, size_t axis, int64_t offset) {
+  // What a loop nest stores: the elements of `over` into `buffer`, laid out as
+  // `value` (the same shape as `over`, except that along the nest's `axis` the
+  // store lands `offset` further on).
+  struct NestTarget {
+    int32_t over, buffer, value;
+  };
+
+  // A loop nest over the dimensions of the targets' `over` (all of one
+  // iteration space) storing each target's element in every iteration.
+  loop::StmtId nest(std::span<const NestTarget> targets, size_t axis, int64_t offset) {
+    int32_t over = targets.front().over;
     const ops::TensorDesc& t = f_.typeOf(over);
-    const ops::TensorDesc& out = f_.typeOf(value);
     size_t rank = t.rank();
     std::vector<int32_t> vars(rank);
     std::vector<ExprId> index(rank);
@@ -473,11 +509,16 @@ class Lowering {
       vars[d] = b_.newVar();
       index[d] = b_.var(vars[d]);
     }
-    ExprId v = valueAt(over, index);
-    if (b_.typeOf(v) != (out.dtype == DType::Float16 ? DType::Float32 : out.dtype)) v = b_.cast(out.dtype, v);
-    std::vector<ExprId> at = index;
-    if (axis < rank) at[axis] = b_.add(at[axis], b_.intConst(offset));
-    loop::StmtId s = b_.store(buffer, linearIndex(value, at), v);
+    std::vector<loop::StmtId> stores;
+    for (const NestTarget& target : targets) {
+      const ops::TensorDesc& out = f_.typeOf(target.value);
+      ExprId v = valueAt(target.over, index);
+      if (b_.typeOf(v) != (out.dtype == DType::Float16 ? DType::Float32 : out.dtype)) v = b_.cast(out.dtype, v);
+      std::vector<ExprId> at = index;
+      if (axis < rank) at[axis] = b_.add(at[axis], b_.intConst(offset));
+      stores.push_back(b_.store(target.buffer, linearIndex(target.value, at), v));
+    }
+    loop::StmtId s = stores.size() == 1 ? stores.front() : b_.block(std::move(stores));
     for (size_t d = rank; d-- > first;) {
       bool vectorize = d + 1 == rank && !generalVersion_;
       loop::LoopKind kind = d == first ? (vectorize ? loop::LoopKind::ParallelVectorized : loop::LoopKind::Parallel)
