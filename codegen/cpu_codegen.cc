@@ -9,6 +9,7 @@
 #include <llvm/TargetParser/Host.h>
 
 #include "codegen/loop_emitter.h"
+#include "device/thread_pool.h"
 
 namespace kiln::jit {
 
@@ -99,6 +100,16 @@ class CpuCodegen final : public LoopEmitter {
   // the shape array: the task gets a copy with their values appended, at
   // numShapeSlots + i, and binds them at its entry.
   void emitParallel(const loop::StmtNode& s) override {
+    llvm::Value* extent = emitExpr(s.extent);
+    llvm::Value* work = b_.CreateMul(extent, bodyWork(s.body));
+    // Work known now and below the pool's threshold: the loop would always run
+    // inline, so it is emitted inline, and with a static trip count the
+    // vectorized loop needs no remainder (half the code of a small element-wise
+    // kernel, which compiles in half the time).
+    if (auto* known = llvm::dyn_cast<llvm::ConstantInt>(work); known && known->getSExtValue() < device::kMinParallelWork) {
+      emitInnerFor(s, loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::NoVectorize);
+      return;
+    }
     llvm::Type* ptr = b_.getPtrTy();
     std::string base = symbol_ + ".task" + std::to_string(tasks_++);
     llvm::Function* inner = makeBodyFunction(base + ".body", true);
@@ -119,8 +130,6 @@ class CpuCodegen final : public LoopEmitter {
     }
     // The caller: the extent, an estimate of the work, and the call.
     unsigned n = static_cast<unsigned>(k_.buffers.size());
-    llvm::Value* extent = emitExpr(s.extent);
-    llvm::Value* work = b_.CreateMul(extent, bodyWork(s.body));
     llvm::FunctionCallee pfor = m_->getOrInsertFunction(
         "kiln_parallel_for", llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), ptr, ptr, ptr}, false));
     llvm::Value* bufs = fn_->getArg(n + 1);

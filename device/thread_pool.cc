@@ -18,9 +18,6 @@ namespace kiln::device {
 
 namespace {
 
-// Below this many elements of work a kernel runs on its caller's thread alone.
-constexpr int64_t kMinParallelWork = 1 << 15;
-
 thread_local bool tInTask = false;
 std::atomic<int64_t> gJobsRun{0};
 

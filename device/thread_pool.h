@@ -84,6 +84,11 @@ int currentThreads();
 void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes,
                  bool affine = false);
 
+// Below this much work (elements touched, as kiln_parallel_for's `work`) a loop
+// runs on its caller's thread alone. Code generators emit a loop whose work is a
+// compile-time constant below it as a plain loop: no task function, no call.
+constexpr int64_t kMinParallelWork = 1 << 15;
+
 // How many parallelFor calls the pool has shared out since the process started
 // (the rest ran inline): what a test or a profile reads to see kernels go wide.
 int64_t parallelJobsRun();

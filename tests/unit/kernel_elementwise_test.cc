@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "device/thread_pool.h"
+#include "kernel_ir/lower.h"
 #include "kernel_util.h"
 
 using namespace kiln;
@@ -303,6 +304,70 @@ TEST_CASE("a kernel with several outputs writes each in one pass") {
     CHECK(getElement(outs[0], i) == doctest::Approx(v + 1));
     CHECK(getElement(outs[1], i) == (v < 0));
     CHECK(getElement(outs[2], i) == doctest::Approx(v));
+  }
+}
+
+TEST_CASE("outputs over one iteration space share one loop nest; others get their own") {
+  // An LSTM gate's split into four parts: one parallel loop storing all four.
+  std::mt19937 rng(11);
+  const char* gates =
+      "def @main(%g: Tensor[(3, 64), float32], %b: Tensor[(64,), float32]) {"
+      "  let %s = split(%g + %b, indices_or_sections=4, axis=1); (%s.0, sigmoid(%s.1), tanh(%s.2), %s.3 * 2f) }";
+  loop::LoopKernel loops = kernel_ir::lowerToLoops(test::fusedFrom(gates));
+  REQUIRE(loops.body >= 0);
+  size_t topLoops = 0;
+  for (loop::StmtId id : loops.stmt(loops.body).body) topLoops += loops.stmt(id).kind == loop::StmtKind::For;
+  CHECK(topLoops == 1);
+  auto k = test::kernelFrom(gates);
+  Tensor g = test::randomTensor(DType::Float32, {3, 64}, rng), b = test::randomTensor(DType::Float32, {64}, rng);
+  std::vector<Tensor> in{g, b};
+  auto outs = (*k)(in);
+  REQUIRE(outs.size() == 4);
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 0; c < 16; ++c) {
+      auto at = [&](int part) { return getElement(g, r * 64 + part * 16 + c) + getElement(b, part * 16 + c); };
+      CHECK(getElement(outs[0], r * 16 + c) == doctest::Approx(at(0)));
+      CHECK(getElement(outs[1], r * 16 + c) == doctest::Approx(1 / (1 + std::exp(-at(1)))).epsilon(1e-5));
+      CHECK(getElement(outs[2], r * 16 + c) == doctest::Approx(std::tanh(at(2))).epsilon(1e-5));
+      CHECK(getElement(outs[3], r * 16 + c) == doctest::Approx(at(3) * 2));
+    }
+  // Different shapes: two nests.
+  loop::LoopKernel two = kernel_ir::lowerToLoops(
+      test::fusedFrom("def @main(%x: Tensor[(4, 8), float32]) { (%x * 2f, sum(%x, axis=[1])) }"));
+  size_t twoLoops = 0;
+  for (loop::StmtId id : two.stmt(two.body).body) twoLoops += two.stmt(id).kind == loop::StmtKind::For;
+  CHECK(twoLoops == 2);
+}
+
+TEST_CASE("a loop whose work is known to be small is inline, with no remainder; others go to the pool") {
+  // Static and below the pool's threshold: no task function, and a trip count of
+  // 256 needs no scalar remainder after the 16-lane loop.
+  auto small = jit::KernelCache::global().get(
+      test::fusedFrom("def @main(%x: Tensor[(1, 256), float32]) { sigmoid(%x) * tanh(%x) }"), {}, true);
+  const std::string& ir = small->optimizedIR();
+  CHECK(ir.find("kiln_parallel_for") == std::string::npos);
+  CHECK(ir.find("<16 x float>") != std::string::npos);
+  auto count = [](const std::string& text, const char* what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  auto dyn = jit::KernelCache::global().get(
+      test::fusedFrom("def @main(%x: Tensor[(?), float32]) { sigmoid(%x) * tanh(%x) }"), {}, true);
+  const std::string& dynIR = dyn->optimizedIR();
+  CHECK(dynIR.find("kiln_parallel_for") != std::string::npos);
+  // No vectorized epilogue (an 8-lane copy of the math) after the 16-lane loop.
+  CHECK(dynIR.find("vec.epilog") == std::string::npos);
+  // The math's comparisons: once (16 lanes) in the static kernel; twice (16 lanes
+  // and the scalar remainder) in the dynamic one.
+  CHECK(count(dynIR, "fcmp") == 2 * count(ir, "fcmp"));
+  std::mt19937 rng(12);
+  Tensor x = test::randomTensor(DType::Float32, {1, 256}, rng);
+  std::vector<Tensor> in{x};
+  Tensor y = (*small)(in)[0];
+  for (int64_t i = 0; i < 256; ++i) {
+    double v = getElement(x, i);
+    CHECK(getElement(y, i) == doctest::Approx(std::tanh(v) / (1 + std::exp(-v))).epsilon(1e-5));
   }
 }
 
