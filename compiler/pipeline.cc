@@ -3,6 +3,7 @@
 
 #include "compiler/codegen/bytecode_emitter.h"
 #include "compiler/frontend.h"
+#include "compiler/passes/fold_static_shapes.h"
 #include "compiler/passes/fuse_ops.h"
 #include "compiler/passes/lambda_lift.h"
 #include "compiler/passes/to_anf.h"
@@ -15,7 +16,7 @@ Stages runPasses(std::string_view source, const std::string& file, const Compile
     FrontendOptions fo;
     fo.prelude = options.prelude;
     s.typed = loadProgram(source, file, fo);
-    s.fused = fuseOps(*s.typed, FuseOptions{options.fuse});
+    s.fused = fuseOps(*foldStaticShapes(*s.typed), FuseOptions{options.fuse});
     s.anf = toANF(*s.fused);
     s.lifted = lambdaLift(*s.anf);
     s.placed = placeDevices(*s.lifted, options.devices);

@@ -3,6 +3,8 @@
 #include <unordered_map>
 
 #include "compiler/passes/fuse_ops.h"
+#include "kiln/compile.h"
+#include "kiln/vm.h"
 #include "kernel_util.h"
 
 using namespace kiln;
@@ -137,4 +139,35 @@ TEST_CASE("fused and unfused evaluation give the same results") {
     for (int64_t i = 0; i < a[o].numel(); ++i)
       CHECK(test::getElement(a[o], i) == doctest::Approx(test::getElement(b[o], i)).epsilon(1e-5));
   }
+}
+
+TEST_CASE("take(shape_of(x), i) on a static dimension is a literal; on a ? dimension it stays a kernel") {
+  auto kernelNames = [](const std::string& src) {
+    auto exe = kiln::compile(src, "t.relay");
+    std::string names;
+    for (const KernelInfo& k : exe->kernels()) names += k.function->name + " ";
+    return std::pair{exe, names};
+  };
+  const char* fixed = R"(
+def @main(%x: Tensor[(32, 1, 7), float32]) {
+  (take(shape_of(%x), 0), take(shape_of(%x), -1), take(shape_of(%x), 5, mode="wrap"),
+   take(shape_of(%x, dtype="int64"), 9), %x * 2f)
+})";
+  auto [exe, names] = kernelNames(fixed);
+  CHECK(names.find("shape_of") == std::string::npos);
+  CHECK(names.find("take") == std::string::npos);
+  kiln::VirtualMachine vm(exe);
+  Value r = vm.invoke("main", {Value(Tensor::empty(DType::Float32, {32, 1, 7}))});
+  // clip clamps -1 to 0; wrap takes 5 mod 3 = 2; 9 clamps to the last.
+  CHECK(exe->format(r.fields()[0]) == "i32=32");
+  CHECK(exe->format(r.fields()[1]) == "i32=32");
+  CHECK(exe->format(r.fields()[2]) == "i32=7");
+  CHECK(exe->format(r.fields()[3]) == "i64=7");
+  // A `?` dimension is known only at run time; a static one beside it still folds.
+  auto [dyn, dynNames] = kernelNames("def @main(%x: Tensor[(?, 5), float32]) { (take(shape_of(%x), 0), take(shape_of(%x), 1)) }");
+  CHECK(dynNames.find("shape_of") != std::string::npos);
+  kiln::VirtualMachine dvm(dyn);
+  Value d = dvm.invoke("main", {Value(Tensor::empty(DType::Float32, {3, 5}))});
+  CHECK(dyn->format(d) == "(i32=3, i32=5)");
+  CHECK(dyn->kernels().size() == 2);  // shape_of and its take, for the ? dimension only
 }
