@@ -168,6 +168,8 @@ kiln::Tensor fromNumpy(py::array a) {
   return t;
 }
 
+PyTensor tensorFromDLPack(py::object obj);
+
 kiln::Value fromPython(const kiln::Executable& exe, py::handle obj, const kiln::TypeDesc* type);
 
 kiln::Value scalarValue(py::handle obj, const kiln::TypeDesc* type) {
@@ -208,15 +210,7 @@ kiln::Value fromPython(const kiln::Executable& exe, py::handle obj, const kiln::
   if (py::isinstance<py::bool_>(obj) || py::isinstance<py::int_>(obj) || py::isinstance<py::float_>(obj))
     return scalarValue(obj, type);
   if (py::isinstance<py::array>(obj)) return kiln::Value(fromNumpy(py::reinterpret_borrow<py::array>(obj)));
-  if (py::hasattr(obj, "__dlpack__")) {
-    py::object capsule = obj.attr("__dlpack__")();
-    // Taken below, as kiln.from_dlpack does.
-    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
-    if (!managed) throw py::error_already_set();
-    kiln::Tensor t = kiln::fromDLPack(managed);
-    PyCapsule_SetName(capsule.ptr(), "used_dltensor");
-    return kiln::Value(std::move(t));
-  }
+  if (py::hasattr(obj, "__dlpack__")) return kiln::Value(tensorFromDLPack(py::reinterpret_borrow<py::object>(obj)).tensor);
   // Lists of numbers and other array-likes.
   return kiln::Value(fromNumpy(py::module_::import("numpy").attr("asarray")(obj)));
 }

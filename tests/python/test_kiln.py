@@ -192,6 +192,22 @@ class DLPack(unittest.TestCase):
         del t  # the numpy array keeps the memory
         np.testing.assert_array_equal(back, np.arange(12).reshape(3, 4))
 
+    def test_any_object_with_dlpack_is_an_argument(self):
+        class Producer:  # only the protocol, not a numpy array
+            def __init__(self, a):
+                self.a = a
+
+            def __dlpack__(self, stream=None):
+                return self.a.__dlpack__()
+
+            def __dlpack_device__(self):
+                return self.a.__dlpack_device__()
+
+        x = aligned(8)
+        x[:] = np.arange(8)
+        vm = kiln.compile(PROGRAMS).vm()
+        np.testing.assert_array_equal(vm.invoke("identity", Producer(x)), x)
+
     def test_a_capsule_is_used_once(self):
         cap = kiln.from_dlpack(np.ones(32, np.float32)).__dlpack__()
         kiln.from_dlpack(cap)
