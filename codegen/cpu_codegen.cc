@@ -321,8 +321,8 @@ class CpuCodegen final : public LoopEmitter {
     const loop::Conv2dArgs& c = s.conv;
     llvm::Type* ptr = b_.getPtrTy();
     llvm::Type* i64 = b_.getInt64Ty();
-    llvm::FunctionCallee conv =
-        m_->getOrInsertFunction("kiln_sconv2d", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr, ptr}, false));
+    llvm::FunctionCallee conv = m_->getOrInsertFunction(
+        "kiln_sconv2d", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr, ptr, ptr, i64}, false));
     llvm::IRBuilder<> entryB(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
     llvm::AllocaInst* dims = entryB.CreateAlloca(llvm::ArrayType::get(i64, c.dims.size()));
     for (size_t i = 0; i < c.dims.size(); ++i)
@@ -330,7 +330,8 @@ class CpuCodegen final : public LoopEmitter {
     auto buffer = [&](int32_t b) { return fn_->getArg(static_cast<unsigned>(b)); };
     llvm::Value* packed = c.packedW >= 0 ? static_cast<llvm::Value*>(buffer(c.packedW))
                                          : llvm::ConstantPointerNull::get(b_.getPtrTy());
-    b_.CreateCall(conv, {dims, buffer(c.x), buffer(c.w), packed, buffer(c.out)});
+    llvm::Value* bias = c.bias >= 0 ? static_cast<llvm::Value*>(buffer(c.bias)) : llvm::ConstantPointerNull::get(b_.getPtrTy());
+    b_.CreateCall(conv, {dims, buffer(c.x), buffer(c.w), packed, buffer(c.out), bias, b_.getInt64(c.relu ? 1 : 0)});
   }
 
   llvm::Value* libmCall(const char* name, llvm::Value* x) override {

@@ -28,6 +28,7 @@ struct ConvJob {
   // The AVX-512 gathers: 32-wide panels, and every window coordinate and plane
   // offset within int32 (they hold them in 32-bit lanes); otherwise portable.
   bool vector;
+  ConvPostOps post;
 };
 
 // Where the panel's pixels start reading: lane j covers output pixel j0 + j.
@@ -201,9 +202,15 @@ void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
         if (j.vector) gatherSlice512(j, origin, image, p0, kc, nr, bp);
         else gatherSlicePortable(j, j0, count, image, p0, kc, nr, bp);
         const float* aslice = aGroup + (p0 / kKC) * kKC * j.mpad;
-        for (int64_t ir = 0; ir < j.og; ir += mr)
+        // The post-ops in the micro-kernel's registers, with the last slice: a
+        // pass after the tile's store re-read rows a plane apart (one L1 set),
+        // and cost as much as a separate pass over the output.
+        bool last = p0 + kc == j.k, withPost = last && (j.post.bias || j.post.relu);
+        for (int64_t ir = 0; ir < j.og; ir += mr) {
+          MicroPost post{j.post.bias ? j.post.bias + g * j.og + ir : nullptr, j.post.relu};
           cpu.micro(kc, aslice + (ir / mr) * mr * kc, bp, c + ir * j.pixels + j0, j.pixels, std::min(mr, j.og - ir), count,
-                    p0 > 0);
+                    p0 > 0, withPost ? &post : nullptr);
+        }
       }
     }
   }
@@ -246,12 +253,17 @@ bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t 
   return header[0] == o && header[1] == k && header[2] == groups && header[3] == isa().tile.mr;
 }
 
-void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out) {
+void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out,
+             const ConvPostOps& post) {
   int64_t pixels = d.oh * d.ow;
   if (d.n <= 0 || d.o <= 0 || pixels <= 0) return;
   int64_t cg = d.c / d.groups, og = d.o / d.groups, k = cg * d.kh * d.kw;
-  if (k <= 0) {
-    std::fill(out, out + d.n * d.o * pixels, 0.0f);
+  if (k <= 0) {  // empty windows: every sum is 0, then the post-ops
+    for (int64_t i = 0; i < d.n * d.o; ++i) {
+      float v = post.bias ? post.bias[i % d.o] : 0.0f;
+      if (post.relu && v <= 0.0f) v = 0.0f;
+      std::fill(out + i * pixels, out + (i + 1) * pixels, v);
+    }
     return;
   }
   const Isa& cpu = isa();
@@ -277,15 +289,16 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
   };
   bool vector = nr == 32 && __builtin_cpu_supports("avx512f") && d.h * d.w <= INT32_MAX &&
                 fits(d.oh, d.sh, d.kh, d.dh, d.ph) && fits(d.ow, d.sw, d.kw, d.dw, d.pw);
-  ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, perTask, (panels + perTask - 1) / perTask, vector};
+  ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, perTask, (panels + perTask - 1) / perTask, vector, post};
   device::parallelFor(d.n * d.groups * job.tasksPerImageGroup, d.n * d.o * pixels * k / 64, convTask,
                       reinterpret_cast<void* const*>(&job), nullptr);
 }
 
 }  // namespace kiln::jit
 
-extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out) {
+extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out,
+                             const float* bias, int64_t relu) {
   kiln::jit::Conv2dDims d;
   std::memcpy(&d, dims, sizeof d);
-  kiln::jit::sconv2d(d, x, w, packedW, out);
+  kiln::jit::sconv2d(d, x, w, packedW, out, kiln::jit::ConvPostOps{bias, relu != 0});
 }

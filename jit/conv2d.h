@@ -26,10 +26,20 @@ struct Conv2dDims {
 };
 static_assert(sizeof(Conv2dDims) == 16 * sizeof(int64_t));
 
-// out[n, o, oh, ow] = sum over the window; `out` is overwritten. `packedW` is
-// the filters prepacked by packConvFilter, or null (they are packed per call);
-// one made for other filters' shape is ignored.
-void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out);
+// What the convolution applies to each output element as it finishes it, while
+// the element is still in L1 (oneDNN calls these post-ops): plus bias[o] when
+// `bias` is set, then ReLU as nn.relu computes it (max with 0; NaN stays NaN).
+// A separate pass would read and write the whole output again.
+struct ConvPostOps {
+  const float* bias = nullptr;  // one per output channel
+  bool relu = false;
+};
+
+// out[n, o, oh, ow] = sum over the window, then the post-ops; `out` is
+// overwritten. `packedW` is the filters prepacked by packConvFilter, or null
+// (they are packed per call); one made for other filters' shape is ignored.
+void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out,
+             const ConvPostOps& post = {});
 
 // Prepacked filters: o filters of k = (c / groups) * kh * kw weights each, in
 // the layout sconv2d reads them (per group, KC slices of MR-tall panels), made
@@ -42,5 +52,6 @@ bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t 
 }  // namespace kiln::jit
 
 // The entry point JIT kernels call: `dims` holds the 16 fields of Conv2dDims;
-// `packedW` may be null.
-extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out);
+// `packedW` and `bias` may be null; `relu` is 0 or 1 (ConvPostOps).
+extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out,
+                             const float* bias, int64_t relu);

@@ -87,16 +87,23 @@ void packB(const float* b, int64_t ldb, bool t, int64_t p0, int64_t kc, int64_t 
   }
 }
 
-// Writes an MR x NR tile (in `tile`) to C, only the valid h x w part, adding when asked.
-void storeTile(const float* tile, int64_t nr, float* c, int64_t ldc, int64_t h, int64_t w, bool add) {
+// Writes an MR x NR tile (in `tile`) to C, only the valid h x w part, adding
+// when asked, then the post-ops.
+void storeTile(const float* tile, int64_t nr, float* c, int64_t ldc, int64_t h, int64_t w, bool add,
+               const MicroPost* post) {
   for (int64_t r = 0; r < h; ++r)
-    for (int64_t j = 0; j < w; ++j) c[r * ldc + j] = add ? c[r * ldc + j] + tile[r * nr + j] : tile[r * nr + j];
+    for (int64_t j = 0; j < w; ++j) {
+      float v = add ? c[r * ldc + j] + tile[r * nr + j] : tile[r * nr + j];
+      if (post && post->bias) v += post->bias[r];
+      if (post && post->relu && v <= 0.0f) v = 0.0f;
+      c[r * ldc + j] = v;
+    }
 }
 
 // 8 x 32 tile: 16 zmm accumulators; per step two vector loads of B and eight
 // broadcasts of A feed 16 independent FMAs.
 __attribute__((target("avx512f,fma"))) void micro512(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
-                                                     int64_t h, int64_t w, bool add) {
+                                                     int64_t h, int64_t w, bool add, const MicroPost* post) {
   __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
   __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
   for (int64_t p = 0; p < kc; ++p) {
@@ -122,6 +129,18 @@ __attribute__((target("avx512f,fma"))) void micro512(int64_t kc, const float* ap
         v0 = _mm512_add_ps(v0, _mm512_loadu_ps(out));
         v1 = _mm512_add_ps(v1, _mm512_loadu_ps(out + 16));
       }
+      if (post) {
+        if (post->bias) {
+          __m512 b = _mm512_set1_ps(post->bias[r]);
+          v0 = _mm512_add_ps(v0, b);
+          v1 = _mm512_add_ps(v1, b);
+        }
+        if (post->relu) {
+          __m512 zero = _mm512_setzero_ps();
+          v0 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v0, zero, _CMP_LE_OQ), v0, zero);
+          v1 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v1, zero, _CMP_LE_OQ), v1, zero);
+        }
+      }
       _mm512_storeu_ps(out, v0);
       _mm512_storeu_ps(out + 16, v1);
     }
@@ -132,12 +151,12 @@ __attribute__((target("avx512f,fma"))) void micro512(int64_t kc, const float* ap
     _mm512_store_ps(tile + r * 32, acc[r][0]);
     _mm512_store_ps(tile + r * 32 + 16, acc[r][1]);
   }
-  storeTile(tile, 32, c, ldc, h, w, add);
+  storeTile(tile, 32, c, ldc, h, w, add, post);
 }
 
 // 6 x 16 tile for AVX2: 12 ymm accumulators.
 __attribute__((target("avx2,fma"))) void micro256(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
-                                                  int64_t h, int64_t w, bool add) {
+                                                  int64_t h, int64_t w, bool add, const MicroPost* post) {
   __m256 acc[6][2];
   for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
@@ -155,16 +174,17 @@ __attribute__((target("avx2,fma"))) void micro256(int64_t kc, const float* ap, c
     _mm256_store_ps(tile + r * 16, acc[r][0]);
     _mm256_store_ps(tile + r * 16 + 8, acc[r][1]);
   }
-  storeTile(tile, 16, c, ldc, h, w, add);
+  storeTile(tile, 16, c, ldc, h, w, add, post);
 }
 
 // Portable fallback with the AVX2 tile shape.
-void microScalar(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t h, int64_t w, bool add) {
+void microScalar(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t h, int64_t w, bool add,
+                 const MicroPost* post) {
   float tile[6 * 16] = {};
   for (int64_t p = 0; p < kc; ++p, ap += 6, bp += 16)
     for (int r = 0; r < 6; ++r)
       for (int j = 0; j < 16; ++j) tile[r * 16 + j] += ap[r] * bp[j];
-  storeTile(tile, 16, c, ldc, h, w, add);
+  storeTile(tile, 16, c, ldc, h, w, add, post);
 }
 
 }  // namespace
@@ -226,7 +246,7 @@ void rowBlock(const GemmJob& j, int64_t i0) {
       const float* bp = j.packedB + j.layout.block(jr / nr, p0);
       for (int64_t ir = 0; ir < rows; ir += mr)
         cpu.micro(kc, ap + (ir / mr) * mr * kc, bp, j.c + (i0 + ir) * j.ldc + jr, j.ldc, std::min(mr, rows - ir),
-                  std::min(nr, j.n - jr), add);
+                  std::min(nr, j.n - jr), add, nullptr);
     }
   }
 }
@@ -287,7 +307,8 @@ void wideBlockTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end)
         int64_t w = std::min(nr, cols - jr);
         packB(j.b, j.ldb, j.transB, p0, kc, j0 + jr, w, nr, bp);
         for (int64_t ir = 0; ir < j.m; ir += mr)
-          cpu.micro(kc, aslice + (ir / mr) * mr * kc, bp, j.c + ir * j.ldc + j0 + jr, j.ldc, std::min(mr, j.m - ir), w, add);
+          cpu.micro(kc, aslice + (ir / mr) * mr * kc, bp, j.c + ir * j.ldc + j0 + jr, j.ldc, std::min(mr, j.m - ir), w, add,
+                    nullptr);
       }
     }
   }

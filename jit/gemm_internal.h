@@ -14,10 +14,18 @@ struct Tile {
   int64_t mr, nr;
 };
 
-// C[h x w] (+)= A panel (MR-tall, kc deep) * B panel (kc deep, NR wide); only
-// the valid h x w corner of the tile is written.
+// What a micro-kernel applies to its finished tile in registers, before the
+// store (after adding C when asked): plus bias[r] for tile row r when `bias` is
+// set, then ReLU as nn.relu computes it (v <= 0 becomes +0; NaN stays).
+struct MicroPost {
+  const float* bias = nullptr;
+  bool relu = false;
+};
+
+// C[h x w] (+)= A panel (MR-tall, kc deep) * B panel (kc deep, NR wide), then
+// `post` when not null; only the valid h x w corner of the tile is written.
 using MicroKernel = void (*)(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t h, int64_t w,
-                             bool add);
+                             bool add, const MicroPost* post);
 
 struct Isa {
   MicroKernel micro;

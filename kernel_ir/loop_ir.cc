@@ -296,7 +296,10 @@ void stmtString(const LoopKernel& k, StmtId id, int indent, std::string& out) {
       const char* names[] = {"n", "c", "h", "w", "o", "kh", "kw", "oh", "ow", "sh", "sw", "ph", "pw", "dh", "dw", "groups"};
       for (size_t i = 0; i < c.dims.size(); ++i)
         out += std::string(i ? ", " : "") + names[i] + "=" + exprString(k, c.dims[i]);
-      out += ")\n";
+      out += ")";
+      if (c.bias >= 0) out += " + " + buf(c.bias) + "[o]";
+      if (c.relu) out += ", relu";
+      out += "\n";
       break;
     }
     case StmtKind::If:

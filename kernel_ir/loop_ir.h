@@ -89,6 +89,10 @@ struct Conv2dArgs {
   int32_t packedW = -1;  // a buffer that may hold the filters prepacked (PreparedLayout::ConvFilter), or -1
   // n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups (jit::Conv2dDims), Int64
   std::array<ExprId, 16> dims = {};
+  // Post-ops applied to each output element as it is finished (jit::ConvPostOps):
+  // plus bias buffer `bias` (one float32 per output channel) when >= 0, then ReLU.
+  int32_t bias = -1;
+  bool relu = false;
 };
 
 struct StmtNode {

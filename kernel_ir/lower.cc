@@ -203,6 +203,14 @@ class Lowering {
       int32_t target = -1;
       for (size_t o = 0; o < f_.outputs.size(); ++o)
         if (f_.outputs[o] == value) target = outBuffers[o];
+      ConvPost post;
+      if (target < 0 && options_.directConv && n.op->name == "nn.conv2d") post = convPostOps(value);
+      if (post.end >= 0) {
+        // The convolution finishes the output itself: no nest stores it.
+        for (size_t o = 0; o < f_.outputs.size(); ++o)
+          if (f_.outputs[o] == post.end) target = outBuffers[o];
+        bufferOf_[static_cast<size_t>(post.end)] = target;
+      }
       if (target < 0) {
         target = static_cast<int32_t>(k_.buffers.size());
         k_.buffers.push_back({DType::Float32, true, "tmp" + std::to_string(value), value});
@@ -217,7 +225,14 @@ class Lowering {
       g.aOffset = g.bOffset = g.cOffset = b_.intConst(0);
       size_t ra = f_.typeOf(a).rank();
       if (n.op->name == "nn.conv2d") {
-        stmts.push_back(options_.directConv ? directConv2d(n, value, a, bv, target) : lowerConv2d(n, value, a, bv, target));
+        if (!options_.directConv) {
+          stmts.push_back(lowerConv2d(n, value, a, bv, target));
+          continue;
+        }
+        loop::Conv2dArgs c = directConv2d(n, value, a, bv, target);
+        if (post.bias >= 0) c.bias = bufferOf_[static_cast<size_t>(post.bias)];
+        c.relu = post.relu;
+        stmts.push_back(b_.conv2d(c));
         continue;
       }
       if (n.op->name == "nn.dense") {
@@ -290,8 +305,52 @@ class Lowering {
     return s != ops::kAnyDim ? s : -(static_cast<int64_t>(find(slotOf(value, d))) + 1);
   }
 
+  // A convolution's epilogue the convolution applies itself (jit::ConvPostOps):
+  // `nn.relu(nn.bias_add(conv, %b))`, `nn.bias_add(conv, %b)` or `nn.relu(conv)`,
+  // with %b a float32 input of one value per channel, each step the only use of
+  // the one before, ending in a kernel output that nothing else reads. `end` is
+  // that output's value (-1: no match, the epilogue is a loop nest as usual).
+  struct ConvPost {
+    int32_t end = -1, bias = -1;
+    bool relu = false;
+  };
+  ConvPost convPostOps(int32_t value) const {
+    std::vector<int32_t> uses(f_.numValues(), 0), user(f_.numValues(), -1);
+    for (size_t i = 0; i < f_.nodes.size(); ++i)
+      for (int32_t in : f_.nodes[i].inputs) {
+        ++uses[static_cast<size_t>(in)];
+        user[static_cast<size_t>(in)] = static_cast<int32_t>(f_.params.size() + i);
+      }
+    int32_t outputs = 0;
+    ConvPost post;
+    int32_t v = value;
+    auto nextOp = [&](const char* name) -> const FusedNode* {
+      if (uses[static_cast<size_t>(v)] != 1) return nullptr;
+      int32_t u = user[static_cast<size_t>(v)];
+      const FusedNode& n = f_.node(u);
+      return !n.isConstant() && n.op->name == name && n.inputs[0] == v ? &n : nullptr;
+    };
+    if (const FusedNode* add = nextOp("nn.bias_add")) {
+      int32_t b = add->inputs[1];
+      const ops::TensorDesc& bt = f_.typeOf(b);
+      int64_t axis = ops::AttrReader("nn.bias_add", add->attrs).getInt("axis", 1);
+      if (!f_.isParam(b) || bt.dtype != DType::Float32 || bt.rank() != 1 || (axis != 1 && axis != -3)) return {};
+      post.bias = b;
+      v = user[static_cast<size_t>(v)];
+    }
+    if (nextOp("nn.relu")) {
+      post.relu = true;
+      v = user[static_cast<size_t>(v)];
+    }
+    if (v == value || uses[static_cast<size_t>(v)] != 0 || f_.typeOf(v).dtype != DType::Float32) return {};
+    for (int32_t o : f_.outputs) outputs += o == v;
+    if (outputs != 1) return {};
+    post.end = v;
+    return post;
+  }
+
   // conv2d (NCHW, OIHW) as one call of the runtime's direct convolution.
-  loop::StmtId directConv2d(const FusedNode& n, int32_t value, int32_t x, int32_t w, int32_t target) {
+  loop::Conv2dArgs directConv2d(const FusedNode& n, int32_t value, int32_t x, int32_t w, int32_t target) {
     ops::AttrReader attrs(n.op->name, n.attrs);
     ops::Window2d win = ops::windowAttrs(attrs);
     loop::Conv2dArgs c;
@@ -304,7 +363,7 @@ class Lowering {
               dimOf(value, 3),      k(win.strides[0]),    k(win.strides[1]),    k(win.pad[0]),
               k(win.pad[1]),        k(win.dilation[0]),   k(win.dilation[1]),   k(attrs.getInt("groups", 1))};
     c.packedW = preparedBuffer(w, loop::PreparedLayout::ConvFilter, attrs.getInt("groups", 1));
-    return b_.conv2d(c);
+    return c;
   }
 
   // conv2d (NCHW, OIHW) as im2col + GEMM: for each image and group, the input

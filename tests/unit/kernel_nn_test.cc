@@ -2,6 +2,7 @@
 #include "jit/conv2d.h"
 #include "jit/gemm.h"
 #include "device/thread_pool.h"
+#include "kernel_ir/lower.h"
 #include "kernel_util.h"
 
 using namespace kiln;
@@ -134,10 +135,12 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
       for (int64_t v : d) s += (s.empty() ? "" : ", ") + std::to_string(v);
       return s;
     };
-    std::string src = "def @main(%x: Tensor[(?, " + dims({k.c, k.h, k.w}) + "), float32], %w: Tensor[(" +
-                      dims({k.o, k.c / k.groups, k.kh, k.kw}) + "), float32]) { nn.conv2d(%x, %w, strides=[" +
-                      dims({k.stride[0], k.stride[1]}) + "], padding=[" + dims({k.pad[0], k.pad[1], k.pad[2], k.pad[3]}) +
-                      "], dilation=[" + dims({k.dilation[0], k.dilation[1]}) + "], groups=" + std::to_string(k.groups) + ") }";
+    std::string params = "%x: Tensor[(?, " + dims({k.c, k.h, k.w}) + "), float32], %w: Tensor[(" +
+                         dims({k.o, k.c / k.groups, k.kh, k.kw}) + "), float32]";
+    std::string conv = "nn.conv2d(%x, %w, strides=[" + dims({k.stride[0], k.stride[1]}) + "], padding=[" +
+                       dims({k.pad[0], k.pad[1], k.pad[2], k.pad[3]}) + "], dilation=[" + dims({k.dilation[0], k.dilation[1]}) +
+                       "], groups=" + std::to_string(k.groups) + ")";
+    std::string src = "def @main(" + params + ") { " + conv + " }";
     int64_t jobs = device::parallelJobsRun();
     Tensor y = run(src, {x, w})[0];
     // Large enough to share out: the CPU's direct convolution goes to the pool.
@@ -163,6 +166,31 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
             want.push_back(s);
           }
     checkApprox(y, want, 1e-4);
+    // The same convolution finishing its own epilogue (post-ops), in turn: bias
+    // and ReLU, bias alone, ReLU alone; a NaN input stays NaN through ReLU.
+    int form = static_cast<int>(&k - cases.data()) % 3;
+    Tensor bias = test::randomTensor(DType::Float32, {k.o}, rng);
+    std::string epilogue = form == 0 ? "nn.relu(nn.bias_add(" + conv + ", %b))"
+                           : form == 1 ? "nn.bias_add(" + conv + ", %b)"
+                                       : "nn.relu(" + conv + ")";
+    std::string post = "def @main(" + params + ", %b: Tensor[(" + std::to_string(k.o) + "), float32]) { " + epilogue + " }";
+    CAPTURE(post);
+    std::string loops = kernel_ir::lowerToLoops(test::fusedFrom(post), {.directConv = true}).toString();
+    CHECK(loops.find(form == 1 ? "[o]\n" : ", relu\n") != std::string::npos);
+    CHECK(loops.find("for ") == std::string::npos);  // no second pass over the output
+    bool withNaN = &k == &cases.front();
+    if (withNaN) x.data<float>()[0] = std::nanf("");
+    Tensor z = run(post, {x, w, bias})[0];
+    for (size_t i = 0; i < want.size(); ++i) {
+      int64_t o = static_cast<int64_t>(i) / (oh * ow) % k.o;
+      double v = want[i] + (form == 2 ? 0.0 : getElement(bias, o));
+      if (form != 1) v = std::max(v, 0.0);
+      double got = getElement(z, static_cast<int64_t>(i));
+      if (withNaN && std::isnan(got)) continue;  // the outputs whose window holds the NaN
+      CAPTURE(i);
+      CHECK(got == doctest::Approx(v).epsilon(1e-4).scale(1.0));
+    }
+    if (withNaN) CHECK(std::isnan(getElement(z, 0)));
   }
   device::setNumThreads(threadsBefore);
 }
