@@ -10,11 +10,11 @@
 # moved as a whole.
 include(CMakePackageConfigHelpers)
 
-set_target_properties(kiln_runtime kiln kiln_codegen PROPERTIES INSTALL_RPATH "$ORIGIN")
+set_target_properties(kiln_runtime kiln kiln_onnx kiln_codegen PROPERTIES INSTALL_RPATH "$ORIGIN")
 file(RELATIVE_PATH _kiln_bin_to_lib "${CMAKE_INSTALL_FULL_BINDIR}" "${CMAKE_INSTALL_FULL_LIBDIR}")
 set_target_properties(kilnc vmrun PROPERTIES INSTALL_RPATH "$ORIGIN/${_kiln_bin_to_lib}")
 
-install(TARGETS kiln_runtime kiln EXPORT kilnTargets
+install(TARGETS kiln_runtime kiln kiln_onnx EXPORT kilnTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # Opened with dlopen, never linked: installed, not exported.

@@ -33,6 +33,8 @@ std::vector<TensorDesc> reduceRule(const OpCall& call) {
   requireDType(call, x, Cls, "operand");
   std::vector<bool> reduced = reducedAxes(call, x.rank());
   bool keepdims = call.attrs.getBool("keepdims", false);
+  // The reduction keeps the first extreme it meets; the last one is not computed.
+  if (ArgReduce && call.attrs.getBool("select_last_index", false)) call.attrs.fail("select_last_index", "True is not supported");
   TensorDesc out{ArgReduce ? DType::Int32 : x.dtype, {}};
   for (size_t i = 0; i < x.rank(); ++i) {
     if (!reduced[i]) out.shape.push_back(x.shape[i]);

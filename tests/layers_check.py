@@ -63,10 +63,12 @@ def layer_of(path):
     """The layer a repository path belongs to, or None."""
     if path in owner:
         return owner[path]
+    # The longest folder prefix wins: compiler/onnx/ is a layer inside compiler/.
+    best = None
     for prefix, layer in owner.items():
-        if prefix.endswith('/') and path.startswith(prefix):
-            return layer
-    return None
+        if prefix.endswith('/') and path.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, layer)
+    return best[1] if best else None
 
 allowed = {l: below(l) | {l} for l in deps}
 # A layer must not reach itself through its arrows.

@@ -12,6 +12,7 @@
 #include "compiler/frontend.h"
 #include "compiler/pipeline.h"
 #include "kiln/npy.h"
+#include "kiln/onnx.h"
 #include "tools/tool_util.h"
 #include "compiler/ir/printer.h"
 #include "compiler/passes/fuse_ops.h"
@@ -28,7 +29,7 @@ namespace {
 
 void usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: kilnc PROGRAM.relay [-o OUT] [--emit WHAT] [--params FILE.npz] [--device LIST]\n"
+               "usage: kilnc PROGRAM.relay|MODEL.onnx [-o OUT] [--emit WHAT] [--params FILE.npz] [--device LIST]\n"
                "  --emit ir        print the program after type inference\n"
                "  --emit parsed    print the program as parsed, before type inference\n"
                "  --emit fused     print the program after operator fusion\n"
@@ -147,7 +148,16 @@ int main(int argc, char** argv) {
     copts.prelude = prelude;
     copts.planMemory = planMemory;
     if (!paramsFile.empty()) copts.params = kiln::readNpz(paramsFile);
-    std::string source = kiln::compiler::readSourceFile(program);
+    std::string source;
+    if (kiln::isOnnxPath(program)) {
+      // An ONNX model is imported to a program and its weights; from here on it is
+      // compiled as any other program (--emit ir prints the imported program).
+      kiln::OnnxModel model = kiln::importOnnxFile(program);
+      source = std::move(model.program);
+      for (auto& [name, t] : model.params) copts.params.emplace(name, std::move(t));
+    } else {
+      source = kiln::compiler::readSourceFile(program);
+    }
     if (emit == "parsed") {
       kiln::compiler::FrontendOptions opts;
       opts.prelude = prelude;

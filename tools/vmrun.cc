@@ -19,6 +19,7 @@
 #include "jit/kernel.h"
 #include "runtime/kernel_table.h"
 #include "kiln/compile.h"
+#include "kiln/onnx.h"
 #include "kiln/error.h"
 #include "kiln/executable.h"
 #include "kiln/npy.h"
@@ -34,7 +35,7 @@ using kiln::Value;
 
 void usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: vmrun PROGRAM [options]   (PROGRAM: a .relay file or an executable from kilnc -o)\n"
+               "usage: vmrun PROGRAM [options]   (PROGRAM: a .relay file, an ONNX model (.onnx) or an executable from kilnc -o)\n"
                "  --function NAME      entry function (default main)\n"
                "  --input SPEC         an input, in parameter order; NAME=SPEC binds by name. SPEC:\n"
                "                         @file.npy | 2x3xf32=1,2,3,4,5,6 | 2x3xf32=0 | i32=7 | 4xf32=random\n"
@@ -238,6 +239,7 @@ int run(int argc, char** argv) {
   probe.read(reinterpret_cast<char*>(magic), sizeof magic);
   bool isExe = kiln::Executable::looksLikeExecutable({magic, static_cast<size_t>(probe.gcount())});
   std::shared_ptr<const kiln::Executable> exe;
+  std::map<std::string, std::string> inputAliases;  // an ONNX graph input's name -> its @main parameter
   auto loadStart = std::chrono::steady_clock::now();
   if (isExe) {
     exe = kiln::Executable::load(program);
@@ -254,7 +256,14 @@ int run(int argc, char** argv) {
     opts.devices = deviceList;
     opts.params = params;
     opts.planMemory = planMemory;
-    exe = kiln::compile(kiln::compiler::readSourceFile(program), program, opts);
+    if (kiln::isOnnxPath(program)) {
+      kiln::OnnxModel model = kiln::importOnnxFile(program);
+      // Inputs may be named as the graph names them; @main's parameters may differ.
+      for (const auto& [onnxName, param] : model.inputs) inputAliases[onnxName] = param;
+      exe = kiln::compileOnnx(model, opts);
+    } else {
+      exe = kiln::compile(kiln::compiler::readSourceFile(program), program, opts);
+    }
     params.clear();  // bound as constants
   }
   double loadMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - loadStart).count();
@@ -270,8 +279,13 @@ int run(int argc, char** argv) {
   // Bind inputs: by name from --params (executables) and --inputs, then --input.
   std::vector<Value> argv2(fn->numParams);
   std::vector<bool> bound(fn->numParams, false);
-  auto bindName = [&](const std::string& name, Value v, const char* from) {
+  auto paramKey = [&](const std::string& name) {
     std::string key = !name.empty() && name[0] == '%' ? name.substr(1) : name;
+    auto alias = inputAliases.find(key);
+    return alias == inputAliases.end() ? key : alias->second;
+  };
+  auto bindName = [&](const std::string& name, Value v, const char* from) {
+    std::string key = paramKey(name);
     for (size_t p = 0; p < fn->numParams; ++p)
       if (fn->paramNames[p] == key) {
         argv2[p] = std::move(v);
@@ -289,8 +303,7 @@ int run(int argc, char** argv) {
     const std::string& s = inputSpecs[k];
     size_t eq = s.find('=');
     if (eq != std::string::npos && s[0] != '@') {
-      std::string name = s.substr(0, eq);
-      std::string key = !name.empty() && name[0] == '%' ? name.substr(1) : name;
+      std::string key = paramKey(s.substr(0, eq));
       if (std::find(fn->paramNames.begin(), fn->paramNames.end(), key) != fn->paramNames.end() &&
           s.find('=', eq + 1) != std::string::npos) {
         bindName(key, parseSpec(s.substr(eq + 1), 1234 + k), "--input");

@@ -1,0 +1,180 @@
+// Turning an ONNX graph into a Kiln program: values, nodes, and the Relay text they become.
+//
+// Representation: the importer writes the program as Relay text, Kiln's program
+// language, one `let` per ONNX node output, so the imported module is exactly what
+// `kilnc --emit ir` prints and parses back. Each ONNX value is a `Value`: the Relay
+// expression that names it (a `%t7` let variable, a `%weight` parameter of @main or a
+// scalar literal), its element type, its shape as far as it is known (-1 for a `?`
+// dimension; no shape when even the rank is unknown) and, when the importer knows
+// its contents (an initializer, a Constant node, a shape of static dimensions), the
+// tensor itself. Operators whose ONNX inputs are attributes in Kiln (Reshape's
+// shape, Slice's bounds, ...) read those contents; a known tensor used as a tensor
+// becomes a weight: a parameter of @main bound to it, as TVM's frontend returns
+// (module, params).
+//
+// Shapes come from ONNX's own shape inference, run over the model before import;
+// converters compute them where inference leaves them out.
+//
+// Scopes: a subgraph (If's branches, Loop's body) gets an importer of its own whose
+// lookups fall back to the enclosing graph's values, as closures capture theirs.
+// Not thread-safe; one import is one thread's work.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/tensor.h"
+
+namespace onnx {
+class GraphProto;
+class NodeProto;
+class AttributeProto;
+class TypeProto;
+class ValueInfoProto;
+}  // namespace onnx
+
+namespace kiln::onnx_import {
+
+struct Value {
+  std::string ref;  // Relay expression; empty until a known tensor is first used as a tensor
+  DType dtype = DType::Float32;
+  std::optional<std::vector<int64_t>> shape;  // -1: a `?` dimension
+  std::optional<Tensor> known;                // contents known at import
+  std::string name;                           // the ONNX name
+
+  bool rankKnown() const { return shape.has_value(); }
+  size_t rank() const { return shape ? shape->size() : 0; }
+  bool staticShape() const;
+};
+
+// A weight: a parameter of @main and the tensor bound to it.
+struct Weight {
+  std::string param;
+  Tensor tensor;
+};
+
+// State every scope of one import shares: names in use, the weights made so far.
+struct ImportState {
+  std::unordered_map<std::string, int> namesUsed;
+  std::vector<Weight> weights;
+  std::string baseDir;  // the model's folder, for external data
+  int64_t opset = 0;    // the default domain's opset
+  std::unordered_map<std::string, const onnx::TypeProto*> inferred;  // value_info by name, all scopes
+  // A fresh Relay identifier based on `hint`, unique in the whole program.
+  std::string freshName(const std::string& hint);
+};
+
+class GraphScope;
+class NodeContext;
+using Converter = std::function<void(NodeContext&)>;
+
+// What a converter sees of one node.
+class NodeContext {
+ public:
+  NodeContext(GraphScope& scope, const onnx::NodeProto& node) : scope_(scope), node_(node) {}
+
+  const onnx::NodeProto& node() const { return node_; }
+  int64_t opset() const;
+  GraphScope& scope() { return scope_; }
+
+  size_t numInputs() const;
+  bool hasInput(size_t i) const;  // present and not the empty name
+  const Value& input(size_t i) const;
+  // The input as a Relay expression (making a weight of a known tensor if needed).
+  std::string ref(size_t i) const;
+  // A known input's contents, or an error naming the input when it is computed.
+  const Tensor& knownInput(size_t i, const char* what) const;
+  std::vector<int64_t> knownInts(size_t i, const char* what) const;
+  size_t numOutputs() const;
+  bool hasOutput(size_t i) const;
+
+  const onnx::AttributeProto* attr(const char* name) const;
+  int64_t intAttr(const char* name, int64_t dflt) const;
+  float floatAttr(const char* name, float dflt) const;
+  std::string stringAttr(const char* name, const std::string& dflt) const;
+  std::optional<std::vector<int64_t>> intsAttr(const char* name) const;
+  std::optional<std::vector<float>> floatsAttr(const char* name) const;
+
+  // Binds output `i` to `expr` (a `let`); its type is ONNX's inferred one, else
+  // `dtype` and `shape`.
+  void emit(size_t i, const std::string& expr, DType dtype, std::optional<std::vector<int64_t>> shape);
+  // Binds output `i` to a value known at import.
+  void emitKnown(size_t i, Tensor t);
+  // Binds output `i` to an existing value (Identity and friends).
+  void alias(size_t i, const Value& v);
+  // Binds `expr` to a fresh variable and returns it (an intermediate of a node).
+  std::string let(const std::string& expr);
+
+  [[noreturn]] void fail(const std::string& why) const;
+  // The axis normalized to [0, rank), or a failure naming the attribute.
+  int64_t axis(int64_t a, size_t rank, const char* what = "axis") const;
+  // A Relay literal of `dtype`, or a weight where text cannot hold the value.
+  std::string literal(double v, DType dtype);
+
+ private:
+  GraphScope& scope_;
+  const onnx::NodeProto& node_;
+};
+
+class GraphScope {
+ public:
+  GraphScope(ImportState& state, GraphScope* parent) : state_(state), parent_(parent) {}
+
+  ImportState& state() { return state_; }
+  // The value an ONNX name refers to here or in an enclosing scope.
+  const Value* find(const std::string& name) const;
+  Value& define(const std::string& name, Value v);
+  // The Relay expression for a value (a known tensor becomes a weight on first use).
+  std::string refOf(const Value& v);
+  void line(std::string text) { lines_.push_back(std::move(text)); }
+  const std::vector<std::string>& lines() const { return lines_; }
+  // Imports every node of `g` in order.
+  void importNodes(const onnx::GraphProto& g);
+  // The type ONNX inferred for `name`, when it did.
+  const onnx::TypeProto* inferredType(const std::string& name) const;
+
+ private:
+  ImportState& state_;
+  GraphScope* parent_;
+  std::unordered_map<std::string, Value> values_;
+  std::vector<std::string> lines_;
+};
+
+// `def @main(params...) { lines... result }`, the result a tuple when there are several.
+std::string mainFunctionText(const std::vector<std::string>& params, const std::vector<std::string>& lines,
+                             const std::vector<std::string>& results);
+// A weight's parameter declaration: `%w: Tensor[(3, 4), float32]`.
+std::string weightParamText(const Weight& w);
+
+// Import-time evaluation: a node whose inputs are all known (shape arithmetic,
+// mostly) runs once through Kiln itself, as TVM's frontend folds with infer_value,
+// and its outputs become known values. Nullopt when the node is not worth it or
+// cannot be run (then it is imported as usual). Outputs must be small and of
+// static shape by ONNX's inference, so folding never allocates much.
+std::optional<std::vector<Tensor>> evaluateKnownNode(GraphScope& scope, const onnx::NodeProto& node, const Converter& convert);
+
+// Relay text for a tensor type: `Tensor[(?, 3), float32]`.
+std::string tensorTypeText(DType dtype, const std::vector<int64_t>& shape);
+// An element type and shape from an ONNX TypeProto; nullopt when it is no tensor
+// or has an element type Kiln lacks (`why` says which).
+std::optional<Value> valueFromType(const onnx::TypeProto& t, std::string& why);
+// A float attribute value: `0.01f`.
+std::string floatText(double v);
+// `[1, 2, 3]`
+std::string intList(const std::vector<int64_t>& v);
+
+// The converters, by ONNX op type (default domain).
+const Converter* findConverter(const std::string& opType);
+void registerElementwiseConverters(std::map<std::string, Converter>& table);
+void registerTensorConverters(std::map<std::string, Converter>& table);
+void registerNNConverters(std::map<std::string, Converter>& table);
+void registerControlFlowConverters(std::map<std::string, Converter>& table);
+
+}  // namespace kiln::onnx_import

@@ -1,0 +1,159 @@
+// The ONNX entry points: parse, check and infer with ONNX's library, then import the graph.
+#include <climits>
+#include <filesystem>
+
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
+
+#include "base/read_file.h"
+#include "compiler/onnx/graph_importer.h"
+#include "compiler/onnx/onnx_tensor.h"
+#include "kiln/error.h"
+#include "kiln/onnx.h"
+
+namespace kiln {
+namespace {
+
+using namespace onnx_import;
+
+constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
+
+void collectInferred(const onnx::GraphProto& g, ImportState& state) {
+  auto add = [&](const onnx::ValueInfoProto& v) {
+    if (v.has_type()) state.inferred[v.name()] = &v.type();
+  };
+  for (const auto& v : g.value_info()) add(v);
+  for (const auto& v : g.output()) add(v);
+  for (const auto& n : g.node())
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collectInferred(a.g(), state);
+      for (const auto& sub : a.graphs()) collectInferred(sub, state);
+    }
+}
+
+OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const std::string& baseDir) {
+  auto fail = [&](const std::string& why) { return Error(file, SourceLoc{}, why); };
+  try {
+    // ONNX's checker looks for external data relative to the working folder; Kiln
+    // reads (and checks) it relative to the model's own folder, so the checker sees
+    // a copy with those tensors' contents left out.
+    bool external = false;
+    for (const auto& init : model.graph().initializer()) external |= init.data_location() == onnx::TensorProto::EXTERNAL;
+    if (external) {
+      onnx::ModelProto copy = model;
+      for (auto& init : *copy.mutable_graph()->mutable_initializer())
+        if (init.data_location() == onnx::TensorProto::EXTERNAL) {
+          init.clear_external_data();
+          init.set_data_location(onnx::TensorProto::DEFAULT);
+          init.set_raw_data(std::string(1, '\0'));  // a placeholder: proto3 counts empty bytes as absent
+        }
+      onnx::checker::check_model(copy);
+    } else {
+      onnx::checker::check_model(model);
+    }
+  } catch (const std::exception& e) {
+    throw fail(std::string("the model is not valid ONNX: ") + e.what());
+  }
+  ImportState state;
+  state.baseDir = baseDir;
+  for (const auto& op : model.opset_import())
+    if (op.domain().empty() || op.domain() == "ai.onnx") state.opset = op.version();
+  // Models of opsets 1 to 6 are converted to opset 7 by ONNX's version converter
+  // (the operators' old broadcasting and consumed_inputs attributes go with it).
+  if (state.opset >= 1 && state.opset < kMinOpset) {
+    try {
+      model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMinOpset));
+      state.opset = kMinOpset;
+    } catch (const std::exception& e) {
+      throw fail("opset " + std::to_string(state.opset) + " could not be converted to opset " + std::to_string(kMinOpset) + ": " + e.what());
+    }
+  }
+  if (state.opset < kMinOpset || state.opset > kMaxOpset)
+    throw fail("opset " + std::to_string(state.opset) + " is not supported (Kiln imports opsets " + std::to_string(kMinOpset) + " to " +
+               std::to_string(kMaxOpset) + ")");
+  try {
+    onnx::shape_inference::InferShapes(model);
+  } catch (const std::exception& e) {
+    throw fail(std::string("ONNX shape inference failed: ") + e.what());
+  }
+  const onnx::GraphProto& g = model.graph();
+  collectInferred(g, state);
+
+  OnnxModel out;
+  out.file = file;
+  out.opset = state.opset;
+  GraphScope scope(state, nullptr);
+  std::vector<std::string> params;
+  try {
+    for (const auto& init : g.initializer()) {
+      onnx_import::Value v;
+      v.known = tensorFromProto(init, baseDir);
+      v.dtype = v.known->dtype();
+      v.shape = std::vector<int64_t>(v.known->shape().begin(), v.known->shape().end());
+      scope.define(init.name(), std::move(v));
+    }
+  } catch (const Error& e) {
+    throw fail(e.message());
+  }
+  for (const auto& in : g.input()) {
+    if (scope.find(in.name())) continue;  // an initializer also listed as an input (IR version < 4)
+    std::string why;
+    auto v = valueFromType(in.type(), why);
+    if (!v) throw fail("graph input '" + in.name() + "' " + why);
+    if (!v->shape) throw fail("graph input '" + in.name() + "' has no shape (its rank must be known)");
+    std::string param = state.freshName(in.name());
+    v->ref = "%" + param;
+    params.push_back("%" + param + ": " + tensorTypeText(v->dtype, *v->shape));
+    out.inputs.emplace_back(in.name(), param);
+    scope.define(in.name(), std::move(*v));
+  }
+  std::vector<std::string> results;
+  try {
+    scope.importNodes(g);
+    for (const auto& o : g.output()) {
+      const onnx_import::Value* v = scope.find(o.name());
+      if (!v) throw Error("graph output '" + o.name() + "' is not computed by any node");
+      results.push_back(scope.refOf(*v));
+      out.outputs.push_back(o.name());
+    }
+  } catch (const Error& e) {
+    throw fail(e.message());
+  }
+  if (results.empty()) throw fail("the graph has no outputs");
+  for (const Weight& w : state.weights) {
+    params.push_back(weightParamText(w));
+    out.params[w.param] = w.tensor;
+  }
+  std::string text = mainFunctionText(params, scope.lines(), results);
+  out.program = std::move(text);
+  return out;
+}
+
+}  // namespace
+
+OnnxModel importOnnx(std::string_view bytes, const std::string& file, const std::string& baseDir) {
+  onnx::ModelProto model;
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) throw Error(file, SourceLoc{}, "the model is larger than 2 GiB (protobuf's limit)");
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw Error(file, SourceLoc{}, "not an ONNX model (the protobuf does not parse)");
+  return importModel(model, file, baseDir);
+}
+
+OnnxModel importOnnxFile(const std::string& path) {
+  std::vector<uint8_t> bytes = readFileBytes(path);
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  return importOnnx(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path, dir.empty() ? "." : dir);
+}
+
+std::shared_ptr<const Executable> compileOnnx(const OnnxModel& model, CompileOptions options) {
+  for (const auto& [name, t] : model.params) options.params.emplace(name, t);
+  return compile(model.program, model.file, options);
+}
+
+bool isOnnxPath(const std::string& path) {
+  return path.size() >= 5 && path.compare(path.size() - 5, 5, ".onnx") == 0;
+}
+
+}  // namespace kiln

@@ -1,0 +1,55 @@
+// Importing ONNX models: an ONNX file becomes a Kiln program and its weights.
+//
+// `importOnnx` parses a ModelProto with ONNX's own library, checks it
+// (onnx::checker), runs ONNX's shape inference, and converts the graph into a
+// program in Kiln's language: `def @main(inputs..., weights...)` in Relay text,
+// with the initializers (and constants large enough to be weights) as `params`
+// bound to the weight parameters, as TVM's `relay.frontend.from_onnx` returns
+// (module, params). The program is plain text a user can read, print with
+// `kilnc --emit ir` and parse back; `compileOnnx` compiles it with the weights
+// bound as constants, through the same pipeline as any Relay program (fusion,
+// placement, memory planning, executables).
+//
+// Graph inputs keep their ONNX names where those are Relay identifiers; other
+// characters become '_' (`inputs` maps each ONNX name to its parameter). Symbolic
+// and unknown dimensions become `?`, so one imported program serves every batch size.
+//
+// Everything read is untrusted: a model Kiln cannot import is a kiln::Error naming
+// the node (name, op type, opset) and the reason; no input bytes crash the process.
+// Thread-safe: every call works on its own model.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/compile.h"
+#include "kiln/executable.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+struct OnnxModel {
+  std::string program;                                    // Relay text of the model
+  std::map<std::string, Tensor> params;                   // weights, by @main parameter name
+  std::vector<std::pair<std::string, std::string>> inputs;  // (ONNX input name, @main parameter), in order
+  std::vector<std::string> outputs;                       // ONNX output names, in result order
+  int64_t opset = 0;                                      // the default domain's opset
+  std::string file;                                       // the name errors use
+};
+
+// `bytes` holds a serialized ModelProto; `file` names it in messages; external
+// data is read relative to `baseDir` (empty: external data is refused).
+OnnxModel importOnnx(std::string_view bytes, const std::string& file = "<onnx>", const std::string& baseDir = "");
+OnnxModel importOnnxFile(const std::string& path);
+
+// Compiles an imported model with its weights bound (besides options.params).
+std::shared_ptr<const Executable> compileOnnx(const OnnxModel& model, CompileOptions options = {});
+
+// Whether a path names an ONNX model (by its `.onnx` extension).
+bool isOnnxPath(const std::string& path);
+
+}  // namespace kiln

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# ONNX models through vmrun and kilnc as a user runs them: inputs by position, by
+# the graph input's name and from an npz keyed by graph input names; executables
+# from kilnc -o; --emit ir output that parses back; --device placement; and
+# one `error:` line with exit 2 for models Kiln cannot import.
+#   onnx_cli_test.sh VMRUN KILNC SRC
+set -u
+vmrun="$1"; kilnc="$2"; src="$3"
+models="$src/tests/onnx/models"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+check() {  # name, condition...
+  local name="$1"; shift
+  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; failures=$((failures + 1)); fi
+}
+
+# The same input three ways gives the same output.
+"$vmrun" "$models/mlp.onnx" --input 3x8xf32=random > "$tmp/pos.txt" 2> "$tmp/err"
+check "vmrun runs an ONNX model" test $? -eq 0
+check "the MLP's output is 3x4" grep -q '^3x4xf32=\[\[' "$tmp/pos.txt"
+"$vmrun" "$models/mlp.onnx" --input input.1=3x8xf32=random > "$tmp/named.txt"
+check "an input bound by its ONNX name" cmp -s "$tmp/pos.txt" "$tmp/named.txt"
+# Batch size is symbolic: the same model runs a batch of 7.
+"$vmrun" "$models/mlp.onnx" --input 7x8xf32=1 > "$tmp/b7.txt"
+check "a symbolic batch runs at 7" grep -q '^7x4xf32=' "$tmp/b7.txt"
+
+# kilnc -o: an executable vmrun loads, with the weights inside.
+"$kilnc" "$models/cnn.onnx" -o "$tmp/cnn.kiln" 2> "$tmp/err"
+check "kilnc compiles an ONNX model" test $? -eq 0
+"$vmrun" "$models/cnn.onnx" --input 2x3x8x8xf32=random > "$tmp/direct.txt"
+"$vmrun" "$tmp/cnn.kiln" --input 2x3x8x8xf32=random > "$tmp/exe.txt"
+check "the executable computes what the model does" cmp -s "$tmp/direct.txt" "$tmp/exe.txt"
+"$vmrun" "$models/cnn.onnx" --device cpu:1,cpu --input 2x3x8x8xf32=random > "$tmp/placed.txt"
+check "--device cpu:1,cpu runs an imported model" grep -q '^(2x5xf32=\[\[-4.675' "$tmp/placed.txt"
+"$vmrun" "$models/cnn.onnx" --input 2x3x8x8xf32=random --profile > "$tmp/profile.txt" 2>&1
+check "--profile lists the model's kernels" grep -q 'conv2d' "$tmp/profile.txt"
+
+# --emit ir prints the imported program, which parses and type-checks again.
+"$kilnc" "$models/cnn.onnx" --emit ir > "$tmp/cnn.relay"
+check "--emit ir prints a typed @main" grep -q '^def @main(%x: Tensor\[(2, 3, 8, 8), float32\]' "$tmp/cnn.relay"
+"$kilnc" "$tmp/cnn.relay" --emit ir > /dev/null 2>&1
+check "the printed program re-checks" test $? -eq 0
+
+# Models Kiln cannot import: one error line naming the node, exit 2.
+"$vmrun" "$models/unsupported_op.onnx" --input 3x3xf32=1 > /dev/null 2> "$tmp/err"
+check "an unsupported operator exits 2" test $? -eq 2
+check "the error names the node" grep -q "error: node 'determinant' (Det, opset 13): the operator is not supported" "$tmp/err"
+check "the error is one line" test "$(wc -l < "$tmp/err")" -eq 1
+printf 'garbage bytes' > "$tmp/garbage.onnx"
+"$kilnc" "$tmp/garbage.onnx" -o "$tmp/g.kiln" 2> "$tmp/err"
+check "a file that is no model exits 2" test $? -eq 2
+check "and says so" grep -q 'error: not an ONNX model' "$tmp/err"
+head -c 700 "$models/cnn.onnx" > "$tmp/cut.onnx"
+"$vmrun" "$tmp/cut.onnx" > /dev/null 2> "$tmp/err"
+check "a truncated model exits 2" test $? -eq 2
+
+echo "$failures failure(s)"
+test "$failures" -eq 0

@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Writes the small ONNX models the ONNX import tests use (tests/onnx/models/).
+
+The models are checked in; run this (it needs Debian's python3-onnx) only to
+change them. Each is built with onnx.helper, checked, and saved with fixed seeds.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), 'models')
+os.makedirs(out, exist_ok=True)
+rng = np.random.default_rng(7)
+
+
+def save(model, name, **kw):
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(out, name), **kw)
+
+
+def weights(name, *shape):
+    return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.5, name)
+
+
+# An MLP with a symbolic batch, an input named as PyTorch names them, and weights.
+mlp = helper.make_graph(
+    [helper.make_node('Gemm', ['input.1', 'fc1.weight', 'fc1.bias'], ['h'], transB=1),
+     helper.make_node('Relu', ['h'], ['r']),
+     helper.make_node('MatMul', ['r', 'fc2.weight'], ['m']),
+     helper.make_node('Add', ['m', 'fc2.bias'], ['out'])],
+    'mlp',
+    [helper.make_tensor_value_info('input.1', TensorProto.FLOAT, ['batch', 8])],
+    [helper.make_tensor_value_info('out', TensorProto.FLOAT, ['batch', 4])],
+    [weights('fc1.weight', 16, 8), weights('fc1.bias', 16), weights('fc2.weight', 16, 4), weights('fc2.bias', 4)])
+save(helper.make_model(mlp, opset_imports=[helper.make_opsetid('', 13)]), 'mlp.onnx')
+
+# A small CNN: Conv (SAME_UPPER), BatchNormalization, Relu, MaxPool, a Shape/Reshape
+# chain the importer folds, Gemm; two outputs.
+cnn = helper.make_graph(
+    [helper.make_node('Conv', ['x', 'w1', 'b1'], ['c1'], auto_pad='SAME_UPPER', kernel_shape=[3, 3]),
+     helper.make_node('BatchNormalization', ['c1', 'g', 'beta', 'mean', 'var'], ['bn'], epsilon=1e-3),
+     helper.make_node('Relu', ['bn'], ['r1']),
+     helper.make_node('MaxPool', ['r1'], ['p1'], kernel_shape=[2, 2], strides=[2, 2]),
+     helper.make_node('Shape', ['p1'], ['s']),
+     helper.make_node('Gather', ['s', 'zero'], ['n'], axis=0),
+     helper.make_node('Unsqueeze', ['n', 'zero_axes'], ['n1']),
+     helper.make_node('Concat', ['n1', 'minus_one'], ['flat_shape'], axis=0),
+     helper.make_node('Reshape', ['p1', 'flat_shape'], ['flat']),
+     helper.make_node('Gemm', ['flat', 'fc', 'fcb'], ['logits'], transB=1),
+     helper.make_node('Softmax', ['logits'], ['probs'], axis=1)],
+    'cnn',
+    [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3, 8, 8])],
+    [helper.make_tensor_value_info('logits', TensorProto.FLOAT, [2, 5]),
+     helper.make_tensor_value_info('probs', TensorProto.FLOAT, [2, 5])],
+    [weights('w1', 4, 3, 3, 3), weights('b1', 4),
+     numpy_helper.from_array(np.linspace(0.5, 1.5, 4).astype(np.float32), 'g'), weights('beta', 4),
+     weights('mean', 4), numpy_helper.from_array(np.linspace(0.5, 2, 4).astype(np.float32), 'var'),
+     numpy_helper.from_array(np.array(0, dtype=np.int64), 'zero'),
+     numpy_helper.from_array(np.array([0], dtype=np.int64), 'zero_axes'),
+     numpy_helper.from_array(np.array([-1], dtype=np.int64), 'minus_one'),
+     weights('fc', 5, 64), weights('fcb', 5)])
+save(helper.make_model(cnn, opset_imports=[helper.make_opsetid('', 13)]), 'cnn.onnx')
+
+# The MLP again with its weights in an external data file beside it.
+ext = onnx.load(os.path.join(out, 'mlp.onnx'))
+onnx.save(ext, os.path.join(out, 'mlp_external.onnx'), save_as_external_data=True, all_tensors_to_one_file=True,
+          location='mlp_external.data', size_threshold=0)
+
+# An operator Kiln does not import, to check the message names the node.
+bad = helper.make_graph(
+    [helper.make_node('Relu', ['x'], ['y'], name='first'),
+     helper.make_node('Det', ['y'], ['z'], name='determinant')],
+    'unsupported',
+    [helper.make_tensor_value_info('x', TensorProto.FLOAT, [3, 3])],
+    [helper.make_tensor_value_info('z', TensorProto.FLOAT, [])])
+save(helper.make_model(bad, opset_imports=[helper.make_opsetid('', 13)]), 'unsupported_op.onnx')
+print('wrote', sorted(os.listdir(out)))
+
+# Inputs and numpy's outputs for the CNN, for the import test to compare with.
+def conv_same(x, w, b):
+    n, c, h, wd = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((n, w.shape[0], h, wd), np.float64)
+    for i in range(h):
+        for j in range(wd):
+            out[:, :, i, j] = np.einsum('nchw,ochw->no', xp[:, :, i:i + 3, j:j + 3], w)
+    return out + b[None, :, None, None]
+
+
+init = {t.name: numpy_helper.to_array(t) for t in cnn.initializer}
+x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+c1 = conv_same(x.astype(np.float64), init['w1'], init['b1'])
+bn = (c1 - init['mean'][None, :, None, None]) / np.sqrt(init['var'][None, :, None, None] + 1e-3) * \
+    init['g'][None, :, None, None] + init['beta'][None, :, None, None]
+r1 = np.maximum(bn, 0)
+p1 = r1.reshape(2, 4, 4, 2, 4, 2).max(axis=(3, 5))
+logits = p1.reshape(2, -1) @ init['fc'].T + init['fcb']
+e = np.exp(logits - logits.max(axis=1, keepdims=True))
+np.savez(os.path.join(out, 'cnn_io.npz'), x=x, logits=logits.astype(np.float32),
+         probs=(e / e.sum(axis=1, keepdims=True)).astype(np.float32))

@@ -1,0 +1,181 @@
+// ONNX import: models from tests/onnx/models (made by make_models.py) run through
+// importOnnx and compileOnnx and match their reference values; weights, symbolic
+// batches, external data, folding of shape arithmetic, placement, and hostile bytes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <onnx/onnx_pb.h>
+
+#include "base/read_file.h"
+#include "compiler/frontend.h"
+#include "compiler/ir/printer.h"
+#include "kiln/error.h"
+#include "kiln/npy.h"
+#include "kiln/onnx.h"
+#include "kiln/vm.h"
+
+namespace {
+
+std::string modelPath(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/onnx/models/" + name; }
+
+std::string bytesOf(const std::string& path) {
+  auto b = kiln::readFileBytes(path);
+  return std::string(b.begin(), b.end());
+}
+
+kiln::Tensor random(std::initializer_list<int64_t> shape, int seed) {
+  kiln::Tensor t = kiln::Tensor::empty(kiln::DType::Float32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::sin(0.37f * static_cast<float>(i + seed)) * 2;
+  return t;
+}
+
+// The MLP by hand: relu(x @ w1^T + b1) @ w2 + b2.
+std::vector<float> mlpReference(const kiln::OnnxModel& m, const kiln::Tensor& x) {
+  const float *w1 = m.params.at("fc1_weight").data<float>(), *b1 = m.params.at("fc1_bias").data<float>();
+  const float *w2 = m.params.at("fc2_weight").data<float>(), *b2 = m.params.at("fc2_bias").data<float>();
+  int64_t n = x.shape()[0];
+  std::vector<float> out(static_cast<size_t>(n * 4));
+  for (int64_t r = 0; r < n; ++r) {
+    float h[16];
+    for (int j = 0; j < 16; ++j) {
+      double s = b1[j];
+      for (int k = 0; k < 8; ++k) s += double(x.data<float>()[r * 8 + k]) * w1[j * 8 + k];
+      h[j] = static_cast<float>(std::max(s, 0.0));
+    }
+    for (int j = 0; j < 4; ++j) {
+      double s = b2[j];
+      for (int k = 0; k < 16; ++k) s += double(h[k]) * w2[k * 4 + j];
+      out[static_cast<size_t>(r * 4 + j)] = static_cast<float>(s);
+    }
+  }
+  return out;
+}
+
+void checkClose(const kiln::Tensor& got, const float* want, int64_t n, double tol = 1e-4) {
+  REQUIRE(got.numel() == n);
+  for (int64_t i = 0; i < n; ++i) CHECK(std::fabs(got.data<float>()[i] - want[i]) <= tol * (1 + std::fabs(want[i])));
+}
+
+}  // namespace
+
+TEST_CASE("onnx: an MLP with a symbolic batch imports once and runs every batch size") {
+  kiln::OnnxModel m = kiln::importOnnxFile(modelPath("mlp.onnx"));
+  CHECK(m.opset == 13);
+  REQUIRE(m.inputs.size() == 1);
+  CHECK(m.inputs[0].first == "input.1");
+  CHECK(m.inputs[0].second == "input_1");  // '.' is no Relay identifier character
+  CHECK(m.outputs == std::vector<std::string>{"out"});
+  CHECK(m.params.size() == 4);
+  CHECK(m.program.find("%input_1: Tensor[(?, 8), float32]") != std::string::npos);
+  auto exe = kiln::compileOnnx(m);
+  kiln::VirtualMachine vm(exe);
+  for (int64_t batch : {1, 5}) {
+    kiln::Tensor x = random({batch, 8}, static_cast<int>(batch));
+    kiln::Tensor y = vm.invoke("main", {kiln::Value(x)}).tensor();
+    CHECK(y.shape() == kiln::Shape{batch, 4});
+    auto want = mlpReference(m, x);
+    checkClose(y, want.data(), batch * 4);
+  }
+}
+
+TEST_CASE("onnx: the imported program is Relay text that parses, prints and parses back") {
+  kiln::OnnxModel m = kiln::importOnnxFile(modelPath("cnn.onnx"));
+  auto typed = kiln::compiler::loadProgram(m.program, "cnn.relay");
+  std::string printed = kiln::compiler::onCompilerStack([&] { return kiln::ir::printModule(*typed, {}); });
+  auto again = kiln::compiler::loadProgram(printed, "printed.relay");
+  CHECK(again->findFunction("main") != nullptr);
+}
+
+TEST_CASE("onnx: a CNN matches numpy, its shape arithmetic folded at import") {
+  kiln::OnnxModel m = kiln::importOnnxFile(modelPath("cnn.onnx"));
+  // Shape -> Gather -> Unsqueeze -> Concat -> Reshape became one static reshape.
+  CHECK(m.program.find("shape_of") == std::string::npos);
+  CHECK(m.program.find("reshape(%") != std::string::npos);
+  auto io = kiln::readNpz(modelPath("cnn_io.npz"));
+  for (auto devices : {std::vector<kiln::Device>{kiln::Device{}},
+                       std::vector<kiln::Device>{kiln::Device::parse("cpu:1"), kiln::Device::parse("cpu")}}) {
+    kiln::CompileOptions options;
+    options.devices = devices;
+    kiln::VirtualMachine vm(kiln::compileOnnx(m, options));
+    kiln::Value out = vm.invoke("main", {kiln::Value(io.at("x"))});
+    REQUIRE(out.fields().size() == 2);
+    checkClose(vm.copyTo(out.fields()[0]).tensor(), io.at("logits").data<float>(), 10, 1e-3);
+    checkClose(vm.copyTo(out.fields()[1]).tensor(), io.at("probs").data<float>(), 10, 1e-3);
+  }
+}
+
+TEST_CASE("onnx: external data is read from beside the model, never from outside its folder") {
+  kiln::OnnxModel inlined = kiln::importOnnxFile(modelPath("mlp.onnx"));
+  kiln::OnnxModel external = kiln::importOnnxFile(modelPath("mlp_external.onnx"));
+  for (const auto& [name, t] : inlined.params) {
+    REQUIRE(external.params.count(name));
+    CHECK(std::memcmp(external.params.at(name).data(), t.data(), t.nbytes()) == 0);
+  }
+  std::string bytes = bytesOf(modelPath("mlp_external.onnx"));
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(bytes, "m.onnx", ""), doctest::Contains("needs the model's file path"), kiln::Error);
+  auto tamper = [&](const std::string& key, const std::string& value) {
+    onnx::ModelProto model;
+    REQUIRE(model.ParseFromString(bytes));
+    for (auto& init : *model.mutable_graph()->mutable_initializer())
+      for (auto& kv : *init.mutable_external_data())
+        if (kv.key() == key) kv.set_value(value);
+    return model.SerializeAsString();
+  };
+  std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/onnx/models";
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(tamper("location", "../../CMakeLists.txt"), "m.onnx", dir),
+                       doctest::Contains("leaves the model's folder"), kiln::Error);
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(tamper("location", "/etc/passwd"), "m.onnx", dir), doctest::Contains("relative path"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(tamper("offset", "99999999"), "m.onnx", dir), doctest::Contains("too short"), kiln::Error);
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(tamper("offset", "-5"), "m.onnx", dir), doctest::Contains("not a byte count"), kiln::Error);
+}
+
+TEST_CASE("onnx: an operator Kiln lacks is an error naming the node, its type and the opset") {
+  CHECK_THROWS_WITH_AS(kiln::importOnnxFile(modelPath("unsupported_op.onnx")),
+                       doctest::Contains("node 'determinant' (Det, opset 13): the operator is not supported"), kiln::Error);
+}
+
+TEST_CASE("onnx: tensors whose sizes disagree with their data are refused before allocation") {
+  onnx::ModelProto model;
+  REQUIRE(model.ParseFromString(bytesOf(modelPath("mlp.onnx"))));
+  auto* w = model.mutable_graph()->mutable_initializer(0);
+  w->set_raw_data(w->raw_data().substr(0, 12));
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(model.SerializeAsString()), doctest::Contains("raw data holds 12 bytes"), kiln::Error);
+  w->clear_dims();
+  w->add_dims(int64_t(1) << 40);
+  w->add_dims(int64_t(1) << 40);
+  CHECK_THROWS_AS(kiln::importOnnx(model.SerializeAsString()), kiln::Error);
+}
+
+TEST_CASE("onnx: hostile bytes are refused, never a crash") {
+  std::string good = bytesOf(modelPath("cnn.onnx"));
+  CHECK_THROWS_WITH_AS(kiln::importOnnx("not a model at all"), doctest::Contains("error"), kiln::Error);
+  int imported = 0, refused = 0;
+  for (size_t cut = 0; cut < good.size(); cut += 13) {
+    try {
+      kiln::importOnnx(good.substr(0, cut));
+      ++imported;
+    } catch (const kiln::Error&) {
+      ++refused;
+    }
+  }
+  uint32_t state = 12345;
+  for (int round = 0; round < 200; ++round) {
+    std::string b = good;
+    for (int k = 0; k < 4; ++k) {
+      state = state * 1664525u + 1013904223u;
+      b[(state >> 8) % b.size()] = static_cast<char>(state >> 24);
+    }
+    try {
+      kiln::importOnnx(b);
+      ++imported;
+    } catch (const kiln::Error&) {
+      ++refused;
+    }
+  }
+  CHECK(refused > 0);
+  CHECK(imported + refused > 200);
+}
