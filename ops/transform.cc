@@ -288,6 +288,26 @@ std::vector<TensorDesc> stridedSliceRule(const OpCall& call) {
   return {TensorDesc{x.dtype, out}};
 }
 
+// TVM's gather (ONNX GatherElements, torch.gather): out[i] = data[i with axis replaced
+// by indices[i]]. Indices have data's rank and fit inside data on every other axis.
+std::vector<TensorDesc> gatherRule(const OpCall& call) {
+  const TensorDesc& x = call.inputs[0];
+  const TensorDesc& idx = call.inputs[1];
+  requireDType(call, idx, DTypeClass::Int, "indices");
+  if (idx.rank() != x.rank())
+    opFail(call, "indices must have the data's rank " + std::to_string(x.rank()) + ", not " + std::to_string(idx.rank()));
+  int64_t axis = normalizeAxis(call, call.attrs.getInt("axis", 0), x.rank());
+  for (size_t d = 0; d < x.rank(); ++d) {
+    if (static_cast<int64_t>(d) == axis || x.shape[d] == kAnyDim || idx.shape[d] == kAnyDim) continue;
+    if (idx.shape[d] > x.shape[d])
+      opFail(call, "indices' dimension " + std::to_string(d) + " (" + std::to_string(idx.shape[d]) + ") exceeds the data's (" +
+                       std::to_string(x.shape[d]) + ")");
+  }
+  if (x.shape[static_cast<size_t>(axis)] == 0 && numElements(idx.shape) != 0 && numElements(idx.shape) != kAnyDim)
+    opFail(call, "gathers from an empty axis");
+  return {TensorDesc{x.dtype, idx.shape}};
+}
+
 std::vector<TensorDesc> takeRule(const OpCall& call) {
   const TensorDesc& x = call.inputs[0];
   const TensorDesc& idx = call.inputs[1];
@@ -363,8 +383,18 @@ std::vector<TensorDesc> padRule(const OpCall& call) {
   const TensorDesc& x = call.inputs[0];
   requireSameDType(call, x, call.inputs[1]);
   requireRank(call, call.inputs[1], 0, "pad value");
-  call.attrs.getChoice("pad_mode", {"constant"});
+  std::string mode = call.attrs.getChoice("pad_mode", {"constant", "edge", "reflect"});
   auto widths = padWidths(call.attrs, x.rank());
+  // edge repeats the border element, reflect mirrors the elements inside the border
+  // (numpy's reflect): both need data to read, reflect as much as it pads.
+  for (size_t d = 0; d < x.rank() && mode != "constant"; ++d) {
+    int64_t n = x.shape[d];
+    if (n == kAnyDim || (widths[d].first == 0 && widths[d].second == 0)) continue;
+    if (n == 0) opFail(call, "pad_mode \"" + mode + "\" cannot pad the empty dimension " + std::to_string(d));
+    if (mode == "reflect" && (widths[d].first >= n || widths[d].second >= n))
+      opFail(call, "pad_mode \"reflect\" pads dimension " + std::to_string(d) + " of extent " + std::to_string(n) +
+                       " by at most " + std::to_string(n - 1) + " on each side");
+  }
   Shape out = x.shape;
   for (size_t d = 0; d < out.size(); ++d)
     if (out[d] != kAnyDim) out[d] += widths[d].first + widths[d].second;
@@ -536,6 +566,15 @@ int32_t takeCompute(const ComputeCall& c) {
   return c.load(0, idx);
 }
 
+int32_t gatherCompute(const ComputeCall& c) {
+  size_t a = axisAttr(c, "axis", 0, c.inputs[0].rank());
+  // Negative indices count from the end; out-of-range ones wrap (the read stays inside).
+  ExprId extent = c.b.binary(BinaryOp::Max, c.inputDim(0, a), iconst(c, 1));
+  std::vector<ExprId> idx(c.index.begin(), c.index.end());
+  idx[a] = c.b.binary(BinaryOp::FloorMod, c.b.cast(DType::Int64, c.load(1, c.index)), extent);
+  return c.load(0, idx);
+}
+
 int32_t broadcastToCompute(const ComputeCall& c) { return c.load(0, broadcastIndex(c, 0)); }
 
 int32_t tileCompute(const ComputeCall& c) {
@@ -549,6 +588,24 @@ int32_t tileCompute(const ComputeCall& c) {
 int32_t padCompute(const ComputeCall& c) {
   auto widths = padWidths(c.attrs, c.inputs[0].rank());
   std::vector<ExprId> in(c.index.begin(), c.index.end());
+  std::string mode = c.attrs.getString("pad_mode", "constant");
+  if (mode != "constant") {
+    // The shape rule keeps padded extents non-empty (and, for reflect, larger than
+    // the pad), so every index below lands inside the data.
+    for (size_t d = 0; d < in.size(); ++d) {
+      if (widths[d].first == 0 && widths[d].second == 0) continue;
+      ExprId i = c.b.binary(BinaryOp::Sub, in[d], iconst(c, widths[d].first));
+      ExprId last = c.b.binary(BinaryOp::Sub, c.inputDim(0, d), iconst(c, 1));
+      if (mode == "edge") {
+        in[d] = c.b.binary(BinaryOp::Min, c.b.binary(BinaryOp::Max, i, iconst(c, 0)), last);
+      } else {
+        // |i| mirrors at 0; last - |last - j| mirrors at the last element.
+        ExprId j = c.b.unary(loop::UnaryOp::Abs, i);
+        in[d] = c.b.binary(BinaryOp::Sub, last, c.b.unary(loop::UnaryOp::Abs, c.b.binary(BinaryOp::Sub, last, j)));
+      }
+    }
+    return c.load(0, in);
+  }
   ExprId ok = c.b.constant(1, DType::Bool);
   for (size_t d = 0; d < in.size(); ++d) {
     in[d] = c.b.binary(BinaryOp::Sub, in[d], iconst(c, widths[d].first));
@@ -588,6 +645,7 @@ void registerTransformOps(OpTable& t) {
   split.compute = splitCompute;
   t.add("strided_slice", 1, OpPattern::Injective, stridedSliceRule, {"begin", "end", "strides", "axes", "slice_mode"})
       .compute = stridedSliceCompute;
+  t.add("gather", 2, OpPattern::Injective, gatherRule, {"axis"}).compute = gatherCompute;
   t.add("take", 2, OpPattern::Injective, takeRule, {"axis", "mode", "batch_dims"}).compute = takeCompute;
   t.add("broadcast_to", 1, OpPattern::Broadcast, broadcastToRule, {"shape"}).compute = broadcastToCompute;
   t.add("tile", 1, OpPattern::Injective, tileRule, {"reps"}).compute = tileCompute;

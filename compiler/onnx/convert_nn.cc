@@ -264,6 +264,5 @@ void registerNNConverters(std::map<std::string, Converter>& t) {
   };
 }
 
-void registerControlFlowConverters(std::map<std::string, Converter>&) {}
 
 }  // namespace kiln::onnx_import

@@ -1,5 +1,6 @@
 // ONNX tensor operators: constants, shapes, reshaping, slicing, gathering, reductions.
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include <onnx/onnx_pb.h>
@@ -255,6 +256,17 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
       starts = c.intsAttr("starts").value_or(std::vector<int64_t>{});
       ends = c.intsAttr("ends").value_or(std::vector<int64_t>{});
       axes = c.intsAttr("axes").value_or(std::vector<int64_t>{});
+    } else if (!c.input(1).known || !c.input(2).known) {
+      // Computed bounds: dyn.strided_slice over the leading axes.
+      if (c.hasInput(3)) {
+        auto ax = c.knownInts(3, "axes");
+        for (size_t k = 0; k < ax.size(); ++k)
+          if (c.axis(ax[k], s.size(), "axes") != static_cast<int64_t>(k)) c.fail("computed bounds are supported on leading axes only");
+      }
+      std::string steps = c.hasInput(4) ? c.ref(4) : "ones_like(" + c.ref(1) + ")";
+      c.emit(0, "dyn.strided_slice(" + c.ref(0) + ", " + c.ref(1) + ", " + c.ref(2) + ", " + steps + ")", x.dtype,
+             std::vector<int64_t>(s.size(), -1));
+      return;
     } else {
       starts = c.knownInts(1, "starts");
       ends = c.knownInts(2, "ends");
@@ -280,9 +292,24 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
     // Negative indices count from the end, as ONNX allows; "wrap" reads them so.
     c.emit(0, "take(" + c.ref(0) + ", " + c.ref(1) + ", axis=" + std::to_string(axis) + ", mode=\"wrap\")", x.dtype, std::nullopt);
   };
+  t["GatherElements"] = [](NodeContext& c) {
+    const Value& x = c.input(0);
+    const auto& s = needShape(c, x);
+    int64_t axis = c.axis(c.intAttr("axis", 0), s.size());
+    c.emit(0, "gather(" + c.ref(0) + ", " + c.ref(1) + ", axis=" + std::to_string(axis) + ")", x.dtype, c.input(1).shape);
+  };
   t["Expand"] = [](NodeContext& c) {
     const Value& x = c.input(0);
     const auto& s = needShape(c, x);
+    if (!c.input(1).known) {
+      // A computed shape: broadcasting both ways is multiplying by ones of that shape.
+      const Value& sh = c.input(1);
+      if (!sh.shape || sh.shape->size() != 1 || (*sh.shape)[0] < 0) c.fail("the shape input's length must be known");
+      std::string ones = "dyn.broadcast_to(" + c.literal(1, x.dtype) + ", " + c.ref(1) + ")";
+      std::string e = x.dtype == DType::Bool ? "logical_and(" + c.ref(0) + ", " + ones + ")" : "multiply(" + c.ref(0) + ", " + ones + ")";
+      c.emit(0, e, x.dtype, std::vector<int64_t>(std::max<size_t>(s.size(), static_cast<size_t>((*sh.shape)[0])), -1));
+      return;
+    }
     std::vector<int64_t> shape = c.knownInts(1, "shape");
     size_t r = std::max(s.size(), shape.size());
     std::vector<int64_t> out(r);
@@ -337,12 +364,23 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
       value = c.hasInput(2) ? c.ref(2) : c.literal(0, x.dtype);
     }
     if (pads.size() != 2 * s.size()) c.fail("pads must have two entries per dimension");
+    if (mode != "constant" && mode != "edge" && mode != "reflect") c.fail("mode '" + mode + "' is not supported");
+    // Negative pads crop: pad by the positive parts, then slice the negative ones off.
     std::string width = "[";
-    for (size_t d = 0; d < s.size(); ++d)
-      width += (d ? ", [" : "[") + std::to_string(pads[d]) + ", " + std::to_string(pads[d + s.size()]) + "]";
+    std::vector<int64_t> begin, end, axes;
+    for (size_t d = 0; d < s.size(); ++d) {
+      int64_t b = pads[d], e = pads[d + s.size()];
+      width += (d ? ", [" : "[") + std::to_string(std::max<int64_t>(b, 0)) + ", " + std::to_string(std::max<int64_t>(e, 0)) + "]";
+      if (b < 0 || e < 0) {
+        axes.push_back(static_cast<int64_t>(d));
+        begin.push_back(std::max<int64_t>(-b, 0));
+        end.push_back(e < 0 ? e : std::numeric_limits<int64_t>::max());
+      }
+    }
     width += "]";
-    if (mode != "constant") c.fail("mode '" + mode + "' is not supported (Kiln's nn.pad pads with a constant)");
-    c.emit(0, "nn.pad(" + c.ref(0) + ", " + value + ", pad_width=" + width + ", pad_mode=\"" + mode + "\")", x.dtype, std::nullopt);
+    std::string e = "nn.pad(" + c.ref(0) + ", " + value + ", pad_width=" + width + ", pad_mode=\"" + mode + "\")";
+    if (!axes.empty()) e = "strided_slice(" + e + ", begin=" + intList(begin) + ", end=" + intList(end) + ", axes=" + intList(axes) + ")";
+    c.emit(0, e, x.dtype, std::nullopt);
   };
   t["CumSum"] = [](NodeContext& c) {
     const Value& x = c.input(0);

@@ -64,6 +64,8 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
   // (the operators' old broadcasting and consumed_inputs attributes go with it).
   if (state.opset >= 1 && state.opset < kMinOpset) {
     try {
+      // The converter's adapters read input shapes; inference gives them.
+      onnx::shape_inference::InferShapes(model);
       model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMinOpset));
       state.opset = kMinOpset;
     } catch (const std::exception& e) {

@@ -155,6 +155,34 @@ TEST_CASE("take clips or wraps out-of-range indices; broadcast_to, tile, reverse
   expectAll(rv, [&](const std::vector<int64_t>& i) { return at(small, {i[0], 2 - i[1]}); });
 }
 
+TEST_CASE("gather reads along an axis at per-element indices, negative ones from the end") {
+  Tensor x = iota(DType::Float32, {3, 4});
+  Tensor idx = Tensor::empty(DType::Int64, {2, 4});
+  int64_t vals[] = {0, 2, -1, 1, 2, 0, 1, -3};
+  std::copy(vals, vals + 8, idx.data<int64_t>());
+  Tensor rows = run("def @main(%x: Tensor[(?, 4), float32], %i: Tensor[(2, 4), int64]) { gather(%x, %i, axis=0) }", {x, idx})[0];
+  CHECK(rows.shape() == Shape{2, 4});
+  expectAll(rows, [&](const std::vector<int64_t>& i) { return at(x, {(vals[i[0] * 4 + i[1]] + 3) % 3, i[1]}); });
+  Tensor cols = run("def @main(%x: Tensor[(3, 4), float32], %i: Tensor[(2, 4), int64]) { gather(%x, %i, axis=-1) }", {x, idx})[0];
+  expectAll(cols, [&](const std::vector<int64_t>& i) { return at(x, {i[0], (vals[i[0] * 4 + i[1]] + 4) % 4}); });
+  Tensor tooWide = Tensor::empty(DType::Int64, {2, 5});
+  CHECK_THROWS_WITH_AS(run("def @main(%x: Tensor[(3, ?), float32], %i: Tensor[(2, ?), int64]) { gather(%x, %i, axis=0) }", {x, tooWide}),
+                       doctest::Contains("exceeds the data's"), kiln::Error);
+}
+
+TEST_CASE("nn.pad repeats the edge or mirrors inside it") {
+  Tensor x = iota(DType::Float32, {3, 4});
+  auto outs = run("def @main(%x: Tensor[(3, ?), float32]) { (nn.pad(%x, 0f, pad_width=[[1, 2], [3, 0]], pad_mode=\"edge\"),"
+                  " nn.pad(%x, 0f, pad_width=[[2, 1], [1, 3]], pad_mode=\"reflect\")) }", {x});
+  CHECK(outs[0].shape() == Shape{6, 7});
+  expectAll(outs[0], [&](const std::vector<int64_t>& i) { return at(x, {std::clamp<int64_t>(i[0] - 1, 0, 2), std::clamp<int64_t>(i[1] - 3, 0, 3)}); });
+  auto mirror = [](int64_t j, int64_t n) { j = std::abs(j); return (n - 1) - std::abs((n - 1) - j); };
+  CHECK(outs[1].shape() == Shape{6, 8});
+  expectAll(outs[1], [&](const std::vector<int64_t>& i) { return at(x, {mirror(i[0] - 2, 3), mirror(i[1] - 1, 4)}); });
+  CHECK_THROWS_WITH_AS(run("def @main(%x: Tensor[(3, ?), float32]) { nn.pad(%x, 0f, pad_width=[[3, 0], [0, 0]], pad_mode=\"reflect\") }", {x}),
+                       doctest::Contains("by at most 2"), kiln::Error);
+}
+
 TEST_CASE("creation operators and shape_of") {
   Tensor x = iota(DType::Float32, {2, 3});
   Tensor v = Tensor::empty(DType::Float64, std::initializer_list<int64_t>{});

@@ -43,6 +43,8 @@ std::vector<std::string> programs() {
   unary("clip(%x, a_min=-1f, a_max=1f)", "float32");
   unary("nn.leaky_relu(%x, alpha=0.2f)", "float32");
   unary("nn.pad(%x, 0f, pad_width=[[1, 1], [0, 2]])", "float32");
+  unary("nn.pad(%x, 0f, pad_width=[[1, 1], [0, 2]], pad_mode=\"reflect\")", "float32");
+  unary("nn.pad(%x, 0f, pad_width=[[1, 1], [0, 2]], pad_mode=\"edge\")", "float32");
   unary("fixed_point_multiply(%x, multiplier=1073741824, shift=-1)", "int32");
   unary("layout_transform(%x, src_layout=\"HW\", dst_layout=\"WH\")", "float32");
   out.push_back("def @main(%x: Tensor[(2, 8, 4), float32], %p: Tensor[(8), float32]) { let %r = nn.batch_norm(%x, %p, %p, %p, %p); (%r.0, %r.2) }");
@@ -90,6 +92,7 @@ std::vector<std::string> programs() {
   unary("split(%x, indices_or_sections=2, axis=1)", "float32");
   unary("strided_slice(%x, begin=[0, 1], end=[4, 8], strides=[1, 2])", "float32");
   out.push_back("def @main(%x: Tensor[(4, 8), float32], %i: Tensor[(3), int32]) { take(%x, %i, axis=0) }");
+  out.push_back("def @main(%x: Tensor[(4, 8), float32], %i: Tensor[(4, 3), int64]) { gather(%x, %i, axis=1) }");
   out.push_back("def @main(%v: Tensor[(8), float32]) { broadcast_to(%v, shape=[4, 8]) }");
   unary("tile(%x, reps=[2, 1])", "float32");
   unary("reverse(%x, axis=1)", "float32");

@@ -1,0 +1,317 @@
+// ONNX control flow: If becomes `if`, Loop and Scan become tail-recursive local functions.
+//
+// A subgraph is imported in a scope of its own whose lookups fall back to the
+// enclosing graph, so the values it uses from outside are captured as a Relay
+// closure captures them. A Loop is
+//
+//   let %loop = fn (%i: int64, %cond: bool, carried..., scans...) -> (carried..., scans...) {
+//     if (%i < M && %cond) { body...; %loop(%i + 1, cond_out, carried_out..., scans + [scan_out]) }
+//     else { (carried..., scans...) }
+//   };
+//
+// with each scan output accumulated as a growing tensor (`concatenate` along a new
+// axis 0, starting from an empty one), so the loop's results are tensors as ONNX
+// defines them. Scan runs the same loop over the scan inputs' sequence axis.
+#include <onnx/onnx_pb.h>
+
+#include "compiler/onnx/graph_importer.h"
+
+namespace kiln::onnx_import {
+namespace {
+
+// `a` alone, or `(a, b, ...)`: Kiln has no one-element tuples here.
+std::string tupleText(const std::vector<std::string>& v) {
+  if (v.size() == 1) return v[0];
+  std::string s = "(";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s + ")";
+}
+
+std::string block(const std::vector<std::string>& lines, const std::string& result) {
+  std::string s = "{\n";
+  for (const auto& l : lines) s += "    " + l + "\n";
+  return s + "    " + result + "\n  }";
+}
+
+const onnx::GraphProto& graphAttr(NodeContext& c, const char* name) {
+  const onnx::AttributeProto* a = c.attr(name);
+  if (!a || !a->has_g()) c.fail(std::string("the ") + name + " subgraph is missing");
+  return a->g();
+}
+
+// The type a subgraph value has, from ONNX's inference or the graph's declaration.
+std::optional<Value> declaredType(NodeContext& c, const onnx::ValueInfoProto& info) {
+  const onnx::TypeProto* t = c.scope().inferredType(info.name());
+  if (!t && info.has_type()) t = &info.type();
+  if (!t) return std::nullopt;
+  std::string why;
+  auto v = valueFromType(*t, why);
+  if (!v && t->has_tensor_type()) c.fail("subgraph value '" + info.name() + "' " + why);
+  if (!v) c.fail("subgraph value '" + info.name() + "' is not a tensor (sequences and optionals in subgraphs are not supported)");
+  return v;
+}
+
+// The shape two types share: equal static dims stay, others become `?`.
+std::vector<int64_t> widen(NodeContext& c, const Value& a, const std::optional<Value>& b) {
+  if (!a.shape) c.fail("the rank of '" + a.name + "' is unknown");
+  std::vector<int64_t> s = *a.shape;
+  if (b && b->shape && b->shape->size() == s.size())
+    for (size_t d = 0; d < s.size(); ++d)
+      if ((*b->shape)[d] != s[d]) s[d] = -1;
+  return s;
+}
+
+// A value as a subgraph input: a Relay variable of that type.
+Value bound(const std::string& ref, DType dtype, std::vector<int64_t> shape) {
+  Value v;
+  v.ref = ref;
+  v.dtype = dtype;
+  v.shape = std::move(shape);
+  return v;
+}
+
+std::string scalar(NodeContext& c, const std::string& ref, const Value& v) {
+  if (!v.shape) c.fail("the rank of '" + v.name + "' is unknown");
+  if (v.shape->empty()) return ref;
+  return "reshape(" + ref + ", newshape=[])";
+}
+
+struct Body {
+  std::vector<std::string> lines;
+  std::vector<std::string> outputs;  // Relay expressions
+  std::vector<Value> values;
+};
+
+Body importBody(NodeContext& c, const onnx::GraphProto& g, const std::vector<Value>& inputs) {
+  if (static_cast<size_t>(g.input_size()) != inputs.size())
+    c.fail("the subgraph has " + std::to_string(g.input_size()) + " inputs, expected " + std::to_string(inputs.size()));
+  GraphScope scope(c.scope().state(), &c.scope());
+  for (int i = 0; i < g.input_size(); ++i) scope.define(g.input(i).name(), inputs[static_cast<size_t>(i)]);
+  for (const auto& init : g.initializer()) (void)init, c.fail("initializers inside subgraphs are not supported");
+  scope.importNodes(g);
+  Body b;
+  for (const auto& o : g.output()) {
+    const Value* v = scope.find(o.name());
+    if (!v) c.fail("subgraph output '" + o.name() + "' is not computed");
+    b.outputs.push_back(scope.refOf(*v));
+    b.values.push_back(*v);
+  }
+  b.lines = scope.lines();
+  return b;
+}
+
+std::string typeOf(const Value& v) { return tensorTypeText(v.dtype, *v.shape); }
+
+// The shared loop: `count` (an int64 scalar expression, or "" for none) and `cond`
+// bound the iterations; carried values start at `initial`; each iteration's body
+// gets (i, cond, carried...) through `makeBodyInputs` and yields (cond_out, carried...,
+// scan elements...). Returns the let variable holding the loop's result.
+struct LoopSpec {
+  std::string count, cond;
+  std::vector<Value> initial;           // carried values (ref, type)
+  const onnx::GraphProto* body;
+  size_t numScans;
+  // The body's inputs for iteration variable `i`, cond `cond` and carried params.
+  std::function<std::vector<Value>(const std::string& i, const std::string& cond, const std::vector<Value>& carried)> bodyInputs;
+  // Index of the body output holding the next cond; -1 for none.
+  int condOutput;
+  // Where the carried outputs start in the body's outputs.
+  size_t carriedOutputs;
+};
+
+std::pair<std::string, std::vector<Value>> emitLoop(NodeContext& c, const LoopSpec& spec) {
+  ImportState& st = c.scope().state();
+  std::string fn = "%" + st.freshName("loop"), i = "%" + st.freshName("i"), cond = "%" + st.freshName("cond");
+  const onnx::GraphProto& g = *spec.body;
+  // Carried values' types: the initial value widened by the body's output type.
+  std::vector<Value> carried;
+  std::vector<std::string> params{i + ": int64", cond + ": bool"}, resultTypes;
+  for (size_t k = 0; k < spec.initial.size(); ++k) {
+    const Value& init = spec.initial[k];
+    auto outType = declaredType(c, g.output(static_cast<int>(spec.carriedOutputs + k)));
+    Value v = bound("%" + st.freshName("carried"), init.dtype, widen(c, init, outType));
+    params.push_back(v.ref + ": " + typeOf(v));
+    resultTypes.push_back(typeOf(v));
+    carried.push_back(v);
+  }
+  Body body = importBody(c, g, spec.bodyInputs(i, cond, carried));
+  // Scan accumulators: Tensor[(?, element dims...)], starting empty.
+  std::vector<Value> scans;
+  std::vector<std::string> scanInit;
+  for (size_t k = 0; k < spec.numScans; ++k) {
+    const auto& info = g.output(static_cast<int>(spec.carriedOutputs + spec.initial.size() + k));
+    // The element's type: ONNX's, else what the body computed.
+    auto elem = declaredType(c, info);
+    if (!elem || !elem->staticShape()) {
+      size_t at = spec.carriedOutputs + spec.initial.size() + k;
+      if (at < body.values.size()) elem = body.values[at];
+    }
+    if (!elem || !elem->staticShape()) c.fail("scan output '" + info.name() + "' needs a static shape");
+    std::vector<int64_t> shape = *elem->shape, empty = *elem->shape;
+    shape.insert(shape.begin(), -1);
+    empty.insert(empty.begin(), 0);
+    Value v = bound("%" + st.freshName("scan"), elem->dtype, shape);
+    params.push_back(v.ref + ": " + typeOf(v));
+    resultTypes.push_back(typeOf(v));
+    scanInit.push_back("zeros(shape=" + intList(empty) + ", dtype=\"" + std::string(dtypeName(elem->dtype)) + "\")");
+    scans.push_back(v);
+  }
+  size_t expected = spec.carriedOutputs + carried.size() + scans.size();
+  if (body.outputs.size() != expected)
+    c.fail("the body has " + std::to_string(body.outputs.size()) + " outputs, expected " + std::to_string(expected));
+  std::vector<std::string> next{"add(" + i + ", 1i64)"};
+  next.push_back(spec.condOutput >= 0 ? scalar(c, body.outputs[static_cast<size_t>(spec.condOutput)], body.values[static_cast<size_t>(spec.condOutput)]) : cond);
+  for (size_t k = 0; k < carried.size(); ++k) next.push_back(body.outputs[spec.carriedOutputs + k]);
+  for (size_t k = 0; k < scans.size(); ++k)
+    next.push_back("concatenate((" + scans[k].ref + ", expand_dims(" + body.outputs[spec.carriedOutputs + carried.size() + k] + ", axis=0)), axis=0)");
+  std::string call = fn + "(";
+  for (size_t k = 0; k < next.size(); ++k) call += (k ? ", " : "") + next[k];
+  call += ")";
+  std::vector<std::string> done;
+  for (const auto& v : carried) done.push_back(v.ref);
+  for (const auto& v : scans) done.push_back(v.ref);
+  std::string test = cond;
+  if (!spec.count.empty()) test = "logical_and(less(" + i + ", " + spec.count + "), " + cond + ")";
+  std::string text = "let " + fn + " = fn (";
+  for (size_t k = 0; k < params.size(); ++k) text += (k ? ", " : "") + params[k];
+  text += ") -> " + tupleText(resultTypes) + " {\n  if (" + test + ") " + block(body.lines, call) + " else {\n    " + tupleText(done) + "\n  }\n  };";
+  c.scope().line(text);
+  std::vector<std::string> start{"0i64", spec.cond.empty() ? "True" : spec.cond};
+  for (const auto& v : spec.initial) start.push_back(c.scope().refOf(v));
+  for (const auto& s : scanInit) start.push_back(s);
+  std::string result = c.let(fn + "(" + [&] {
+    std::string a;
+    for (size_t k = 0; k < start.size(); ++k) a += (k ? ", " : "") + start[k];
+    return a;
+  }() + ")");
+  std::vector<Value> outs = carried;
+  outs.insert(outs.end(), scans.begin(), scans.end());
+  return {result, outs};
+}
+
+void emitOutputs(NodeContext& c, const std::string& result, const std::vector<Value>& outs) {
+  for (size_t k = 0; k < outs.size(); ++k)
+    c.emit(k, outs.size() == 1 ? "copy(" + result + ")" : result + "." + std::to_string(k), outs[k].dtype, outs[k].shape);
+}
+
+}  // namespace
+
+void registerControlFlowConverters(std::map<std::string, Converter>& t) {
+  t["If"] = [](NodeContext& c) {
+    const onnx::GraphProto &thenG = graphAttr(c, "then_branch"), &elseG = graphAttr(c, "else_branch");
+    Body a = importBody(c, thenG, {}), b = importBody(c, elseG, {});
+    if (a.outputs.size() != b.outputs.size() || a.outputs.size() != c.numOutputs())
+      c.fail("the branches must have one output per output of the node");
+    std::string cond = scalar(c, c.ref(0), c.input(0));
+    std::string text = "if (" + cond + ") " + block(a.lines, tupleText(a.outputs)) + " else " + block(b.lines, tupleText(b.outputs));
+    std::string result = c.let(text);
+    for (size_t k = 0; k < a.values.size(); ++k) {
+      Value w = a.values[k];
+      w.shape = widen(c, a.values[k], b.values[k]);
+      c.emit(k, a.values.size() == 1 ? "copy(" + result + ")" : result + "." + std::to_string(k), w.dtype, w.shape);
+    }
+  };
+  t["Loop"] = [](NodeContext& c) {
+    LoopSpec spec;
+    spec.body = &graphAttr(c, "body");
+    if (c.hasInput(0)) spec.count = scalar(c, c.ref(0), c.input(0));
+    if (c.hasInput(1)) spec.cond = scalar(c, c.ref(1), c.input(1));
+    for (size_t k = 2; k < c.numInputs(); ++k) spec.initial.push_back(c.input(k));
+    size_t bodyOutputs = static_cast<size_t>(spec.body->output_size());
+    if (bodyOutputs < 1 + spec.initial.size()) c.fail("the body has too few outputs");
+    if (static_cast<size_t>(spec.body->input_size()) != 2 + spec.initial.size())
+      c.fail("the body must take the iteration number, the condition and each carried value");
+    spec.numScans = bodyOutputs - 1 - spec.initial.size();
+    spec.condOutput = 0;
+    spec.carriedOutputs = 1;
+    const onnx::GraphProto& g = *spec.body;
+    spec.bodyInputs = [&](const std::string& i, const std::string& cond, const std::vector<Value>& carried) {
+      std::vector<Value> in;
+      // The body may declare the iteration number and cond as [1] tensors, not scalars.
+      auto declared = [&](int k, DType dt) {
+        auto v = declaredType(c, g.input(k));
+        return v && v->shape && v->shape->size() == 1 ? std::vector<int64_t>{1} : std::vector<int64_t>{};
+      };
+      std::vector<int64_t> is = declared(0, DType::Int64), cs = declared(1, DType::Bool);
+      in.push_back(bound(is.empty() ? i : "reshape(" + i + ", newshape=[1])", DType::Int64, is));
+      in.push_back(bound(cs.empty() ? cond : "reshape(" + cond + ", newshape=[1])", DType::Bool, cs));
+      in.insert(in.end(), carried.begin(), carried.end());
+      return in;
+    };
+    auto [result, outs] = emitLoop(c, spec);
+    emitOutputs(c, result, outs);
+  };
+  t["Scan"] = [](NodeContext& c) {
+    if (c.opset() < 9) c.fail("Scan before opset 9 (with a batch axis and sequence_lens) is not supported");
+    LoopSpec spec;
+    spec.body = &graphAttr(c, "body");
+    const onnx::GraphProto& g = *spec.body;
+    int64_t numScanInputs = c.intAttr("num_scan_inputs", -1);
+    int64_t numStates = static_cast<int64_t>(c.numInputs()) - numScanInputs;
+    if (numScanInputs < 1 || numStates < 0) c.fail("num_scan_inputs is out of range");
+    auto inAxes = c.intsAttr("scan_input_axes").value_or(std::vector<int64_t>(static_cast<size_t>(numScanInputs), 0));
+    auto inDirs = c.intsAttr("scan_input_directions").value_or(std::vector<int64_t>(static_cast<size_t>(numScanInputs), 0));
+    if (g.output_size() < numStates) c.fail("the body has fewer outputs than there are states");
+    size_t numScanOutputs = static_cast<size_t>(g.output_size()) - static_cast<size_t>(numStates);
+    auto outAxes = c.intsAttr("scan_output_axes").value_or(std::vector<int64_t>(numScanOutputs, 0));
+    auto outDirs = c.intsAttr("scan_output_directions").value_or(std::vector<int64_t>(numScanOutputs, 0));
+    if (inAxes.size() != static_cast<size_t>(numScanInputs) || inDirs.size() != inAxes.size() || outAxes.size() != numScanOutputs ||
+        outDirs.size() != numScanOutputs)
+      c.fail("the scan axes and directions must have one entry per scan input and output");
+    for (int64_t k = 0; k < numStates; ++k) spec.initial.push_back(c.input(static_cast<size_t>(k)));
+    // The sequence length: the first scan input's extent along its axis.
+    std::vector<std::string> scanRefs;
+    std::vector<int64_t> axes;
+    for (int64_t k = 0; k < numScanInputs; ++k) {
+      const Value& x = c.input(static_cast<size_t>(numStates + k));
+      if (!x.shape) c.fail("the rank of scan input '" + x.name + "' is unknown");
+      axes.push_back(c.axis(inAxes[static_cast<size_t>(k)], x.shape->size(), "scan_input_axes"));
+      scanRefs.push_back(c.ref(static_cast<size_t>(numStates + k)));
+    }
+    const Value& first = c.input(static_cast<size_t>(numStates));
+    int64_t len = (*first.shape)[static_cast<size_t>(axes[0])];
+    spec.count = len >= 0 ? std::to_string(len) + "i64"
+                          : c.let("take(shape_of(" + scanRefs[0] + ", dtype=\"int64\"), " + std::to_string(axes[0]) + ")");
+    spec.numScans = numScanOutputs;
+    spec.condOutput = -1;
+    spec.carriedOutputs = 0;
+    spec.bodyInputs = [&](const std::string& i, const std::string&, const std::vector<Value>& carried) {
+      std::vector<Value> in = carried;
+      for (int64_t k = 0; k < numScanInputs; ++k) {
+        const Value& x = c.input(static_cast<size_t>(numStates + k));
+        size_t ax = static_cast<size_t>(axes[static_cast<size_t>(k)]);
+        std::string idx = i;
+        if (inDirs[static_cast<size_t>(k)]) idx = "subtract(subtract(" + spec.count + ", " + i + "), 1i64)";
+        std::vector<int64_t> elem = *x.shape;
+        elem.erase(elem.begin() + static_cast<std::ptrdiff_t>(ax));
+        in.push_back(bound("take(" + scanRefs[static_cast<size_t>(k)] + ", " + idx + ", axis=" + std::to_string(ax) + ")", x.dtype, elem));
+      }
+      return in;
+    };
+    auto [result, outs] = emitLoop(c, spec);
+    // Scan outputs: reversed when their direction says so, moved to their axis.
+    std::vector<std::string> exprs;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      std::string e = outs.size() == 1 ? result : result + "." + std::to_string(k);
+      if (k >= static_cast<size_t>(numStates)) {
+        size_t s = k - static_cast<size_t>(numStates);
+        if (outDirs[s]) e = "reverse(" + e + ", axis=0)";
+        int64_t rank = static_cast<int64_t>(outs[k].shape->size());
+        int64_t ax = c.axis(outAxes[s], static_cast<size_t>(rank), "scan_output_axes");
+        if (ax != 0) {
+          std::vector<int64_t> perm;
+          for (int64_t d = 1; d < rank; ++d) perm.push_back(d);
+          perm.insert(perm.begin() + ax, 0);
+          e = "transpose(" + e + ", axes=" + intList(perm) + ")";
+          std::vector<int64_t> shape;
+          for (int64_t p : perm) shape.push_back((*outs[k].shape)[static_cast<size_t>(p)]);
+          outs[k].shape = shape;
+        }
+      }
+      if (outs.size() == 1 && e == result) e = "copy(" + e + ")";
+      c.emit(k, e, outs[k].dtype, outs[k].shape);
+    }
+  };
+}
+
+}  // namespace kiln::onnx_import
