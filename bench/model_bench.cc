@@ -29,7 +29,9 @@
 #include <vector>
 
 #include "kiln/compile.h"
+#include "kiln/error.h"
 #include "kiln/npy.h"
+#include "kiln/onnx.h"
 #include "kiln/runtime.h"
 #include "kiln/vm.h"
 #include "machine_limits.h"
@@ -118,17 +120,27 @@ struct KilnModel {
   std::unique_ptr<kiln::VirtualMachine> vm;
   std::vector<Value> args;
 
-  KilnModel(const Workload& w, int threads) {
+  // The workload's Relay program, or (onnxFile given) the ONNX model ORT runs,
+  // imported: its weights are initializers, its inputs the workload's, in order.
+  KilnModel(const Workload& w, int threads, const std::string& onnxFile = "") {
     kiln::RuntimeOptions ro;
     ro.numThreads = threads;
     runtime = kiln::Runtime::create(ro);
-    kiln::CompileOptions co;
-    for (const auto& [name, t] : w.weights) co.params[name] = t;
-    exe = kiln::compile(w.program, w.name + ".relay", co);
+    if (onnxFile.empty()) {
+      kiln::CompileOptions co;
+      for (const auto& [name, t] : w.weights) co.params[name] = t;
+      exe = kiln::compile(w.program, w.name + ".relay", co);
+    } else {
+      exe = kiln::compileOnnx(kiln::importOnnxFile(onnxFile));
+    }
     kiln::VMOptions vo;
     vo.runtime = runtime;
     vm = std::make_unique<kiln::VirtualMachine>(exe, vo);
-    args = workloadArguments(w, *exe);
+    if (onnxFile.empty()) {
+      args = workloadArguments(w, *exe);
+    } else {
+      for (const auto& [name, t] : w.inputs) args.emplace_back(t);
+    }
   }
   Tensor run() { return vm->invoke("main", std::span<const Value>(args.data(), args.size())).tensor(); }
 };
@@ -210,8 +222,9 @@ int main(int argc, char** argv) {
   std::string root = (std::filesystem::temp_directory_path() / ("kiln_model_bench_" + std::to_string(::getpid()))).string();
   double peak = fp32Peak();
   std::printf("FP32 peak %.0f GFLOP/s per core; medians of %d rounds, Kiln and ORT alternating\n\n", peak / 1e9, rounds);
-  std::printf("%-10s %3s %10s %10s %7s %10s %8s  %s\n", "workload", "thr", "kiln us", "ort us", "k/ort", "floor us", "k/floor",
-              "floor is");
+  // kiln: the workload's Relay program; kiln-onnx: the ONNX file ORT runs, imported.
+  std::printf("%-10s %3s %10s %10s %7s %10s %7s %10s %8s  %s\n", "workload", "thr", "kiln us", "ort us", "k/ort", "k-onnx us",
+              "ko/ort", "floor us", "k/floor", "floor is");
   for (const Workload& w : all) {
     std::string dir = ort.unavailable().empty() && !w.onnxKind.empty() ? prepareOnnx(w, ort, root) : "";
     for (int threads : {1, 2}) {
@@ -221,6 +234,22 @@ int main(int argc, char** argv) {
         std::printf("%-10s %3d  Kiln's result is wrong: relative error %.3g\n", w.name.c_str(), threads, err);
         return 1;
       }
+      // Kiln again on the ONNX file ORT runs (imported: the LSTM's ONNX Loop becomes
+      // Kiln's own loop), checked against the same reference.
+      std::unique_ptr<KilnModel> imported;
+      if (!dir.empty()) {
+        try {
+          imported = std::make_unique<KilnModel>(w, threads, dir + "/model.onnx");
+          double e = relativeError(imported->run(), w.expected);
+          if (e > kTolerance) {
+            std::printf("%-10s %3d  Kiln's result from the ONNX model is wrong: relative error %.3g\n", w.name.c_str(), threads, e);
+            return 1;
+          }
+        } catch (const kiln::Error& e) {
+          std::fprintf(stderr, "%s: ONNX import: %s\n", w.name.c_str(), e.what());
+          imported.reset();
+        }
+      }
       std::string ortError_;
       bool withOrt = !dir.empty() && ort.load(dir, threads, ortError_);
       if (!ortError_.empty()) std::fprintf(stderr, "%s: ORT: %s\n", w.name.c_str(), ortError_.c_str());
@@ -228,13 +257,18 @@ int main(int argc, char** argv) {
       auto t0 = Clock::now();
       m.run();
       int per = std::clamp(static_cast<int>(0.02 / std::max(1e-7, secondsSince(t0))), 1, 200);
-      std::vector<double> kiln, onnx, micros;
+      std::vector<double> kiln, kilnOnnx, onnx, micros;
       std::vector<float> out;
       for (int r = 0; r < rounds; ++r) {
         for (int i = 0; i < per; ++i) {
           auto s = Clock::now();
           m.run();
           kiln.push_back(secondsSince(s) * 1e6);
+        }
+        for (int i = 0; imported && i < per; ++i) {
+          auto s = Clock::now();
+          imported->run();
+          kilnOnnx.push_back(secondsSince(s) * 1e6);
         }
         // Each runtime's idle threads spin for a while after a run (Kiln's 50 us,
         // ORT's longer): a pause before switching lets them sleep, so neither
@@ -255,13 +289,17 @@ int main(int argc, char** argv) {
       }
       Floor floor = floorOf(w, threads, peak);
       double k = median(kiln), o = median(onnx);
-      char ortCol[32] = "-", ratio[32] = "-";
+      char ortCol[32] = "-", ratio[32] = "-", onnxCol[32] = "-", onnxRatio[32] = "-";
       if (!onnx.empty()) {
         std::snprintf(ortCol, sizeof ortCol, "%.1f", o);
         std::snprintf(ratio, sizeof ratio, "%.2f", k / o);
       }
-      std::printf("%-10s %3d %10.1f %10s %7s %10.1f %8.2f  %s\n", w.name.c_str(), threads, k, ortCol, ratio,
-                  floor.seconds * 1e6, k / (floor.seconds * 1e6), floor.what);
+      if (!kilnOnnx.empty()) {
+        std::snprintf(onnxCol, sizeof onnxCol, "%.1f", median(kilnOnnx));
+        if (!onnx.empty()) std::snprintf(onnxRatio, sizeof onnxRatio, "%.2f", median(kilnOnnx) / o);
+      }
+      std::printf("%-10s %3d %10.1f %10s %7s %10s %7s %10.1f %8.2f  %s\n", w.name.c_str(), threads, k, ortCol, ratio, onnxCol,
+                  onnxRatio, floor.seconds * 1e6, k / (floor.seconds * 1e6), floor.what);
       std::fflush(stdout);
     }
   }

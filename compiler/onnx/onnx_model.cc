@@ -1,6 +1,8 @@
 // The ONNX entry points: parse, check and infer with ONNX's library, then import the graph.
 #include <climits>
 #include <filesystem>
+#include <functional>
+#include <set>
 
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
@@ -33,6 +35,52 @@ void collectInferred(const onnx::GraphProto& g, ImportState& state) {
     }
 }
 
+// ONNX 1.12's shape inference trusts some attributes the checker lets through
+// (it divides by a stride of 0, for one); those are refused before it runs.
+void guardInference(const onnx::GraphProto& g, const std::function<Error(const std::string&)>& fail) {
+  static const std::set<std::string> strided = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool",
+                                                "LpPool", "MaxUnpool", "MaxRoiPool", "GlobalLpPool", "Col2Im"};
+  static const std::set<std::string> blocked = {"SpaceToDepth", "DepthToSpace"};
+  for (const auto& n : g.node()) {
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) guardInference(a.g(), fail);
+      for (const auto& sub : a.graphs()) guardInference(sub, fail);
+      auto where = [&] { return "node '" + (n.name().empty() ? (n.output_size() ? n.output(0) : "?") : n.name()) + "' (" + n.op_type() + "): "; };
+      bool positiveInts = (strided.count(n.op_type()) && (a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape")) ||
+                          (blocked.count(n.op_type()) && a.name() == "blocksize") || a.name() == "group";
+      if (!positiveInts) continue;
+      if (a.type() == onnx::AttributeProto::INT && a.i() <= 0) throw fail(where() + "attribute " + a.name() + " must be positive");
+      for (int64_t v : a.ints())
+        if (v <= 0) throw fail(where() + "attribute " + a.name() + " must be positive");
+      if (a.type() == onnx::AttributeProto::INTS && a.ints_size() > 8) throw fail(where() + "attribute " + a.name() + " has too many entries");
+    }
+  }
+}
+
+// Every value is defined once, before use, and every graph output is defined:
+// ONNX 1.12's checker leaves the last to others, and its IR import (which the
+// version converter uses) dereferences an undefined output.
+void checkDefinitions(const onnx::GraphProto& g, std::set<std::string> defined, const std::function<Error(const std::string&)>& fail) {
+  auto define = [&](const std::string& name, const char* what) {
+    if (name.empty()) return;
+    if (!defined.insert(name).second) throw fail(std::string(what) + " '" + name + "' is defined twice");
+  };
+  for (const auto& in : g.input()) define(in.name(), "graph input");
+  for (const auto& init : g.initializer())
+    if (!defined.count(init.name())) define(init.name(), "initializer");
+  for (const auto& n : g.node()) {
+    for (const auto& in : n.input())
+      if (!in.empty() && !defined.count(in)) throw fail("node '" + n.name() + "' (" + n.op_type() + ") reads '" + in + "', which nothing defines before it");
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) checkDefinitions(a.g(), defined, fail);
+      for (const auto& sub : a.graphs()) checkDefinitions(sub, defined, fail);
+    }
+    for (const auto& out : n.output()) define(out, "value");
+  }
+  for (const auto& out : g.output())
+    if (!defined.count(out.name())) throw fail("graph output '" + out.name() + "' is not computed by any node");
+}
+
 OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const std::string& baseDir) {
   auto fail = [&](const std::string& why) { return Error(file, SourceLoc{}, why); };
   try {
@@ -56,6 +104,7 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
   } catch (const std::exception& e) {
     throw fail(std::string("the model is not valid ONNX: ") + e.what());
   }
+  checkDefinitions(model.graph(), {}, fail);
   ImportState state;
   state.baseDir = baseDir;
   for (const auto& op : model.opset_import())
@@ -63,6 +112,7 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
   // Models of opsets 1 to 6 are converted to opset 7 by ONNX's version converter
   // (the operators' old broadcasting and consumed_inputs attributes go with it).
   if (state.opset >= 1 && state.opset < kMinOpset) {
+    guardInference(model.graph(), fail);
     try {
       // The converter's adapters read input shapes; inference gives them.
       onnx::shape_inference::InferShapes(model);
@@ -75,6 +125,7 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
   if (state.opset < kMinOpset || state.opset > kMaxOpset)
     throw fail("opset " + std::to_string(state.opset) + " is not supported (Kiln imports opsets " + std::to_string(kMinOpset) + " to " +
                std::to_string(kMaxOpset) + ")");
+  guardInference(model.graph(), fail);
   try {
     onnx::shape_inference::InferShapes(model);
   } catch (const std::exception& e) {

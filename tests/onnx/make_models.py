@@ -66,6 +66,8 @@ save(helper.make_model(cnn, opset_imports=[helper.make_opsetid('', 13)]), 'cnn.o
 
 # The MLP again with its weights in an external data file beside it.
 ext = onnx.load(os.path.join(out, 'mlp.onnx'))
+if os.path.exists(os.path.join(out, 'mlp_external.data')):
+    os.remove(os.path.join(out, 'mlp_external.data'))  # onnx.save appends to it
 onnx.save(ext, os.path.join(out, 'mlp_external.onnx'), save_as_external_data=True, all_tensors_to_one_file=True,
           location='mlp_external.data', size_threshold=0)
 
@@ -101,3 +103,55 @@ logits = p1.reshape(2, -1) @ init['fc'].T + init['fcb']
 e = np.exp(logits - logits.max(axis=1, keepdims=True))
 np.savez(os.path.join(out, 'cnn_io.npz'), x=x, logits=logits.astype(np.float32),
          probs=(e / e.sum(axis=1, keepdims=True)).astype(np.float32))
+
+# An LSTM over a sequence of symbolic length as an ONNX Loop (as exporters write
+# recurrent loops): the trip count is the input's first dimension; the carried
+# (h, c) start at zero; a scan output collects every step's h.
+hidden, feat = 16, 8
+w_ih, w_hh = weights('w_ih', 4 * hidden, feat), weights('w_hh', 4 * hidden, hidden)
+b_ih, b_hh = weights('b_ih', 4 * hidden), weights('b_hh', 4 * hidden)
+step = helper.make_graph(
+    [helper.make_node('Gather', ['xs', 't'], ['x'], axis=0),
+     helper.make_node('Gemm', ['x', 'w_ih', 'b_ih'], ['gi'], transB=1),
+     helper.make_node('Gemm', ['h', 'w_hh', 'b_hh'], ['gh'], transB=1),
+     helper.make_node('Add', ['gi', 'gh'], ['g']),
+     helper.make_node('Split', ['g'], ['i', 'f', 'gg', 'o'], axis=1),
+     helper.make_node('Sigmoid', ['i'], ['si']), helper.make_node('Sigmoid', ['f'], ['sf']),
+     helper.make_node('Tanh', ['gg'], ['tg']), helper.make_node('Sigmoid', ['o'], ['so']),
+     helper.make_node('Mul', ['sf', 'c'], ['fc']), helper.make_node('Mul', ['si', 'tg'], ['it']),
+     helper.make_node('Add', ['fc', 'it'], ['c2']), helper.make_node('Tanh', ['c2'], ['tc']),
+     helper.make_node('Mul', ['so', 'tc'], ['h2']),
+     helper.make_node('Identity', ['cond'], ['cond2']),
+     helper.make_node('Identity', ['h2'], ['h_step'])],
+    'step',
+    [helper.make_tensor_value_info('t', TensorProto.INT64, []),
+     helper.make_tensor_value_info('cond', TensorProto.BOOL, []),
+     helper.make_tensor_value_info('h', TensorProto.FLOAT, [1, hidden]),
+     helper.make_tensor_value_info('c', TensorProto.FLOAT, [1, hidden])],
+    [helper.make_tensor_value_info('cond2', TensorProto.BOOL, []),
+     helper.make_tensor_value_info('h2', TensorProto.FLOAT, [1, hidden]),
+     helper.make_tensor_value_info('c2', TensorProto.FLOAT, [1, hidden]),
+     helper.make_tensor_value_info('h_step', TensorProto.FLOAT, [1, hidden])])
+lstm = helper.make_graph(
+    [helper.make_node('Shape', ['xs'], ['xs_shape']),
+     helper.make_node('Gather', ['xs_shape', 'axis0'], ['n'], axis=0),
+     helper.make_node('Loop', ['n', 'keep_going', 'zero_state', 'zero_state'], ['h_final', 'c_final', 'h_all'], body=step)],
+    'lstm_loop',
+    [helper.make_tensor_value_info('xs', TensorProto.FLOAT, ['T', 1, feat])],
+    [helper.make_tensor_value_info('h_final', TensorProto.FLOAT, [1, hidden]),
+     helper.make_tensor_value_info('h_all', TensorProto.FLOAT, ['T', 1, hidden])],
+    [w_ih, w_hh, b_ih, b_hh, numpy_helper.from_array(np.zeros((1, hidden), np.float32), 'zero_state'),
+     numpy_helper.from_array(np.array(0, np.int64), 'axis0'), numpy_helper.from_array(np.array(True), 'keep_going')])
+save(helper.make_model(lstm, opset_imports=[helper.make_opsetid('', 13)]), 'lstm_loop.onnx')
+
+W = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in (w_ih, w_hh, b_ih, b_hh)}
+xs = rng.standard_normal((5, 1, feat)).astype(np.float32)
+h, c, hs = np.zeros((1, hidden)), np.zeros((1, hidden)), []
+sig = lambda v: 1 / (1 + np.exp(-v))
+for t in range(xs.shape[0]):
+    g = xs[t] @ W['w_ih'].T + W['b_ih'] + h @ W['w_hh'].T + W['b_hh']
+    i, f, gg, o = np.split(g, 4, axis=1)
+    c = sig(f) * c + sig(i) * np.tanh(gg)
+    h = sig(o) * np.tanh(c)
+    hs.append(h)
+np.savez(os.path.join(out, 'lstm_io.npz'), xs=xs, h_final=h.astype(np.float32), h_all=np.stack(hs).astype(np.float32))

@@ -179,3 +179,22 @@ TEST_CASE("onnx: hostile bytes are refused, never a crash") {
   CHECK(refused > 0);
   CHECK(imported + refused > 200);
 }
+
+TEST_CASE("onnx: an LSTM written as an ONNX Loop runs as Kiln's own loop, any number of steps") {
+  kiln::OnnxModel m = kiln::importOnnxFile(modelPath("lstm_loop.onnx"));
+  CHECK(m.program.find("let %loop = fn (") != std::string::npos);  // a tail-recursive local function
+  CHECK(m.program.find("%xs: Tensor[(?, 1, 8), float32]") != std::string::npos);
+  auto io = kiln::readNpz(modelPath("lstm_io.npz"));
+  kiln::VirtualMachine vm(kiln::compileOnnx(m));
+  kiln::Value out = vm.invoke("main", {kiln::Value(io.at("xs"))});
+  REQUIRE(out.fields().size() == 2);
+  checkClose(out.fields()[0].tensor(), io.at("h_final").data<float>(), 16, 1e-4);
+  kiln::Tensor all = out.fields()[1].tensor();
+  CHECK(all.shape() == kiln::Shape{5, 1, 16});
+  checkClose(all, io.at("h_all").data<float>(), 80, 1e-4);
+  // No steps: the zero state and an empty scan output.
+  kiln::Value none = vm.invoke("main", {kiln::Value(kiln::Tensor::empty(kiln::DType::Float32, {0, 1, 8}))});
+  kiln::Tensor h = none.fields()[0].tensor();
+  for (int i = 0; i < 16; ++i) CHECK(h.data<float>()[i] == 0.0f);
+  CHECK(none.fields()[1].tensor().shape() == kiln::Shape{0, 1, 16});
+}
