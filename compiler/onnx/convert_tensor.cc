@@ -160,13 +160,20 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
       return;
     }
     std::vector<int64_t> shape = c.opset() < 5 ? c.intsAttr("shape").value_or(std::vector<int64_t>{}) : c.knownInts(1, "shape");
+    // The result's shape: 0 copies the input's dimension, -1 takes what is left.
     std::vector<int64_t> out = shape;
-    if (x.shape) {
-      for (size_t d = 0; d < out.size(); ++d)
-        if (out[d] == 0 && !allowZero) out[d] = d < x.shape->size() ? (*x.shape)[d] : -1;
+    int64_t known = 1, infer = -1;
+    for (size_t d = 0; d < out.size(); ++d) {
+      if (out[d] == 0 && !allowZero) out[d] = x.shape && d < x.shape->size() ? (*x.shape)[d] : -1;
+      else if (out[d] == -1) infer = static_cast<int64_t>(d);
+      if (out[d] >= 0 && static_cast<int64_t>(d) != infer) known *= out[d];
+      else if (static_cast<int64_t>(d) != infer) known = -1;
     }
-    c.emit(0, "reshape(" + c.ref(0) + ", newshape=" + intList(shape) + (allowZero ? ", allowzero=True" : "") + ")", x.dtype,
-           std::nullopt);
+    if (infer >= 0) {
+      int64_t total = x.staticShape() ? numElements(*x.shape) : -1;
+      out[static_cast<size_t>(infer)] = total >= 0 && known > 0 ? total / known : -1;
+    }
+    c.emit(0, "reshape(" + c.ref(0) + ", newshape=" + intList(shape) + (allowZero ? ", allowzero=True" : "") + ")", x.dtype, out);
   };
   t["Flatten"] = [](NodeContext& c) {
     const Value& x = c.input(0);

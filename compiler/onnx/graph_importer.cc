@@ -326,6 +326,8 @@ const Converter* findConverter(const std::string& opType) {
     registerTensorConverters(t);
     registerNNConverters(t);
     registerControlFlowConverters(t);
+    registerLossConverters(t);
+    registerLayoutConverters(t);
     return t;
   }();
   auto it = table.find(opType);

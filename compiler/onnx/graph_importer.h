@@ -176,5 +176,7 @@ void registerElementwiseConverters(std::map<std::string, Converter>& table);
 void registerTensorConverters(std::map<std::string, Converter>& table);
 void registerNNConverters(std::map<std::string, Converter>& table);
 void registerControlFlowConverters(std::map<std::string, Converter>& table);
+void registerLossConverters(std::map<std::string, Converter>& table);
+void registerLayoutConverters(std::map<std::string, Converter>& table);
 
 }  // namespace kiln::onnx_import

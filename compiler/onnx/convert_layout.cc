@@ -1,0 +1,175 @@
+// ONNX operators composed from reshapes, index grids and comparisons: DepthToSpace,
+// SpaceToDepth, Trilu, OneHot, EyeLike, Hardmax, LRN, MeanVarianceNormalization.
+#include "compiler/onnx/graph_importer.h"
+#include "compiler/onnx/onnx_tensor.h"
+
+namespace kiln::onnx_import {
+namespace {
+
+const std::vector<int64_t>& needShape(NodeContext& c, const Value& v) {
+  if (!v.shape) c.fail("the rank of '" + v.name + "' is unknown");
+  return *v.shape;
+}
+
+// N, C, H, W of a rank-4 input whose C, H, W are known (N may be `?`).
+std::vector<int64_t> nchw(NodeContext& c, const Value& x) {
+  const auto& s = needShape(c, x);
+  if (s.size() != 4) c.fail("the input must have rank 4");
+  for (size_t d = 1; d < 4; ++d)
+    if (s[d] < 0) c.fail("the channel and spatial dimensions must be known");
+  return s;
+}
+
+// `0, 1, ..., n-1` as an int64 tensor of `rank` dimensions, laid along `axis`.
+std::string indexAlong(int64_t n, size_t axis, size_t rank) {
+  std::vector<int64_t> shape(rank, 1);
+  shape[axis] = n;
+  return "reshape(arange(0i64, " + std::to_string(n) + "i64, 1i64, dtype=\"int64\"), newshape=" + intList(shape) + ")";
+}
+
+std::string dtypeAttr(DType t) { return "dtype=\"" + std::string(dtypeName(t)) + "\""; }
+
+}  // namespace
+
+void registerLayoutConverters(std::map<std::string, Converter>& t) {
+  t["DepthToSpace"] = [](NodeContext& c) {
+    const Value& x = c.input(0);
+    auto s = nchw(c, x);
+    int64_t b = c.intAttr("blocksize", 0);
+    if (b < 1 || s[1] % (b * b) != 0) c.fail("blocksize must divide the channels as blocksize^2");
+    int64_t n = s[0] < 0 ? -1 : s[0], ch = s[1] / (b * b);
+    bool crd = c.stringAttr("mode", "DCR") == "CRD";
+    std::string e = crd ? "transpose(reshape(" + c.ref(0) + ", newshape=" + intList({n, ch, b, b, s[2], s[3]}) + "), axes=[0, 1, 4, 2, 5, 3])"
+                        : "transpose(reshape(" + c.ref(0) + ", newshape=" + intList({n, b, b, ch, s[2], s[3]}) + "), axes=[0, 3, 4, 1, 5, 2])";
+    std::vector<int64_t> out{s[0], ch, s[2] * b, s[3] * b};
+    c.emit(0, "reshape(" + e + ", newshape=" + intList({n, ch, s[2] * b, s[3] * b}) + ")", x.dtype, out);
+  };
+  t["SpaceToDepth"] = [](NodeContext& c) {
+    const Value& x = c.input(0);
+    auto s = nchw(c, x);
+    int64_t b = c.intAttr("blocksize", 0);
+    if (b < 1 || s[2] % b != 0 || s[3] % b != 0) c.fail("blocksize must divide the spatial dimensions");
+    int64_t n = s[0] < 0 ? -1 : s[0];
+    std::string e = "transpose(reshape(" + c.ref(0) + ", newshape=" + intList({n, s[1], s[2] / b, b, s[3] / b, b}) + "), axes=[0, 3, 5, 1, 2, 4])";
+    c.emit(0, "reshape(" + e + ", newshape=" + intList({n, s[1] * b * b, s[2] / b, s[3] / b}) + ")", x.dtype,
+           std::vector<int64_t>{s[0], s[1] * b * b, s[2] / b, s[3] / b});
+  };
+  t["Trilu"] = [](NodeContext& c) {
+    const Value& x = c.input(0);
+    const auto& s = needShape(c, x);
+    if (s.size() < 2 || s[s.size() - 2] < 0 || s.back() < 0) c.fail("the last two dimensions must be known");
+    bool upper = c.intAttr("upper", 1) != 0;
+    std::string k = c.hasInput(1) ? c.ref(1) : "0i64";
+    if (c.hasInput(1) && c.input(1).dtype != DType::Int64) c.fail("k must be int64");
+    if (c.hasInput(1) && c.input(1).shape && !c.input(1).shape->empty()) k = "reshape(" + k + ", newshape=[])";
+    std::string diff = "subtract(" + indexAlong(s.back(), 1, 2) + ", " + indexAlong(s[s.size() - 2], 0, 2) + ")";
+    std::string keep = std::string(upper ? "greater_equal(" : "less_equal(") + diff + ", " + k + ")";
+    std::string rx = c.ref(0);
+    c.emit(0, "where(" + keep + ", " + rx + ", zeros_like(" + rx + "))", x.dtype, x.shape);
+  };
+  t["OneHot"] = [](NodeContext& c) {
+    const Value& idx = c.input(0);
+    const auto& s = needShape(c, idx);
+    const Value& values = c.input(2);
+    size_t rank = s.size() + 1;
+    size_t axis = static_cast<size_t>(c.axis(c.intAttr("axis", -1), rank));
+    // depth: known (a static dimension) or computed (a `?` one); any numeric type.
+    int64_t depth = -1;
+    std::string depthRef;
+    if (c.input(1).known) {
+      const Tensor& depthT = *c.input(1).known;
+      if (depthT.numel() != 1) c.fail("depth must be one value");
+      int64_t di = 0;
+      double df = 0;
+      readScalar(depthT.data(), depthT.dtype(), di, df);
+      depth = isFloat(depthT.dtype()) ? static_cast<int64_t>(df) : di;
+      if (depth < 1 || depth > (int64_t(1) << 24)) c.fail("depth must be between 1 and 2^24");
+      depthRef = std::to_string(depth) + "i64";
+    } else {
+      depthRef = c.let("reshape(cast(" + c.ref(1) + ", dtype=\"int64\"), newshape=[])");
+    }
+    std::vector<int64_t> along(rank, 1);
+    along[axis] = -1;
+    std::string classes = "reshape(arange(0i64, " + depthRef + ", 1i64, dtype=\"int64\"), newshape=" + intList(along) + ")";
+    // Indices may be of any numeric type; negative ones count from depth.
+    std::string i = c.let("cast(" + c.ref(0) + ", dtype=\"int64\")");
+    i = c.let("where(less(" + i + ", 0i64), add(" + i + ", " + depthRef + "), " + i + ")");
+    std::string hit = "equal(expand_dims(" + i + ", axis=" + std::to_string(axis) + "), " + classes + ")";
+    std::string rv = c.ref(2);
+    std::vector<int64_t> out = s;
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(axis), depth);
+    c.emit(0, "where(" + hit + ", take(" + rv + ", 1i64), take(" + rv + ", 0i64))", values.dtype, out);
+  };
+  t["EyeLike"] = [](NodeContext& c) {
+    const Value& x = c.input(0);
+    if (!x.staticShape() || x.shape->size() != 2) c.fail("the input must be a matrix of known shape");
+    DType dt = x.dtype;
+    if (const auto* a = c.attr("dtype")) {
+      (void)a;
+      auto d = dtypeFromOnnx(static_cast<int>(c.intAttr("dtype", 1)));
+      if (!d) c.fail("dtype is not supported");
+      dt = *d;
+    }
+    int64_t rows = (*x.shape)[0], cols = (*x.shape)[1], k = c.intAttr("k", 0);
+    Tensor eye = Tensor::empty(dt, {rows, cols});
+    char* p = static_cast<char*>(eye.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < cols; ++col)
+        writeScalar(p + (r * cols + col) * static_cast<int64_t>(dtypeSize(dt)), dt, col - r == k ? 1 : 0, col - r == k ? 1.0 : 0.0);
+    c.emitKnown(0, eye);
+  };
+  t["Hardmax"] = [](NodeContext& c) {
+    const Value& x = c.input(0);
+    const auto& s = needShape(c, x);
+    if (!x.staticShape()) c.fail("the input's shape must be known");
+    auto hardmax = [&](const std::string& v, size_t axis, size_t rank, int64_t n) {
+      std::string arg = "cast(argmax(" + v + ", axis=[" + std::to_string(axis) + "], keepdims=True), dtype=\"int64\")";
+      return "cast(equal(" + indexAlong(n, axis, rank) + ", " + arg + "), " + dtypeAttr(x.dtype) + ")";
+    };
+    if (c.opset() >= 13) {
+      size_t axis = static_cast<size_t>(c.axis(c.intAttr("axis", -1), s.size()));
+      c.emit(0, hardmax(c.ref(0), axis, s.size(), s[axis]), x.dtype, s);
+      return;
+    }
+    // Before opset 13: over the input flattened to 2-D at `axis`.
+    size_t axis = static_cast<size_t>(c.axis(c.intAttr("axis", 1), s.size()));
+    int64_t tail = 1;
+    for (size_t d = axis; d < s.size(); ++d) tail *= s[d];
+    std::string flat = c.let("reshape(" + c.ref(0) + ", newshape=[-1, " + std::to_string(tail) + "])");
+    c.emit(0, "reshape(" + hardmax(flat, 1, 2, tail) + ", newshape=" + intList(s) + ")", x.dtype, s);
+  };
+  t["LRN"] = [](NodeContext& c) {
+    const Value& x = c.input(0);
+    const auto& s = needShape(c, x);
+    if (s.size() < 3 || s[1] < 0) c.fail("the input needs a known channel dimension");
+    int64_t size = c.intAttr("size", 0);
+    if (size < 1) c.fail("size must be positive");
+    double alpha = c.floatAttr("alpha", 1e-4f), beta = c.floatAttr("beta", 0.75f), bias = c.floatAttr("bias", 1.0f);
+    int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+    std::string rx = c.ref(0);
+    std::string pads = "[[0, 0], [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    for (size_t d = 2; d < s.size(); ++d) pads += ", [0, 0]";
+    pads += "]";
+    std::string sq = c.let("nn.pad(multiply(" + rx + ", " + rx + "), " + c.literal(0, x.dtype) + ", pad_width=" + pads + ")");
+    std::string sum;
+    for (int64_t j = 0; j < size; ++j) {
+      std::string part = "strided_slice(" + sq + ", begin=[" + std::to_string(j) + "], end=[" + std::to_string(j + s[1]) + "], axes=[1])";
+      sum = sum.empty() ? part : "add(" + sum + ", " + part + ")";
+    }
+    std::string denom = "power(add(" + c.literal(bias, x.dtype) + ", multiply(" + c.literal(alpha / static_cast<double>(size), x.dtype) + ", " +
+                        c.let(sum) + ")), " + c.literal(beta, x.dtype) + ")";
+    c.emit(0, "divide(" + rx + ", " + denom + ")", x.dtype, x.shape);
+  };
+  t["MeanVarianceNormalization"] = [](NodeContext& c) {
+    const Value& x = c.input(0);
+    const auto& s = needShape(c, x);
+    std::vector<int64_t> axes = c.intsAttr("axes").value_or(std::vector<int64_t>{0, 2, 3});
+    for (int64_t& a : axes) a = c.axis(a, s.size(), "axes");
+    std::string rx = c.ref(0), ax = intList(axes);
+    std::string centered = c.let("subtract(" + rx + ", mean(" + rx + ", axis=" + ax + ", keepdims=True))");
+    std::string stddev = "sqrt(mean(multiply(" + centered + ", " + centered + "), axis=" + ax + ", keepdims=True))";
+    c.emit(0, "divide(" + centered + ", add(" + stddev + ", " + c.literal(1e-9, x.dtype) + "))", x.dtype, x.shape);
+  };
+}
+
+}  // namespace kiln::onnx_import
