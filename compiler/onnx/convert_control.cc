@@ -15,23 +15,10 @@
 #include <onnx/onnx_pb.h>
 
 #include "compiler/onnx/graph_importer.h"
+#include "compiler/onnx/recurrence.h"
 
 namespace kiln::onnx_import {
 namespace {
-
-// `a` alone, or `(a, b, ...)`: Kiln has no one-element tuples here.
-std::string tupleText(const std::vector<std::string>& v) {
-  if (v.size() == 1) return v[0];
-  std::string s = "(";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
-  return s + ")";
-}
-
-std::string block(const std::vector<std::string>& lines, const std::string& result) {
-  std::string s = "{\n";
-  for (const auto& l : lines) s += "    " + l + "\n";
-  return s + "    " + result + "\n  }";
-}
 
 const onnx::GraphProto& graphAttr(NodeContext& c, const char* name) {
   const onnx::AttributeProto* a = c.attr(name);
@@ -100,7 +87,6 @@ Body importBody(NodeContext& c, const onnx::GraphProto& g, const std::vector<Val
   return b;
 }
 
-std::string typeOf(const Value& v) { return tensorTypeText(v.dtype, *v.shape); }
 
 // The shared loop: `count` (an int64 scalar expression, or "" for none) and `cond`
 // bound the iterations; carried values start at `initial`; each iteration's body
@@ -121,71 +107,38 @@ struct LoopSpec {
 
 std::pair<std::string, std::vector<Value>> emitLoop(NodeContext& c, const LoopSpec& spec) {
   ImportState& st = c.scope().state();
-  std::string fn = "%" + st.freshName("loop"), i = "%" + st.freshName("i"), cond = "%" + st.freshName("cond");
+  Recurrence r = newRecurrence(st);
   const onnx::GraphProto& g = *spec.body;
   // Carried values' types: the initial value widened by the body's output type.
-  std::vector<Value> carried;
-  std::vector<std::string> params{i + ": int64", cond + ": bool"}, resultTypes;
   for (size_t k = 0; k < spec.initial.size(); ++k) {
     const Value& init = spec.initial[k];
     auto outType = declaredType(c, g.output(static_cast<int>(spec.carriedOutputs + k)));
-    Value v = bound("%" + st.freshName("carried"), init.dtype, widen(c, init, outType));
-    params.push_back(v.ref + ": " + typeOf(v));
-    resultTypes.push_back(typeOf(v));
-    carried.push_back(v);
+    r.carried.push_back(bound("%" + st.freshName("carried"), init.dtype, widen(c, init, outType)));
+    r.carriedInit.push_back(c.scope().refOf(init));
   }
-  Body body = importBody(c, g, spec.bodyInputs(i, cond, carried));
-  // Scan accumulators: Tensor[(?, element dims...)], starting empty.
-  std::vector<Value> scans;
-  std::vector<std::string> scanInit;
-  for (size_t k = 0; k < spec.numScans; ++k) {
-    const auto& info = g.output(static_cast<int>(spec.carriedOutputs + spec.initial.size() + k));
-    // The element's type: ONNX's, else what the body computed.
-    auto elem = declaredType(c, info);
-    if (!elem || !elem->staticShape()) {
-      size_t at = spec.carriedOutputs + spec.initial.size() + k;
-      if (at < body.values.size()) elem = body.values[at];
-    }
-    if (!elem || !elem->staticShape()) c.fail("scan output '" + info.name() + "' needs a static shape");
-    std::vector<int64_t> shape = *elem->shape, empty = *elem->shape;
-    shape.insert(shape.begin(), -1);
-    empty.insert(empty.begin(), 0);
-    Value v = bound("%" + st.freshName("scan"), elem->dtype, shape);
-    params.push_back(v.ref + ": " + typeOf(v));
-    resultTypes.push_back(typeOf(v));
-    scanInit.push_back("zeros(shape=" + intList(empty) + ", dtype=\"" + std::string(dtypeName(elem->dtype)) + "\")");
-    scans.push_back(v);
-  }
-  size_t expected = spec.carriedOutputs + carried.size() + scans.size();
+  Body body = importBody(c, g, spec.bodyInputs(r.i, r.cond, r.carried));
+  size_t expected = spec.carriedOutputs + r.carried.size() + spec.numScans;
   if (body.outputs.size() != expected)
     c.fail("the body has " + std::to_string(body.outputs.size()) + " outputs, expected " + std::to_string(expected));
-  std::vector<std::string> next{"add(" + i + ", 1i64)"};
-  next.push_back(spec.condOutput >= 0 ? scalar(c, body.outputs[static_cast<size_t>(spec.condOutput)], body.values[static_cast<size_t>(spec.condOutput)]) : cond);
-  for (size_t k = 0; k < carried.size(); ++k) next.push_back(body.outputs[spec.carriedOutputs + k]);
-  for (size_t k = 0; k < scans.size(); ++k)
-    next.push_back("concatenate((" + scans[k].ref + ", expand_dims(" + body.outputs[spec.carriedOutputs + carried.size() + k] + ", axis=0)), axis=0)");
-  std::string call = fn + "(";
-  for (size_t k = 0; k < next.size(); ++k) call += (k ? ", " : "") + next[k];
-  call += ")";
-  std::vector<std::string> done;
-  for (const auto& v : carried) done.push_back(v.ref);
-  for (const auto& v : scans) done.push_back(v.ref);
-  std::string test = cond;
-  if (!spec.count.empty()) test = "logical_and(less(" + i + ", " + spec.count + "), " + cond + ")";
-  std::string text = "let " + fn + " = fn (";
-  for (size_t k = 0; k < params.size(); ++k) text += (k ? ", " : "") + params[k];
-  text += ") -> " + tupleText(resultTypes) + " {\n  if (" + test + ") " + block(body.lines, call) + " else {\n    " + tupleText(done) + "\n  }\n  };";
-  c.scope().line(text);
-  std::vector<std::string> start{"0i64", spec.cond.empty() ? "True" : spec.cond};
-  for (const auto& v : spec.initial) start.push_back(c.scope().refOf(v));
-  for (const auto& s : scanInit) start.push_back(s);
-  std::string result = c.let(fn + "(" + [&] {
-    std::string a;
-    for (size_t k = 0; k < start.size(); ++k) a += (k ? ", " : "") + start[k];
-    return a;
-  }() + ")");
-  std::vector<Value> outs = carried;
-  outs.insert(outs.end(), scans.begin(), scans.end());
+  for (size_t k = 0; k < spec.numScans; ++k) {
+    size_t at = spec.carriedOutputs + spec.initial.size() + k;
+    const auto& info = g.output(static_cast<int>(at));
+    // The element's type: ONNX's, else what the body computed.
+    auto elem = declaredType(c, info);
+    if (!elem || !elem->staticShape()) elem = body.values[at];
+    if (!elem || !elem->staticShape()) c.fail("scan output '" + info.name() + "' needs a static shape");
+    r.scans.push_back(scanAccumulator(st, elem->dtype, *elem->shape));
+    r.scanElements.push_back(body.outputs[at]);
+  }
+  r.count = spec.count;
+  if (!spec.cond.empty()) r.condInit = spec.cond;
+  r.bodyLines = body.lines;
+  if (spec.condOutput >= 0)
+    r.nextCond = scalar(c, body.outputs[static_cast<size_t>(spec.condOutput)], body.values[static_cast<size_t>(spec.condOutput)]);
+  for (size_t k = 0; k < r.carried.size(); ++k) r.nextCarried.push_back(body.outputs[spec.carriedOutputs + k]);
+  std::string result = emitRecurrence(c, r);
+  std::vector<Value> outs = r.carried;
+  outs.insert(outs.end(), r.scans.begin(), r.scans.end());
   return {result, outs};
 }
 
@@ -203,7 +156,7 @@ void registerControlFlowConverters(std::map<std::string, Converter>& t) {
     if (a.outputs.size() != b.outputs.size() || a.outputs.size() != c.numOutputs())
       c.fail("the branches must have one output per output of the node");
     std::string cond = scalar(c, c.ref(0), c.input(0));
-    std::string text = "if (" + cond + ") " + block(a.lines, tupleText(a.outputs)) + " else " + block(b.lines, tupleText(b.outputs));
+    std::string text = "if (" + cond + ") " + blockText(a.lines, tupleText(a.outputs)) + " else " + blockText(b.lines, tupleText(b.outputs));
     std::string result = c.let(text);
     for (size_t k = 0; k < a.values.size(); ++k) {
       Value w = a.values[k];

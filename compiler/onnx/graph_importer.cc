@@ -278,7 +278,9 @@ std::string NodeContext::let(const std::string& expr) {
 }
 
 void NodeContext::fail(const std::string& why) const {
-  std::string name = node_.name().empty() ? (node_.output_size() ? node_.output(0) : std::string("?")) : node_.name();
+  // Unnamed nodes are known by their first named output.
+  std::string name = node_.name();
+  for (int k = 0; name.empty() && k < node_.output_size(); ++k) name = node_.output(k);
   throw Error("node '" + name + "' (" + node_.op_type() + ", opset " + std::to_string(opset()) + "): " + why);
 }
 
@@ -327,6 +329,7 @@ const Converter* findConverter(const std::string& opType) {
     registerNNConverters(t);
     registerControlFlowConverters(t);
     registerLossConverters(t);
+    registerRecurrentConverters(t);
     registerLayoutConverters(t);
     return t;
   }();

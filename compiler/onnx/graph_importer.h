@@ -177,6 +177,7 @@ void registerTensorConverters(std::map<std::string, Converter>& table);
 void registerNNConverters(std::map<std::string, Converter>& table);
 void registerControlFlowConverters(std::map<std::string, Converter>& table);
 void registerLossConverters(std::map<std::string, Converter>& table);
+void registerRecurrentConverters(std::map<std::string, Converter>& table);
 void registerLayoutConverters(std::map<std::string, Converter>& table);
 
 }  // namespace kiln::onnx_import

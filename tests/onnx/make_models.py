@@ -155,3 +155,27 @@ for t in range(xs.shape[0]):
     h = sig(o) * np.tanh(c)
     hs.append(h)
 np.savez(os.path.join(out, 'lstm_io.npz'), xs=xs, h_final=h.astype(np.float32), h_all=np.stack(hs).astype(np.float32))
+
+# ONNX's RNN operator with per-sequence lengths: steps past a sequence's length
+# leave its state alone and output zeros.
+rw, rr, rb = weights('W', 1, 6, 4), weights('R', 1, 6, 6), weights('B', 1, 12)
+rnn = helper.make_graph(
+    [helper.make_node('RNN', ['X', 'W', 'R', 'B', 'lens'], ['Y', 'Y_h'], hidden_size=6)],
+    'rnn_lengths',
+    [helper.make_tensor_value_info('X', TensorProto.FLOAT, [5, 2, 4]),
+     helper.make_tensor_value_info('lens', TensorProto.INT32, [2])],
+    [helper.make_tensor_value_info('Y', TensorProto.FLOAT, [5, 1, 2, 6]),
+     helper.make_tensor_value_info('Y_h', TensorProto.FLOAT, [1, 2, 6])],
+    [rw, rr, rb])
+save(helper.make_model(rnn, opset_imports=[helper.make_opsetid('', 14)]), 'rnn_lengths.onnx')
+Wr, Rr, Br = (numpy_helper.to_array(t).astype(np.float64)[0] for t in (rw, rr, rb))
+X = rng.standard_normal((5, 2, 4)).astype(np.float32)
+lens = np.array([3, 5], np.int32)
+h = np.zeros((2, 6))
+Y = np.zeros((5, 1, 2, 6))
+for t in range(5):
+    new = np.tanh(X[t] @ Wr.T + h @ Rr.T + Br[:6] + Br[6:])
+    live = (t < lens)[:, None]
+    Y[t, 0] = np.where(live, new, 0)
+    h = np.where(live, new, h)
+np.savez(os.path.join(out, 'rnn_io.npz'), X=X, lens=lens, Y=Y.astype(np.float32), Y_h=h[None].astype(np.float32))

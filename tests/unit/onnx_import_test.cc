@@ -198,3 +198,13 @@ TEST_CASE("onnx: an LSTM written as an ONNX Loop runs as Kiln's own loop, any nu
   for (int i = 0; i < 16; ++i) CHECK(h.data<float>()[i] == 0.0f);
   CHECK(none.fields()[1].tensor().shape() == kiln::Shape{0, 1, 16});
 }
+
+TEST_CASE("onnx: recurrent operators honour per-sequence lengths") {
+  kiln::OnnxModel m = kiln::importOnnxFile(modelPath("rnn_lengths.onnx"));
+  auto io = kiln::readNpz(modelPath("rnn_io.npz"));
+  kiln::VirtualMachine vm(kiln::compileOnnx(m));
+  kiln::Value out = vm.invoke("main", {kiln::Value(io.at("X")), kiln::Value(io.at("lens"))});
+  REQUIRE(out.fields().size() == 2);
+  checkClose(out.fields()[0].tensor(), io.at("Y").data<float>(), 60, 1e-4);
+  checkClose(out.fields()[1].tensor(), io.at("Y_h").data<float>(), 12, 1e-4);
+}

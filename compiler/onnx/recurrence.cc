@@ -1,0 +1,68 @@
+// Loops as tail-recursive local functions in Relay text (see recurrence.h).
+#include "compiler/onnx/recurrence.h"
+
+namespace kiln::onnx_import {
+
+std::string tupleText(const std::vector<std::string>& v) {
+  if (v.size() == 1) return v[0];
+  std::string s = "(";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s + ")";
+}
+
+std::string blockText(const std::vector<std::string>& lines, const std::string& result) {
+  std::string s = "{\n";
+  for (const auto& l : lines) s += "    " + l + "\n";
+  return s + "    " + result + "\n  }";
+}
+
+Recurrence newRecurrence(ImportState& st) {
+  Recurrence r;
+  r.fn = "%" + st.freshName("loop");
+  r.i = "%" + st.freshName("i");
+  r.cond = "%" + st.freshName("cond");
+  return r;
+}
+
+Value scanAccumulator(ImportState& st, DType dtype, const std::vector<int64_t>& elem) {
+  Value v;
+  v.ref = "%" + st.freshName("scan");
+  v.dtype = dtype;
+  std::vector<int64_t> shape = elem;
+  shape.insert(shape.begin(), -1);
+  v.shape = shape;
+  return v;
+}
+
+std::string emitRecurrence(NodeContext& c, const Recurrence& r) {
+  auto typeOf = [](const Value& v) { return tensorTypeText(v.dtype, *v.shape); };
+  std::vector<std::string> params{r.i + ": int64", r.cond + ": bool"}, resultTypes, done;
+  for (const auto* group : {&r.carried, &r.scans})
+    for (const Value& v : *group) {
+      params.push_back(v.ref + ": " + typeOf(v));
+      resultTypes.push_back(typeOf(v));
+      done.push_back(v.ref);
+    }
+  std::vector<std::string> next{"add(" + r.i + ", 1i64)", r.nextCond.empty() ? r.cond : r.nextCond};
+  next.insert(next.end(), r.nextCarried.begin(), r.nextCarried.end());
+  for (size_t k = 0; k < r.scans.size(); ++k)
+    next.push_back("concatenate((" + r.scans[k].ref + ", expand_dims(" + r.scanElements[k] + ", axis=0)), axis=0)");
+  auto args = [](const std::vector<std::string>& v) {
+    std::string a;
+    for (size_t k = 0; k < v.size(); ++k) a += (k ? ", " : "") + v[k];
+    return a;
+  };
+  std::string test = r.count.empty() ? r.cond : "logical_and(less(" + r.i + ", " + r.count + "), " + r.cond + ")";
+  c.scope().line("let " + r.fn + " = fn (" + args(params) + ") -> " + tupleText(resultTypes) + " {\n  if (" + test + ") " +
+                 blockText(r.bodyLines, r.fn + "(" + args(next) + ")") + " else {\n    " + tupleText(done) + "\n  }\n  };");
+  std::vector<std::string> start{"0i64", r.condInit};
+  start.insert(start.end(), r.carriedInit.begin(), r.carriedInit.end());
+  for (const Value& s : r.scans) {
+    std::vector<int64_t> empty = *s.shape;
+    empty[0] = 0;
+    start.push_back("zeros(shape=" + intList(empty) + ", dtype=\"" + std::string(dtypeName(s.dtype)) + "\")");
+  }
+  return c.let(r.fn + "(" + args(start) + ")");
+}
+
+}  // namespace kiln::onnx_import
