@@ -1,15 +1,10 @@
 // ONNX neural-network operators: MatMul, Gemm, Conv, pooling, normalization, softmax.
+#include <limits>
 #include <numeric>
 
 #include "compiler/onnx/graph_importer.h"
 
 namespace kiln::onnx_import {
-namespace {
-
-const std::vector<int64_t>& needShape(NodeContext& c, const Value& v) {
-  if (!v.shape) c.fail("the rank of '" + v.name + "' is unknown");
-  return *v.shape;
-}
 
 // Pads for each spatial axis as (begin, end), from `pads` or `auto_pad`.
 std::vector<std::pair<int64_t, int64_t>> spatialPads(NodeContext& c, const std::vector<int64_t>& in,
@@ -44,6 +39,13 @@ std::vector<int64_t> spatialAttr(NodeContext& c, const char* name, size_t n, int
   return v;
 }
 
+namespace {
+
+const std::vector<int64_t>& needShape(NodeContext& c, const Value& v) {
+  if (!v.shape) c.fail("the rank of '" + v.name + "' is unknown");
+  return *v.shape;
+}
+
 // A 1-D operation runs as 2-D over a height of 1: NCW -> NC1W.
 struct Spatial {
   size_t dims;  // 1 or 2
@@ -73,6 +75,7 @@ void pool(std::map<std::string, Converter>& t, const char* onnx, bool isMax) {
   t[onnx] = [isMax](NodeContext& c) {
     if (isMax && c.hasOutput(1)) c.fail("the Indices output is not supported");
     const Value& x = c.input(0);
+    if (x.shape && x.shape->size() == 5) return importPool3d(c, isMax);
     Spatial sp = to2d(c, 0);
     const auto& s = *x.shape;
     std::vector<int64_t> in(s.begin() + 2, s.end());
@@ -193,6 +196,7 @@ void registerNNConverters(std::map<std::string, Converter>& t) {
   };
   t["Conv"] = [](NodeContext& c) {
     const Value &x = c.input(0), &w = c.input(1);
+    if (x.shape && x.shape->size() == 5) return importConv3d(c);
     Spatial sp = to2d(c, 0);
     const auto& s = *x.shape;
     const auto& ws = needShape(c, w);
@@ -209,6 +213,97 @@ void registerNNConverters(std::map<std::string, Converter>& t) {
     if (c.hasInput(2)) e = "nn.bias_add(" + e + ", " + c.ref(2) + ", axis=1)";
     if (sp.dims == 1) e = "squeeze(" + e + ", axis=[2])";
     c.emit(0, e, x.dtype, std::nullopt);
+  };
+  t["ConvTranspose"] = [](NodeContext& c) {
+    // The transposed convolution is a convolution of the input spread out by the
+    // stride (zeros between its elements), padded by the kernel's reach less the
+    // pads, with the kernel flipped and its channel axes swapped per group.
+    const Value &x = c.input(0), &w = c.input(1);
+    const auto& s = needShape(c, x);
+    const auto& ws = needShape(c, w);
+    if ((s.size() != 3 && s.size() != 4) || ws.size() != s.size()) c.fail("only 1-D and 2-D transposed convolutions are supported");
+    if (!x.staticShape() || !w.staticShape()) c.fail("the input's and the weight's shapes must be known");
+    size_t n = s.size() - 2;
+    int64_t group = c.intAttr("group", 1);
+    if (group < 1 || ws[0] % group != 0 || s[1] != ws[0]) c.fail("group does not divide the channels");
+    std::vector<int64_t> in(s.begin() + 2, s.end()), kernel(ws.begin() + 2, ws.end());
+    auto strides = spatialAttr(c, "strides", n, 1), dil = spatialAttr(c, "dilations", n, 1);
+    auto outPad = c.intsAttr("output_padding").value_or(std::vector<int64_t>(n, 0));
+    if (outPad.size() != n) c.fail("output_padding must have one entry per spatial axis");
+    std::string autoPad = c.stringAttr("auto_pad", "NOTSET");
+    auto outShape = c.intsAttr("output_shape");
+    if (outShape && outShape->size() == n + 2) outShape = std::vector<int64_t>(outShape->begin() + 2, outShape->end());
+    if (outShape && outShape->size() != n) c.fail("output_shape must have one entry per spatial axis");
+    std::vector<int64_t> padB(n), padE(n);
+    auto pads = c.intsAttr("pads").value_or(std::vector<int64_t>(2 * n, 0));
+    if (pads.size() != 2 * n) c.fail("pads must have two entries per spatial axis");
+    for (size_t i = 0; i < n; ++i) {
+      int64_t full = strides[i] * (in[i] - 1) + outPad[i] + (kernel[i] - 1) * dil[i] + 1;
+      if (outShape || autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+        int64_t target = outShape ? (*outShape)[i] : in[i] * strides[i];
+        int64_t total = full - target;
+        bool upper = autoPad != "SAME_LOWER";
+        padB[i] = upper ? total / 2 : total - total / 2;
+        padE[i] = total - padB[i];
+      } else if (autoPad == "VALID") {
+        padB[i] = padE[i] = 0;
+      } else {
+        padB[i] = pads[i];
+        padE[i] = pads[i + n];
+      }
+    }
+    int64_t cin = s[1], cout = ws[1] * group, gin = cin / group;
+    // Spread: each spatial axis k becomes (len, 1) padded to (len, stride), then merged.
+    std::string e = c.ref(0);
+    {
+      std::vector<int64_t> split{s[0], s[1]}, padW{0, 0, 0, 0}, merged{s[0], s[1]};
+      std::string widths = "[[0, 0], [0, 0]";
+      for (size_t i = 0; i < n; ++i) {
+        split.push_back(in[i]);
+        split.push_back(1);
+        widths += ", [0, 0], [0, " + std::to_string(strides[i] - 1) + "]";
+        merged.push_back(in[i] * strides[i]);
+      }
+      widths += "]";
+      e = "reshape(nn.pad(reshape(" + e + ", newshape=" + intList(split) + "), " + c.literal(0, x.dtype) + ", pad_width=" + widths +
+          "), newshape=" + intList(merged) + ")";
+    }
+    // Reach of the kernel less the pads: positive pads, negative crops; the spread's
+    // trailing stride - 1 zeros are cropped as well.
+    std::string widths = "[[0, 0], [0, 0]";
+    std::vector<int64_t> begin, end, axes;
+    for (size_t i = 0; i < n; ++i) {
+      int64_t reach = dil[i] * (kernel[i] - 1);
+      int64_t b = reach - padB[i], a = reach - padE[i] + outPad[i] - (strides[i] - 1);
+      widths += ", [" + std::to_string(std::max<int64_t>(b, 0)) + ", " + std::to_string(std::max<int64_t>(a, 0)) + "]";
+      if (b < 0 || a < 0) {
+        axes.push_back(static_cast<int64_t>(i + 2));
+        begin.push_back(std::max<int64_t>(-b, 0));
+        end.push_back(a < 0 ? a : std::numeric_limits<int64_t>::max());
+      }
+    }
+    widths += "]";
+    e = "nn.pad(" + e + ", " + c.literal(0, x.dtype) + ", pad_width=" + widths + ")";
+    if (!axes.empty()) e = "strided_slice(" + e + ", begin=" + intList(begin) + ", end=" + intList(end) + ", axes=" + intList(axes) + ")";
+    // The kernel: [Cin, Cout/g, k...] -> [Cout, Cin/g, k...], flipped.
+    std::vector<int64_t> grouped{group, gin, ws[1]}, perm{0, 2, 1}, oihw{cout, gin};
+    for (size_t i = 0; i < n; ++i) {
+      grouped.push_back(kernel[i]);
+      perm.push_back(static_cast<int64_t>(i + 3));
+      oihw.push_back(kernel[i]);
+    }
+    std::string k = "reshape(transpose(reshape(" + c.ref(1) + ", newshape=" + intList(grouped) + "), axes=" + intList(perm) + "), newshape=" + intList(oihw) + ")";
+    for (size_t i = 0; i < n; ++i) k = "reverse(" + k + ", axis=" + std::to_string(i + 2) + ")";
+    std::string xin = e, kin = k;
+    if (n == 1) {
+      xin = "expand_dims(" + xin + ", axis=2)";
+      kin = "expand_dims(" + kin + ", axis=2)";
+    }
+    std::vector<int64_t> dil2 = n == 1 ? std::vector<int64_t>{1, dil[0]} : dil;
+    std::string conv = "nn.conv2d(" + c.let(xin) + ", " + c.let(kin) + ", dilation=" + intList(dil2) + ", groups=" + std::to_string(group) + ")";
+    if (c.hasInput(2)) conv = "nn.bias_add(" + conv + ", " + c.ref(2) + ", axis=1)";
+    if (n == 1) conv = "squeeze(" + conv + ", axis=[2])";
+    c.emit(0, conv, x.dtype, std::nullopt);
   };
   pool(t, "MaxPool", true);
   pool(t, "AveragePool", false);

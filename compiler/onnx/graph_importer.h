@@ -170,6 +170,15 @@ std::string floatText(double v);
 // `[1, 2, 3]`
 std::string intList(const std::vector<int64_t>& v);
 
+// Helpers the convolution and pooling converters share: per-axis attributes
+// (`dflt` for absent, each at least 1) and (begin, end) pads from `pads` or `auto_pad`.
+std::vector<int64_t> spatialAttr(NodeContext& c, const char* name, size_t n, int64_t dflt);
+std::vector<std::pair<int64_t, int64_t>> spatialPads(NodeContext& c, const std::vector<int64_t>& in, const std::vector<int64_t>& kernel,
+                                                     const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations);
+// 3-D convolution and pooling, as 2-D ones over depth slices (convert_volume.cc).
+void importConv3d(NodeContext& c);
+void importPool3d(NodeContext& c, bool isMax);
+
 // The converters, by ONNX op type (default domain).
 const Converter* findConverter(const std::string& opType);
 void registerElementwiseConverters(std::map<std::string, Converter>& table);
