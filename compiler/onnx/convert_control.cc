@@ -33,8 +33,7 @@ std::optional<Value> declaredType(NodeContext& c, const onnx::ValueInfoProto& in
   if (!t) return std::nullopt;
   std::string why;
   auto v = valueFromType(*t, why);
-  if (!v && t->has_tensor_type()) c.fail("subgraph value '" + info.name() + "' " + why);
-  if (!v) c.fail("subgraph value '" + info.name() + "' is not a tensor (sequences and optionals in subgraphs are not supported)");
+  if (!v) c.fail("subgraph value '" + info.name() + "' " + why);
   return v;
 }
 
@@ -113,7 +112,13 @@ std::pair<std::string, std::vector<Value>> emitLoop(NodeContext& c, const LoopSp
   for (size_t k = 0; k < spec.initial.size(); ++k) {
     const Value& init = spec.initial[k];
     auto outType = declaredType(c, g.output(static_cast<int>(spec.carriedOutputs + k)));
-    r.carried.push_back(bound("%" + st.freshName("carried"), init.dtype, widen(c, init, outType)));
+    if (init.isTensor()) {
+      r.carried.push_back(bound("%" + st.freshName("carried"), init.dtype, widen(c, init, outType)));
+    } else {
+      Value v = init;  // a sequence or optional: its type as known, the rest inferred
+      v.ref = "%" + st.freshName("carried");
+      r.carried.push_back(v);
+    }
     r.carriedInit.push_back(c.scope().refOf(init));
   }
   Body body = importBody(c, g, spec.bodyInputs(r.i, r.cond, r.carried));
@@ -143,8 +148,11 @@ std::pair<std::string, std::vector<Value>> emitLoop(NodeContext& c, const LoopSp
 }
 
 void emitOutputs(NodeContext& c, const std::string& result, const std::vector<Value>& outs) {
-  for (size_t k = 0; k < outs.size(); ++k)
-    c.emit(k, outs.size() == 1 ? "copy(" + result + ")" : result + "." + std::to_string(k), outs[k].dtype, outs[k].shape);
+  for (size_t k = 0; k < outs.size(); ++k) {
+    std::string e = outs.size() == 1 ? result : result + "." + std::to_string(k);
+    if (!outs[k].isTensor()) c.emitValue(k, e, outs[k]);
+    else c.emit(k, outs.size() == 1 ? "copy(" + result + ")" : e, outs[k].dtype, outs[k].shape);
+  }
 }
 
 }  // namespace
@@ -160,8 +168,13 @@ void registerControlFlowConverters(std::map<std::string, Converter>& t) {
     std::string result = c.let(text);
     for (size_t k = 0; k < a.values.size(); ++k) {
       Value w = a.values[k];
+      std::string e = a.values.size() == 1 ? result : result + "." + std::to_string(k);
+      if (!w.isTensor()) {
+        c.emitValue(k, e, w);
+        continue;
+      }
       w.shape = widen(c, a.values[k], b.values[k]);
-      c.emit(k, a.values.size() == 1 ? "copy(" + result + ")" : result + "." + std::to_string(k), w.dtype, w.shape);
+      c.emit(k, a.values.size() == 1 ? "copy(" + result + ")" : e, w.dtype, w.shape);
     }
   };
   t["Loop"] = [](NodeContext& c) {

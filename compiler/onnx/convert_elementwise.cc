@@ -112,8 +112,9 @@ void registerElementwiseConverters(std::map<std::string, Converter>& t) {
   };
   t["Where"] = [](NodeContext& c) {
     const Value &x = c.input(1), &y = c.input(2);
-    c.emit(0, call("where", {c.ref(0), c.ref(1), c.ref(2)}), x.dtype,
-           broadcastShape(c.input(0), Value{"", x.dtype, broadcastShape(x, y), std::nullopt, ""}));
+    Value xy;
+    xy.shape = broadcastShape(x, y);
+    c.emit(0, call("where", {c.ref(0), c.ref(1), c.ref(2)}), x.dtype, broadcastShape(c.input(0), xy));
   };
   t["Identity"] = [](NodeContext& c) { c.alias(0, c.input(0)); };
 

@@ -2,6 +2,7 @@
 #include "compiler/onnx/graph_importer.h"
 
 #include <cinttypes>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -74,9 +75,37 @@ std::string tensorTypeText(DType dtype, const std::vector<int64_t>& shape) {
   return s + "), " + std::string(dtypeName(dtype)) + "]";
 }
 
+std::string typeText(const Value& v) {
+  if (v.kind == Value::Kind::Tensor) return v.shape ? tensorTypeText(v.dtype, *v.shape) : "";
+  std::string inner = v.element ? typeText(*v.element) : "";
+  if (inner.empty()) return "";
+  return (v.kind == Value::Kind::Sequence ? "List[" : "Option[") + inner + "]";
+}
+
 std::optional<Value> valueFromType(const onnx::TypeProto& t, std::string& why) {
+  if (t.has_sequence_type() || t.has_optional_type()) {
+    bool seq = t.has_sequence_type();
+    const onnx::TypeProto& inner = seq ? t.sequence_type().elem_type() : t.optional_type().elem_type();
+    Value v;
+    v.kind = seq ? Value::Kind::Sequence : Value::Kind::Optional;
+    if (inner.value_case() != onnx::TypeProto::VALUE_NOT_SET) {
+      auto e = valueFromType(inner, why);
+      if (!e) return std::nullopt;
+      // A sequence's elements often differ in their dimensions: the declared rank
+      // stays, the dimensions become `?`. A declared rank of 0 is read as unknown,
+      // as exporters (and ONNX's own loop13_seq test) write `shape {}` for elements
+      // that are not scalars; Kiln's inference then finds the type from the uses.
+      if (seq && e->isTensor() && e->shape) {
+        if (e->shape->empty()) e->shape.reset();
+        else std::fill(e->shape->begin(), e->shape->end(), -1);
+      }
+      v.element = std::make_shared<const Value>(*e);
+      if (e->isTensor()) v.dtype = e->dtype;
+    }
+    return v;
+  }
   if (!t.has_tensor_type()) {
-    why = "is not a tensor";
+    why = "is not a tensor, sequence or optional";
     return std::nullopt;
   }
   const auto& tt = t.tensor_type();
@@ -241,7 +270,8 @@ void NodeContext::emit(size_t i, const std::string& expr, DType dtype, std::opti
   v.shape = std::move(shape);
   if (const onnx::TypeProto* t = scope_.inferredType(name)) {
     std::string why;
-    if (auto inferred = valueFromType(*t, why)) {
+    auto inferred = valueFromType(*t, why);
+    if (inferred && inferred->isTensor()) {
       // ONNX's inference is the authority on rank; a converter may know more dimensions.
       if (inferred->shape && (!v.shape || v.shape->size() != inferred->shape->size())) v.shape = inferred->shape;
       else if (inferred->shape)
@@ -254,6 +284,16 @@ void NodeContext::emit(size_t i, const std::string& expr, DType dtype, std::opti
   scope_.line("let %" + var + " = " + expr + ";");
   v.ref = "%" + var;
   scope_.define(name, std::move(v));
+}
+
+void NodeContext::emitValue(size_t i, const std::string& expr, Value type) {
+  if (!hasOutput(i)) return;
+  if (type.isTensor()) return emit(i, expr, type.dtype, type.shape);
+  std::string var = scope_.state().freshName("t");
+  scope_.line("let %" + var + " = " + expr + ";");
+  type.ref = "%" + var;
+  type.known.reset();
+  scope_.define(node_.output(static_cast<int>(i)), std::move(type));
 }
 
 void NodeContext::emitKnown(size_t i, Tensor t) {
@@ -330,6 +370,7 @@ const Converter* findConverter(const std::string& opType) {
     registerControlFlowConverters(t);
     registerLossConverters(t);
     registerRecurrentConverters(t);
+    registerSequenceConverters(t);
     registerLayoutConverters(t);
     return t;
   }();

@@ -43,16 +43,28 @@ class ValueInfoProto;
 namespace kiln::onnx_import {
 
 struct Value {
+  // Tensor values are tensors; an ONNX sequence is a prelude List of its elements,
+  // an optional an Option. For those two, `element` describes what they hold and
+  // dtype/shape are unused.
+  enum class Kind : uint8_t { Tensor, Sequence, Optional };
   std::string ref;  // Relay expression; empty until a known tensor is first used as a tensor
   DType dtype = DType::Float32;
   std::optional<std::vector<int64_t>> shape;  // -1: a `?` dimension
   std::optional<Tensor> known;                // contents known at import
   std::string name;                           // the ONNX name
+  Kind kind = Kind::Tensor;
+  std::shared_ptr<const Value> element;       // a sequence's or optional's element, when known
 
+  bool isTensor() const { return kind == Kind::Tensor; }
   bool rankKnown() const { return shape.has_value(); }
   size_t rank() const { return shape ? shape->size() : 0; }
   bool staticShape() const;
 };
+
+// The Relay type of a value, or "" when not all of it is known (a tensor of
+// unknown rank somewhere): such values go unannotated and Kiln's type inference
+// finds their types from their uses.
+std::string typeText(const Value& v);
 
 // A weight: a parameter of @main and the tensor bound to it.
 struct Weight {
@@ -66,6 +78,7 @@ struct ImportState {
   std::vector<Weight> weights;
   std::string baseDir;  // the model's folder, for external data
   int64_t opset = 0;    // the default domain's opset
+  std::map<std::string, std::string> helpers;  // global functions the program needs, by name (sequence operations)
   std::unordered_map<std::string, const onnx::TypeProto*> inferred;  // value_info by name, all scopes
   // A fresh Relay identifier based on `hint`, unique in the whole program.
   std::string freshName(const std::string& hint);
@@ -105,6 +118,9 @@ class NodeContext {
   // Binds output `i` to `expr` (a `let`); its type is ONNX's inferred one, else
   // `dtype` and `shape`.
   void emit(size_t i, const std::string& expr, DType dtype, std::optional<std::vector<int64_t>> shape);
+  // Binds output `i` to `expr` of any kind (sequences, optionals); `type` carries
+  // what is known of it.
+  void emitValue(size_t i, const std::string& expr, Value type);
   // Binds output `i` to a value known at import.
   void emitKnown(size_t i, Tensor t);
   // Binds output `i` to an existing value (Identity and friends).
@@ -162,8 +178,8 @@ std::optional<std::vector<Tensor>> evaluateKnownNode(GraphScope& scope, const on
 
 // Relay text for a tensor type: `Tensor[(?, 3), float32]`.
 std::string tensorTypeText(DType dtype, const std::vector<int64_t>& shape);
-// An element type and shape from an ONNX TypeProto; nullopt when it is no tensor
-// or has an element type Kiln lacks (`why` says which).
+// A value's type from an ONNX TypeProto (tensors, sequences, optionals); nullopt
+// when it holds something Kiln lacks (`why` says what).
 std::optional<Value> valueFromType(const onnx::TypeProto& t, std::string& why);
 // A float attribute value: `0.01f`.
 std::string floatText(double v);
@@ -187,6 +203,7 @@ void registerNNConverters(std::map<std::string, Converter>& table);
 void registerControlFlowConverters(std::map<std::string, Converter>& table);
 void registerLossConverters(std::map<std::string, Converter>& table);
 void registerRecurrentConverters(std::map<std::string, Converter>& table);
+void registerSequenceConverters(std::map<std::string, Converter>& table);
 void registerLayoutConverters(std::map<std::string, Converter>& table);
 
 }  // namespace kiln::onnx_import

@@ -155,10 +155,11 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
     std::string why;
     auto v = valueFromType(in.type(), why);
     if (!v) throw fail("graph input '" + in.name() + "' " + why);
-    if (!v->shape) throw fail("graph input '" + in.name() + "' has no shape (its rank must be known)");
+    if (v->isTensor() && !v->shape) throw fail("graph input '" + in.name() + "' has no shape (its rank must be known)");
     std::string param = state.freshName(in.name());
     v->ref = "%" + param;
-    params.push_back("%" + param + ": " + tensorTypeText(v->dtype, *v->shape));
+    std::string type = typeText(*v);
+    params.push_back("%" + param + (type.empty() ? "" : ": " + type));
     out.inputs.emplace_back(in.name(), param);
     scope.define(in.name(), std::move(*v));
   }
@@ -175,11 +176,28 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
     throw fail(e.message());
   }
   if (results.empty()) throw fail("the graph has no outputs");
+  // An input whose type is not wholly declared takes it from its uses; with none,
+  // nothing can say what it holds.
+  for (size_t k = 0; k < out.inputs.size(); ++k) {
+    const std::string& p = params[k];
+    if (p.find(':') != std::string::npos) continue;
+    bool used = false;
+    auto usedIn = [&](const std::string& text) {
+      for (size_t at = text.find(p); at != std::string::npos && !used; at = text.find(p, at + 1)) {
+        size_t end = at + p.size();
+        used = end >= text.size() || !(std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_');
+      }
+    };
+    for (const std::string& l : scope.lines()) usedIn(l);
+    if (!used) throw fail("graph input '" + out.inputs[k].first + "' does not declare the rank of what it holds, and no node uses it to tell");
+  }
   for (const Weight& w : state.weights) {
     params.push_back(weightParamText(w));
     out.params[w.param] = w.tensor;
   }
-  std::string text = mainFunctionText(params, scope.lines(), results);
+  std::string text;
+  for (const auto& [name, def] : state.helpers) text += def + "\n";
+  text += mainFunctionText(params, scope.lines(), results);
   out.program = std::move(text);
   return out;
 }

@@ -35,12 +35,16 @@ Value scanAccumulator(ImportState& st, DType dtype, const std::vector<int64_t>& 
 }
 
 std::string emitRecurrence(NodeContext& c, const Recurrence& r) {
-  auto typeOf = [](const Value& v) { return tensorTypeText(v.dtype, *v.shape); };
+  // Values whose types are not wholly known (sequences of unknown element rank) go
+  // unannotated; Kiln's inference finds them from the loop's uses.
   std::vector<std::string> params{r.i + ": int64", r.cond + ": bool"}, resultTypes, done;
+  bool allTyped = true;
   for (const auto* group : {&r.carried, &r.scans})
     for (const Value& v : *group) {
-      params.push_back(v.ref + ": " + typeOf(v));
-      resultTypes.push_back(typeOf(v));
+      std::string t = typeText(v);
+      params.push_back(t.empty() ? v.ref : v.ref + ": " + t);
+      resultTypes.push_back(t);
+      allTyped &= !t.empty();
       done.push_back(v.ref);
     }
   std::vector<std::string> next{"add(" + r.i + ", 1i64)", r.nextCond.empty() ? r.cond : r.nextCond};
@@ -53,7 +57,7 @@ std::string emitRecurrence(NodeContext& c, const Recurrence& r) {
     return a;
   };
   std::string test = r.count.empty() ? r.cond : "logical_and(less(" + r.i + ", " + r.count + "), " + r.cond + ")";
-  c.scope().line("let " + r.fn + " = fn (" + args(params) + ") -> " + tupleText(resultTypes) + " {\n  if (" + test + ") " +
+  c.scope().line("let " + r.fn + " = fn (" + args(params) + ")" + (allTyped ? " -> " + tupleText(resultTypes) : "") + " {\n  if (" + test + ") " +
                  blockText(r.bodyLines, r.fn + "(" + args(next) + ")") + " else {\n    " + tupleText(done) + "\n  }\n  };");
   std::vector<std::string> start{"0i64", r.condInit};
   start.insert(start.end(), r.carriedInit.begin(), r.carriedInit.end());

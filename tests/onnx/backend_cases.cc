@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 
+#include <onnx/onnx-data_pb.h>
 #include <onnx/onnx_pb.h>
 
 #include "base/read_file.h"
@@ -38,30 +39,87 @@ struct Outcome {
   std::string why;
 };
 
-Tensor readTensorPb(const fs::path& p, bool& unsupported, std::string& why) {
-  auto bytes = kiln::readFileBytes(p.string());
-  onnx::TensorProto t;
-  if (!t.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) || !t.has_data_type()) {
-    unsupported = true;
-    why = p.filename().string() + " is not a TensorProto (a sequence or optional value)";
-    return {};
+// A test value: a tensor, a sequence of values, or an optional (empty or holding one).
+struct Data {
+  enum class Kind { Tensor, Sequence, Optional } kind = Kind::Tensor;
+  Tensor tensor;
+  std::vector<Data> items;  // a sequence's elements; an optional's value (none: empty)
+};
+
+// Thrown for values the driver (or Kiln) cannot represent: the case is unsupported.
+struct Unrepresentable {
+  std::string why;
+};
+
+Data fromTensorProto(const onnx::TensorProto& t) {
+  if (!kiln::onnx_import::dtypeFromOnnx(t.data_type()))
+    throw Unrepresentable{"a value has element type " + kiln::onnx_import::onnxTypeName(t.data_type())};
+  try {
+    return Data{Data::Kind::Tensor, kiln::onnx_import::tensorFromProto(t, ""), {}};
+  } catch (const kiln::Error& e) {
+    throw Unrepresentable{e.message()};
   }
-  if (!kiln::onnx_import::dtypeFromOnnx(t.data_type())) {
-    unsupported = true;
-    why = p.filename().string() + " has element type " + kiln::onnx_import::onnxTypeName(t.data_type());
-    return {};
-  }
-  return kiln::onnx_import::tensorFromProto(t, "");
 }
 
-void flatten(const kiln::Value& v, std::vector<Tensor>& out) {
-  if (v.isTensor()) {
-    out.push_back(v.tensor());
-  } else if (v.isObject(kiln::ObjectKind::Adt)) {
-    for (const kiln::Value& f : v.fields()) flatten(f, out);
-  } else {
-    throw kiln::Error("the result holds a value that is no tensor");
+Data fromSequenceProto(const onnx::SequenceProto& s);
+Data fromOptionalProto(const onnx::OptionalProto& o) {
+  Data d{Data::Kind::Optional, {}, {}};
+  if (o.has_tensor_value()) d.items.push_back(fromTensorProto(o.tensor_value()));
+  else if (o.has_sequence_value()) d.items.push_back(fromSequenceProto(o.sequence_value()));
+  else if (o.has_optional_value()) d.items.push_back(fromOptionalProto(o.optional_value()));
+  return d;
+}
+
+Data fromSequenceProto(const onnx::SequenceProto& s) {
+  Data d{Data::Kind::Sequence, {}, {}};
+  for (const auto& t : s.tensor_values()) d.items.push_back(fromTensorProto(t));
+  for (const auto& q : s.sequence_values()) d.items.push_back(fromSequenceProto(q));
+  for (const auto& o : s.optional_values()) d.items.push_back(fromOptionalProto(o));
+  if (s.sparse_tensor_values_size() || s.map_values_size()) throw Unrepresentable{"a sequence of sparse tensors or maps"};
+  return d;
+}
+
+// Reads a .pb file as the type says it holds.
+Data readPb(const fs::path& p, const onnx::TypeProto& type) {
+  auto bytes = kiln::readFileBytes(p.string());
+  auto parse = [&](google::protobuf::MessageLite& m) {
+    if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) throw Unrepresentable{p.filename().string() + " does not parse"};
+  };
+  if (type.has_sequence_type()) {
+    onnx::SequenceProto s;
+    parse(s);
+    return fromSequenceProto(s);
   }
+  if (type.has_optional_type()) {
+    onnx::OptionalProto o;
+    parse(o);
+    return fromOptionalProto(o);
+  }
+  if (!type.has_tensor_type()) throw Unrepresentable{"a value that is no tensor, sequence or optional"};
+  onnx::TensorProto t;
+  parse(t);
+  return fromTensorProto(t);
+}
+
+uint32_t constructorId(const kiln::Executable& exe, const std::string& name) {
+  for (size_t c = 0; c < exe.constructors().size(); ++c)
+    if (exe.constructors()[c].name == name) return static_cast<uint32_t>(c);
+  throw Unrepresentable{"the program has no constructor " + name};
+}
+
+kiln::Value toValue(const Data& d, const kiln::Executable& exe) {
+  switch (d.kind) {
+    case Data::Kind::Tensor: return kiln::Value(d.tensor);
+    case Data::Kind::Optional:
+      if (d.items.empty()) return kiln::Value::adt(constructorId(exe, "None"), {});
+      return kiln::Value::adt(constructorId(exe, "Some"), {toValue(d.items[0], exe)});
+    case Data::Kind::Sequence: {
+      kiln::Value list = kiln::Value::adt(constructorId(exe, "Nil"), {});
+      for (size_t k = d.items.size(); k-- > 0;) list = kiln::Value::adt(constructorId(exe, "Cons"), {toValue(d.items[k], exe), list});
+      return list;
+    }
+  }
+  return {};
 }
 
 double elementAt(const Tensor& t, int64_t i) {
@@ -83,6 +141,36 @@ std::string compare(const Tensor& got, const Tensor& want, double rtol, double a
       std::ostringstream s;
       s << "element " << i << " is " << g << ", expected " << w;
       return s.str();
+    }
+  }
+  return "";
+}
+
+// `got` against the expected value, recursively through sequences and optionals.
+std::string compareData(const kiln::Value& got, const Data& want, const kiln::Executable& exe) {
+  switch (want.kind) {
+    case Data::Kind::Tensor:
+      if (!got.isTensor()) return "a non-tensor where a tensor was expected";
+      return compare(got.tensor(), want.tensor, 1e-3, 1e-7);
+    case Data::Kind::Optional: {
+      if (!got.isAdt()) return "not an optional";
+      bool some = got.ctor() == constructorId(exe, "Some");
+      if (some != !want.items.empty()) return some ? "a value where none was expected" : "no value where one was expected";
+      return some ? compareData(got.fields()[0], want.items[0], exe) : "";
+    }
+    case Data::Kind::Sequence: {
+      kiln::Value at = got;
+      uint32_t cons = constructorId(exe, "Cons");
+      for (size_t k = 0; k < want.items.size(); ++k) {
+        if (!at.isAdt() || at.ctor() != cons)
+          return "a sequence of " + std::to_string(k) + " elements, expected " + std::to_string(want.items.size());
+        std::string d = compareData(at.fields()[0], want.items[k], exe);
+        if (!d.empty()) return "element " + std::to_string(k) + ": " + d;
+        kiln::Value next = at.fields()[1];
+        at = next;
+      }
+      if (!at.isAdt() || at.ctor() == cons) return "a sequence longer than the " + std::to_string(want.items.size()) + " elements expected";
+      return "";
     }
   }
   return "";
@@ -116,32 +204,53 @@ Outcome runCase(const fs::path& dir) {
     if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
   std::sort(sets.begin(), sets.end());
   if (sets.empty()) return {"unsupported", "the case has no test data"};
+  onnx::ModelProto proto;
+  {
+    auto bytes = kiln::readFileBytes((dir / "model.onnx").string());
+    if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return {"fail", "model.onnx does not parse"};
+  }
+  // The graph inputs the test data feeds: those without an initializer.
+  std::vector<const onnx::TypeProto*> inTypes, outTypes;
+  {
+    std::set<std::string> inits;
+    for (const auto& i : proto.graph().initializer()) inits.insert(i.name());
+    for (const auto& i : proto.graph().input())
+      if (!inits.count(i.name())) inTypes.push_back(&i.type());
+    for (const auto& o : proto.graph().output()) outTypes.push_back(&o.type());
+  }
   kiln::VirtualMachine vm(exe);
   for (const fs::path& set : sets) {
-    bool unsupported = false;
-    std::string why;
     std::vector<kiln::Value> args;
-    for (const fs::path& p : numbered(set, "input_")) {
-      Tensor t = readTensorPb(p, unsupported, why);
-      if (unsupported) return {"unsupported", why};
-      args.emplace_back(t);
-    }
-    std::vector<Tensor> want;
-    for (const fs::path& p : numbered(set, "output_")) {
-      Tensor t = readTensorPb(p, unsupported, why);
-      if (unsupported) return {"unsupported", why};
-      want.push_back(t);
-    }
-    std::vector<Tensor> got;
+    std::vector<Data> want;
     try {
-      flatten(vm.invoke("main", args), got);
+      auto ins = numbered(set, "input_"), outs = numbered(set, "output_");
+      if (ins.size() > inTypes.size() || outs.size() != outTypes.size())
+        return {"fail", "the test data does not match the graph's inputs and outputs"};
+      for (size_t k = 0; k < ins.size(); ++k) args.push_back(toValue(readPb(ins[k], *inTypes[k]), *exe));
+      for (size_t k = 0; k < outs.size(); ++k) want.push_back(readPb(outs[k], *outTypes[k]));
+    } catch (const Unrepresentable& u) {
+      return {"unsupported", u.why};
+    }
+    kiln::Value result;
+    try {
+      result = vm.invoke("main", args);
     } catch (const kiln::Error& e) {
       return {"fail", std::string("run: ") + e.what()};
     }
-    if (got.size() != want.size())
-      return {"fail", std::to_string(got.size()) + " outputs, expected " + std::to_string(want.size())};
+    std::vector<kiln::Value> got;
+    if (want.size() == 1) {
+      got.push_back(result);
+    } else if (result.isTuple()) {
+      for (const kiln::Value& f : result.fields()) got.push_back(f);
+    }
+    if (got.size() != want.size()) return {"fail", std::to_string(got.size()) + " outputs, expected " + std::to_string(want.size())};
     for (size_t k = 0; k < want.size(); ++k) {
-      std::string diff = compare(got[k], want[k], 1e-3, 1e-7);
+      std::string diff;
+      try {
+        diff = compareData(got[k], want[k], *exe);
+      } catch (const Unrepresentable& u) {
+        diff = u.why;
+      }
       if (!diff.empty()) return {"fail", set.filename().string() + " output " + std::to_string(k) + ": " + diff};
     }
   }

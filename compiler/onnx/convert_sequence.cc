@@ -1,0 +1,234 @@
+// ONNX sequences and optionals: sequences are the prelude's List, optionals its Option.
+//
+// Positions are int32 (the prelude's @nth and @length count in int32) and may be
+// negative, counting from the end. Insertion and erasure at a position use two
+// small generic helpers the importer adds to the program when it needs them.
+#include <onnx/onnx_pb.h>
+
+#include "compiler/onnx/graph_importer.h"
+#include "compiler/onnx/onnx_tensor.h"
+
+namespace kiln::onnx_import {
+namespace {
+
+const char* kInsertHelper =
+    "def @onnx_seq_insert[A](%xs: List[A], %p: int32, %v: A) -> List[A] {\n"
+    "  if (%p <= 0) { Cons(%v, %xs) } else {\n"
+    "    match (%xs) {\n"
+    "      Cons(%h, %t) => Cons(%h, @onnx_seq_insert(%t, %p - 1, %v)),\n"
+    "      Nil => Cons(%v, Nil),\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+const char* kEraseHelper =
+    "def @onnx_seq_erase[A](%xs: List[A], %p: int32) -> List[A] {\n"
+    "  match (%xs) {\n"
+    "    Cons(%h, %t) => if (%p <= 0) { %t } else { Cons(%h, @onnx_seq_erase(%t, %p - 1)) },\n"
+    "    Nil => Nil,\n"
+    "  }\n"
+    "}\n";
+
+Value sequenceOf(std::shared_ptr<const Value> element) {
+  Value v;
+  v.kind = Value::Kind::Sequence;
+  if (element) v.dtype = element->dtype;
+  v.element = std::move(element);
+  return v;
+}
+
+// The element type two element types share: the dims they agree on, `?` elsewhere;
+// the rank unknown when the ranks differ.
+std::shared_ptr<const Value> mergeElements(const std::shared_ptr<const Value>& a, const Value& b) {
+  Value e;
+  e.dtype = b.dtype;
+  e.kind = b.kind;
+  e.element = b.element;
+  if (!a) {
+    e.shape = b.shape;
+  } else if (a->shape && b.shape && a->shape->size() == b.shape->size()) {
+    std::vector<int64_t> s = *a->shape;
+    for (size_t d = 0; d < s.size(); ++d)
+      if (s[d] != (*b.shape)[d]) s[d] = -1;
+    e.shape = s;
+  }
+  return std::make_shared<const Value>(e);
+}
+
+const Value& needSequence(NodeContext& c, size_t i) {
+  const Value& s = c.input(i);
+  if (s.kind != Value::Kind::Sequence) c.fail("input " + std::to_string(i) + " must be a sequence");
+  return s;
+}
+
+// A position input as an int32 scalar, negative ones counted from the end of `seq`.
+std::string position(NodeContext& c, size_t i, const std::string& seq) {
+  const Value& p = c.input(i);
+  std::string e = c.ref(i);
+  if (p.shape && !p.shape->empty()) e = "reshape(" + e + ", newshape=[])";
+  std::string pos = c.let("cast(" + e + ", dtype=\"int32\")");
+  return c.let("if (less(" + pos + ", 0)) { add(" + pos + ", @length(" + seq + ")) } else { " + pos + " }");
+}
+
+Value elementValue(const Value& seq) {
+  Value v;
+  if (seq.element) v = *seq.element;
+  v.ref.clear();
+  v.known.reset();
+  return v;
+}
+
+}  // namespace
+
+void registerSequenceConverters(std::map<std::string, Converter>& t) {
+  t["SequenceEmpty"] = [](NodeContext& c) {
+    Value e;
+    auto dt = dtypeFromOnnx(static_cast<int>(c.intAttr("dtype", 1)));
+    if (!dt) c.fail("the element type is not supported");
+    e.dtype = *dt;
+    c.emitValue(0, "Nil", sequenceOf(std::make_shared<const Value>(e)));
+  };
+  t["SequenceConstruct"] = [](NodeContext& c) {
+    if (c.numInputs() == 0) c.fail("needs at least one input");
+    std::string e = "Nil";
+    std::shared_ptr<const Value> elem;
+    for (size_t i = c.numInputs(); i-- > 0;) {
+      e = "Cons(" + c.ref(i) + ", " + e + ")";
+      elem = mergeElements(elem, c.input(i));
+    }
+    c.emitValue(0, e, sequenceOf(elem));
+  };
+  t["SequenceInsert"] = [](NodeContext& c) {
+    const Value& s = needSequence(c, 0);
+    // A Kiln List holds elements of one rank (ONNX sequences may mix them).
+    const Value& v0 = c.input(1);
+    if (s.element && s.element->shape && v0.shape && s.element->shape->size() != v0.shape->size())
+      c.fail("inserts a tensor of rank " + std::to_string(v0.shape->size()) + " into a sequence of rank-" +
+             std::to_string(s.element->shape->size()) + " tensors; Kiln's sequences hold tensors of one rank");
+    std::string seq = c.ref(0), v = c.ref(1);
+    std::string e;
+    if (c.hasInput(2)) {
+      c.scope().state().helpers["onnx_seq_insert"] = kInsertHelper;
+      e = "@onnx_seq_insert(" + seq + ", " + position(c, 2, seq) + ", " + v + ")";
+    } else {
+      e = "@concat(" + seq + ", Cons(" + v + ", Nil))";
+    }
+    c.emitValue(0, e, sequenceOf(mergeElements(s.element && s.element->shape ? s.element : nullptr, c.input(1))));
+  };
+  t["SequenceAt"] = [](NodeContext& c) {
+    const Value& s = needSequence(c, 0);
+    std::string seq = c.ref(0);
+    c.emitValue(0, "@nth(" + seq + ", " + position(c, 1, seq) + ")", elementValue(s));
+  };
+  t["SequenceErase"] = [](NodeContext& c) {
+    const Value& s = needSequence(c, 0);
+    std::string seq = c.ref(0);
+    c.scope().state().helpers["onnx_seq_erase"] = kEraseHelper;
+    std::string pos = c.hasInput(1) ? position(c, 1, seq) : "subtract(@length(" + seq + "), 1)";
+    c.emitValue(0, "@onnx_seq_erase(" + seq + ", " + pos + ")", s);
+  };
+  t["SequenceLength"] = [](NodeContext& c) {
+    needSequence(c, 0);
+    c.emit(0, "cast(@length(" + c.ref(0) + "), dtype=\"int64\")", DType::Int64, std::vector<int64_t>{});
+  };
+  t["ConcatFromSequence"] = [](NodeContext& c) {
+    const Value& s = needSequence(c, 0);
+    if (!s.element || !s.element->shape) c.fail("the elements' rank must be known");
+    const auto& es = *s.element->shape;
+    bool newAxis = c.intAttr("new_axis", 0) != 0;
+    int64_t axis = c.axis(c.intAttr("axis", 0), es.size() + (newAxis ? 1 : 0));
+    std::vector<int64_t> acc = es;
+    if (newAxis) acc.insert(acc.begin() + axis, 1);
+    acc[static_cast<size_t>(axis)] = -1;
+    std::string seq = c.ref(0), ax = std::to_string(axis);
+    if (newAxis) {
+      // Typed both ways, so the kernel's types are exactly its rule's.
+      std::vector<int64_t> grown = es;
+      grown.insert(grown.begin() + axis, 1);
+      seq = c.let("@map(fn (%e: " + tensorTypeText(s.element->dtype, es) + ") -> " + tensorTypeText(s.element->dtype, grown) +
+                  " { expand_dims(%e, axis=" + ax + ") }, " + seq + ")");
+    }
+    std::string accType = tensorTypeText(s.element->dtype, acc);
+    // Folded from the first element; the accumulator's axis grows, so it is `?`.
+    std::string first = c.let("@hd(" + seq + ")");
+    std::string e = "@foldl(fn (%acc: " + accType + ", %e) -> " + accType + " { concatenate((%acc, %e), axis=" + ax + ") }, " + first + ", @tl(" + seq + "))";
+    c.emit(0, e, s.element->dtype, acc);
+  };
+  t["SplitToSequence"] = [](NodeContext& c) {
+    const Value& x = c.input(0);
+    if (!x.shape) c.fail("the input's rank must be known");
+    const auto& s = *x.shape;
+    int64_t axis = c.axis(c.intAttr("axis", 0), s.size());
+    int64_t n = s[static_cast<size_t>(axis)];
+    if (n < 0) c.fail("the split axis must have a known extent");
+    std::vector<int64_t> sizes;
+    bool keep = true;
+    if (!c.hasInput(1)) {
+      sizes.assign(static_cast<size_t>(n), 1);
+      keep = c.intAttr("keepdims", 1) != 0;
+    } else {
+      std::vector<int64_t> split = c.knownInts(1, "split");
+      if (c.input(1).known->rank() == 0) {
+        if (split[0] < 1) c.fail("split must be positive");
+        for (int64_t at = 0; at < n; at += split[0]) sizes.push_back(std::min(split[0], n - at));
+      } else {
+        sizes = split;
+      }
+    }
+    std::string rx = c.ref(0), e = "Nil";
+    Value elem;
+    elem.dtype = x.dtype;
+    std::shared_ptr<const Value> merged;
+    int64_t end = 0;
+    for (int64_t sz : sizes) end += sz;
+    if (end != n) c.fail("the split sizes do not add up to the axis's extent");
+    for (size_t k = sizes.size(); k-- > 0;) {
+      end -= sizes[k];
+      std::string part = "strided_slice(" + rx + ", begin=[" + std::to_string(end) + "], end=[" + std::to_string(end + sizes[k]) +
+                         "], axes=[" + std::to_string(axis) + "])";
+      std::vector<int64_t> shape = s;
+      shape[static_cast<size_t>(axis)] = sizes[k];
+      if (!keep) {
+        part = "squeeze(" + part + ", axis=[" + std::to_string(axis) + "])";
+        shape.erase(shape.begin() + axis);
+      }
+      elem.shape = shape;
+      merged = mergeElements(merged, elem);
+      e = "Cons(" + part + ", " + e + ")";
+    }
+    c.emitValue(0, e, sequenceOf(merged));
+  };
+  t["Optional"] = [](NodeContext& c) {
+    Value v;
+    v.kind = Value::Kind::Optional;
+    if (c.hasInput(0)) {
+      Value inner = c.input(0);
+      inner.ref.clear();
+      inner.known.reset();
+      v.element = std::make_shared<const Value>(inner);
+      c.emitValue(0, "Some(" + c.ref(0) + ")", v);
+      return;
+    }
+    const onnx::AttributeProto* type = c.attr("type");
+    if (!type || !type->has_tp()) c.fail("an empty optional needs its type attribute");
+    std::string why;
+    auto inner = valueFromType(type->tp(), why);
+    if (!inner) c.fail("the optional's type " + why);
+    v.element = std::make_shared<const Value>(*inner);
+    std::string t = typeText(v);
+    c.emitValue(0, t.empty() ? "None" : "None", v);
+  };
+  t["OptionalHasElement"] = [](NodeContext& c) {
+    const Value& o = c.input(0);
+    if (o.kind != Value::Kind::Optional) c.fail("the input must be an optional");
+    c.emit(0, "match (" + c.ref(0) + ") { Some(_) => True, None => False }", DType::Bool, std::vector<int64_t>{});
+  };
+  t["OptionalGetElement"] = [](NodeContext& c) {
+    const Value& o = c.input(0);
+    if (o.kind != Value::Kind::Optional) return c.alias(0, o);
+    std::string v = "%" + c.scope().state().freshName("some");
+    Value inner = o.element ? *o.element : Value{};
+    c.emitValue(0, "match? (" + c.ref(0) + ") { Some(" + v + ") => " + v + " }", inner);
+  };
+}
+
+}  // namespace kiln::onnx_import
