@@ -62,31 +62,6 @@ std::string scalar(NodeContext& c, const std::string& ref, const Value& v) {
   return "reshape(" + ref + ", newshape=[])";
 }
 
-struct Body {
-  std::vector<std::string> lines;
-  std::vector<std::string> outputs;  // Relay expressions
-  std::vector<Value> values;
-};
-
-Body importBody(NodeContext& c, const onnx::GraphProto& g, const std::vector<Value>& inputs) {
-  if (static_cast<size_t>(g.input_size()) != inputs.size())
-    c.fail("the subgraph has " + std::to_string(g.input_size()) + " inputs, expected " + std::to_string(inputs.size()));
-  GraphScope scope(c.scope().state(), &c.scope());
-  for (int i = 0; i < g.input_size(); ++i) scope.define(g.input(i).name(), inputs[static_cast<size_t>(i)]);
-  for (const auto& init : g.initializer()) (void)init, c.fail("initializers inside subgraphs are not supported");
-  scope.importNodes(g);
-  Body b;
-  for (const auto& o : g.output()) {
-    const Value* v = scope.find(o.name());
-    if (!v) c.fail("subgraph output '" + o.name() + "' is not computed");
-    b.outputs.push_back(scope.refOf(*v));
-    b.values.push_back(*v);
-  }
-  b.lines = scope.lines();
-  return b;
-}
-
-
 // The shared loop: `count` (an int64 scalar expression, or "" for none) and `cond`
 // bound the iterations; carried values start at `initial`; each iteration's body
 // gets (i, cond, carried...) through `makeBodyInputs` and yields (cond_out, carried...,
@@ -121,7 +96,7 @@ std::pair<std::string, std::vector<Value>> emitLoop(NodeContext& c, const LoopSp
     }
     r.carriedInit.push_back(c.scope().refOf(init));
   }
-  Body body = importBody(c, g, spec.bodyInputs(r.i, r.cond, r.carried));
+  SubgraphBody body = importSubgraph(c, g, spec.bodyInputs(r.i, r.cond, r.carried));
   size_t expected = spec.carriedOutputs + r.carried.size() + spec.numScans;
   if (body.outputs.size() != expected)
     c.fail("the body has " + std::to_string(body.outputs.size()) + " outputs, expected " + std::to_string(expected));
@@ -160,7 +135,7 @@ void emitOutputs(NodeContext& c, const std::string& result, const std::vector<Va
 void registerControlFlowConverters(std::map<std::string, Converter>& t) {
   t["If"] = [](NodeContext& c) {
     const onnx::GraphProto &thenG = graphAttr(c, "then_branch"), &elseG = graphAttr(c, "else_branch");
-    Body a = importBody(c, thenG, {}), b = importBody(c, elseG, {});
+    SubgraphBody a = importSubgraph(c, thenG, {}), b = importSubgraph(c, elseG, {});
     if (a.outputs.size() != b.outputs.size() || a.outputs.size() != c.numOutputs())
       c.fail("the branches must have one output per output of the node");
     std::string cond = scalar(c, c.ref(0), c.input(0));

@@ -7,6 +7,7 @@
 
 #include "compiler/onnx/graph_importer.h"
 #include "compiler/onnx/onnx_tensor.h"
+#include "compiler/onnx/recurrence.h"
 
 namespace kiln::onnx_import {
 namespace {
@@ -159,6 +160,34 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
     const auto& s = *x.shape;
     int64_t axis = c.axis(c.intAttr("axis", 0), s.size());
     int64_t n = s[static_cast<size_t>(axis)];
+    if (n < 0 && !c.hasInput(1)) {
+      // An unknown extent: one element per position, gathered by a loop.
+      bool keepDims = c.intAttr("keepdims", 1) != 0;
+      ImportState& st = c.scope().state();
+      Recurrence r = newRecurrence(st);
+      std::string rx = c.ref(0), ax = std::to_string(axis);
+      r.count = c.let("take(shape_of(" + rx + ", dtype=\"int64\"), " + ax + ")");
+      std::vector<int64_t> shape = s;
+      std::string part = "take(" + rx + ", " + r.i + ", axis=" + ax + ")";
+      if (keepDims) {
+        part = "expand_dims(" + part + ", axis=" + ax + ")";
+        shape[static_cast<size_t>(axis)] = 1;
+      } else {
+        shape.erase(shape.begin() + axis);
+      }
+      Value elem;
+      elem.dtype = x.dtype;
+      elem.shape = shape;
+      Value acc = sequenceOf(std::make_shared<const Value>(elem));
+      acc.ref = "%" + st.freshName("parts");
+      r.carried.push_back(acc);
+      r.carriedInit.push_back("Nil");
+      r.nextCarried.push_back("@concat(" + acc.ref + ", Cons(" + part + ", Nil))");
+      std::string result = emitRecurrence(c, r);
+      acc.ref.clear();
+      c.emitValue(0, result, acc);
+      return;
+    }
     if (n < 0) c.fail("the split axis must have a known extent");
     std::vector<int64_t> sizes;
     bool keep = true;
@@ -196,6 +225,49 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
       e = "Cons(" + part + ", " + e + ")";
     }
     c.emitValue(0, e, sequenceOf(merged));
+  };
+  t["SequenceMap"] = [](NodeContext& c) {
+    // A loop over the first sequence's positions: the body sees each sequence
+    // input's element there (and the tensor inputs whole), and every output
+    // sequence grows by the body's output.
+    const Value& first = needSequence(c, 0);
+    const onnx::AttributeProto* a = c.attr("body");
+    if (!a || !a->has_g()) c.fail("the body subgraph is missing");
+    ImportState& st = c.scope().state();
+    Recurrence r = newRecurrence(st);
+    r.count = c.let("cast(@length(" + c.ref(0) + "), dtype=\"int64\")");
+    std::string at = "cast(" + r.i + ", dtype=\"int32\")";
+    std::vector<Value> inputs;
+    for (size_t k = 0; k < c.numInputs(); ++k) {
+      const Value& in = c.input(k);
+      if (in.kind == Value::Kind::Sequence) {
+        Value e = elementValue(in);
+        e.ref = "@nth(" + c.ref(k) + ", " + at + ")";
+        inputs.push_back(e);
+      } else {
+        inputs.push_back(in);
+      }
+    }
+    (void)first;
+    SubgraphBody body = importSubgraph(c, a->g(), inputs);
+    if (body.outputs.size() != c.numOutputs()) c.fail("the body must have one output per output sequence");
+    for (size_t k = 0; k < body.outputs.size(); ++k) {
+      Value elem = body.values[k];
+      elem.ref.clear();
+      elem.known.reset();
+      Value acc = sequenceOf(std::make_shared<const Value>(elem));
+      acc.ref = "%" + st.freshName("mapped");
+      r.carried.push_back(acc);
+      r.carriedInit.push_back("Nil");
+      r.nextCarried.push_back("@concat(" + acc.ref + ", Cons(" + body.outputs[k] + ", Nil))");
+    }
+    r.bodyLines = body.lines;
+    std::string result = emitRecurrence(c, r);
+    for (size_t k = 0; k < r.carried.size(); ++k) {
+      Value out = r.carried[k];
+      out.ref.clear();
+      c.emitValue(k, r.carried.size() == 1 ? result : result + "." + std::to_string(k), out);
+    }
   };
   t["Optional"] = [](NodeContext& c) {
     Value v;

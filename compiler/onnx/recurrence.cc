@@ -1,6 +1,10 @@
 // Loops as tail-recursive local functions in Relay text (see recurrence.h).
 #include "compiler/onnx/recurrence.h"
 
+#include <onnx/onnx_pb.h>
+
+#include "compiler/onnx/onnx_tensor.h"
+
 namespace kiln::onnx_import {
 
 std::string tupleText(const std::vector<std::string>& v) {
@@ -14,6 +18,30 @@ std::string blockText(const std::vector<std::string>& lines, const std::string& 
   std::string s = "{\n";
   for (const auto& l : lines) s += "    " + l + "\n";
   return s + "    " + result + "\n  }";
+}
+
+SubgraphBody importSubgraph(NodeContext& c, const onnx::GraphProto& g, const std::vector<Value>& inputs) {
+  if (static_cast<size_t>(g.input_size()) != inputs.size())
+    c.fail("the subgraph has " + std::to_string(g.input_size()) + " inputs, expected " + std::to_string(inputs.size()));
+  GraphScope scope(c.scope().state(), &c.scope());
+  for (int i = 0; i < g.input_size(); ++i) scope.define(g.input(i).name(), inputs[static_cast<size_t>(i)]);
+  for (const auto& init : g.initializer()) {
+    Value v;
+    v.known = tensorFromProto(init, c.scope().state().baseDir);
+    v.dtype = v.known->dtype();
+    v.shape = std::vector<int64_t>(v.known->shape().begin(), v.known->shape().end());
+    scope.define(init.name(), std::move(v));
+  }
+  scope.importNodes(g);
+  SubgraphBody b;
+  for (const auto& o : g.output()) {
+    const Value* v = scope.find(o.name());
+    if (!v) c.fail("subgraph output '" + o.name() + "' is not computed");
+    b.outputs.push_back(scope.refOf(*v));
+    b.values.push_back(*v);
+  }
+  b.lines = scope.lines();
+  return b;
 }
 
 Recurrence newRecurrence(ImportState& st) {

@@ -32,6 +32,16 @@ struct Recurrence {
   std::vector<std::string> nextCarried, scanElements;
 };
 
+// An imported subgraph (If's branches, Loop's, Scan's and SequenceMap's bodies):
+// its lines, and its outputs as Relay expressions and values.
+struct SubgraphBody {
+  std::vector<std::string> lines;
+  std::vector<std::string> outputs;
+  std::vector<Value> values;
+};
+// Imports `g` in a scope of its own under the node's, its inputs bound to `inputs`.
+SubgraphBody importSubgraph(NodeContext& c, const onnx::GraphProto& g, const std::vector<Value>& inputs);
+
 // Fresh names for a recurrence's function, counter and condition.
 Recurrence newRecurrence(ImportState& st);
 // An accumulator for elements of `elem` (static shape), named freshly.
