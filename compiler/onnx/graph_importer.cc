@@ -371,6 +371,7 @@ const Converter* findConverter(const std::string& opType) {
     registerLossConverters(t);
     registerRecurrentConverters(t);
     registerSequenceConverters(t);
+    registerResizeConverters(t);
     registerLayoutConverters(t);
     return t;
   }();

@@ -204,6 +204,7 @@ void registerControlFlowConverters(std::map<std::string, Converter>& table);
 void registerLossConverters(std::map<std::string, Converter>& table);
 void registerRecurrentConverters(std::map<std::string, Converter>& table);
 void registerSequenceConverters(std::map<std::string, Converter>& table);
+void registerResizeConverters(std::map<std::string, Converter>& table);
 void registerLayoutConverters(std::map<std::string, Converter>& table);
 
 }  // namespace kiln::onnx_import
