@@ -204,6 +204,14 @@ std::string NodeContext::ref(size_t i) const { return scope_.refOf(input(i)); }
 
 const Tensor& NodeContext::knownInput(size_t i, const char* what) const {
   const Value& v = input(i);
+  if (!v.known && v.graphInput) {
+    try {
+      fail(std::string(what) + " must be a constant, but is the graph input '" + v.name +
+           "' (import with its value to specialize the program to it)");
+    } catch (const Error& e) {
+      throw ConstantInputNeeded(e.message(), v.name);
+    }
+  }
   if (!v.known) fail(std::string(what) + " must be a constant (an initializer or a Constant node), not a computed value");
   return *v.known;
 }

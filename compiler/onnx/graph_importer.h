@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kiln/dtype.h"
+#include "kiln/error.h"
 #include "kiln/tensor.h"
 
 namespace onnx {
@@ -41,6 +42,20 @@ class ValueInfoProto;
 }  // namespace onnx
 
 namespace kiln::onnx_import {
+
+// A converter needs the value of a graph input as a constant (Reshape's shape,
+// ReduceSum's axes, Resize's scales fed as inputs): importing again with that
+// input's value (OnnxImportOptions::inputValues) specializes the program to it.
+class ConstantInputNeeded : public Error {
+ public:
+  ConstantInputNeeded(const std::string& message, std::string input) : Error(message), input_(std::move(input)) {}
+  ConstantInputNeeded(const std::string& file, const std::string& message, std::string input)
+      : Error(file, SourceLoc{}, message), input_(std::move(input)) {}
+  const std::string& input() const { return input_; }
+
+ private:
+  std::string input_;
+};
 
 struct Value {
   // Tensor values are tensors; an ONNX sequence is a prelude List of its elements,
@@ -54,6 +69,7 @@ struct Value {
   std::string name;                           // the ONNX name
   Kind kind = Kind::Tensor;
   std::shared_ptr<const Value> element;       // a sequence's or optional's element, when known
+  bool graphInput = false;                    // an input of the model's graph (a parameter of @main)
 
   bool isTensor() const { return kind == Kind::Tensor; }
   bool rankKnown() const { return shape.has_value(); }

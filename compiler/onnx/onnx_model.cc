@@ -1,5 +1,6 @@
 // The ONNX entry points: parse, check and infer with ONNX's library, then import the graph.
 #include <climits>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -81,8 +82,24 @@ void checkDefinitions(const onnx::GraphProto& g, std::set<std::string> defined, 
     if (!defined.count(out.name())) throw fail("graph output '" + out.name() + "' is not computed by any node");
 }
 
-OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const std::string& baseDir) {
+OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const std::string& baseDir,
+                      const std::map<std::string, Tensor>& frozen) {
   auto fail = [&](const std::string& why) { return Error(file, SourceLoc{}, why); };
+  // Frozen inputs become initializers before anything reads the graph, so ONNX's
+  // shape inference sees their values too.
+  std::vector<std::string> frozenNames;
+  if (!frozen.empty()) {
+    auto* inputs = model.mutable_graph()->mutable_input();
+    for (int k = inputs->size() - 1; k >= 0; --k) {
+      auto it = frozen.find(inputs->Get(k).name());
+      if (it == frozen.end()) continue;
+      onnx::TensorProto* t = model.mutable_graph()->add_initializer();
+      tensorToProto(it->second, *t);
+      t->set_name(it->first);
+      frozenNames.insert(frozenNames.begin(), it->first);
+      inputs->DeleteSubrange(k, 1);
+    }
+  }
   try {
     // ONNX's checker looks for external data relative to the working folder; Kiln
     // reads (and checks) it relative to the model's own folder, so the checker sees
@@ -136,6 +153,7 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
 
   OnnxModel out;
   out.file = file;
+  out.frozenInputs = frozenNames;
   out.opset = state.opset;
   GraphScope scope(state, nullptr);
   std::vector<std::string> params;
@@ -158,6 +176,7 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
     if (v->isTensor() && !v->shape) throw fail("graph input '" + in.name() + "' has no shape (its rank must be known)");
     std::string param = state.freshName(in.name());
     v->ref = "%" + param;
+    v->graphInput = true;
     std::string type = typeText(*v);
     params.push_back("%" + param + (type.empty() ? "" : ": " + type));
     out.inputs.emplace_back(in.name(), param);
@@ -172,6 +191,8 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
       results.push_back(scope.refOf(*v));
       out.outputs.push_back(o.name());
     }
+  } catch (const ConstantInputNeeded& e) {
+    throw ConstantInputNeeded(file, e.message(), e.input());
   } catch (const Error& e) {
     throw fail(e.message());
   }
@@ -204,18 +225,50 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
 
 }  // namespace
 
-OnnxModel importOnnx(std::string_view bytes, const std::string& file, const std::string& baseDir) {
+OnnxModel importOnnx(std::string_view bytes, const std::string& file, const std::string& baseDir, const OnnxImportOptions& options) {
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(INT_MAX)) throw Error(file, SourceLoc{}, "the model is larger than 2 GiB (protobuf's limit)");
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     throw Error(file, SourceLoc{}, "not an ONNX model (the protobuf does not parse)");
-  return importModel(model, file, baseDir);
+  if (options.inputValues.empty()) return importModel(model, file, baseDir, {});
+  // Inputs the program needs as constants are frozen to the values given, one at a
+  // time as the import finds them (each at most once, so this ends).
+  std::map<std::string, Tensor> frozen;
+  for (;;) {
+    onnx::ModelProto attempt = model;  // importModel changes what it is given
+    try {
+      return importModel(attempt, file, baseDir, frozen);
+    } catch (const ConstantInputNeeded& e) {
+      auto it = options.inputValues.find(e.input());
+      if (it == options.inputValues.end() || frozen.count(e.input())) throw;
+      frozen.emplace(it->first, it->second);
+    }
+  }
 }
 
-OnnxModel importOnnxFile(const std::string& path) {
+OnnxModel importOnnx(std::string_view bytes, const std::string& file, const std::string& baseDir) {
+  return importOnnx(bytes, file, baseDir, OnnxImportOptions{});
+}
+
+OnnxModel importOnnxFile(const std::string& path, const OnnxImportOptions& options) {
   std::vector<uint8_t> bytes = readFileBytes(path);
   std::string dir = std::filesystem::path(path).parent_path().string();
-  return importOnnx(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path, dir.empty() ? "." : dir);
+  return importOnnx(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path, dir.empty() ? "." : dir, options);
+}
+
+OnnxModel importOnnxFile(const std::string& path) { return importOnnxFile(path, OnnxImportOptions{}); }
+
+std::vector<std::string> onnxInputNames(const std::string& path) {
+  std::vector<uint8_t> bytes = readFileBytes(path);
+  onnx::ModelProto model;
+  if (bytes.size() > static_cast<size_t>(INT_MAX) || !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw Error(path, SourceLoc{}, "not an ONNX model (the protobuf does not parse)");
+  std::set<std::string> inits;
+  for (const auto& i : model.graph().initializer()) inits.insert(i.name());
+  std::vector<std::string> names;
+  for (const auto& i : model.graph().input())
+    if (!inits.count(i.name())) names.push_back(i.name());
+  return names;
 }
 
 std::shared_ptr<const Executable> compileOnnx(const OnnxModel& model, CompileOptions options) {

@@ -32,11 +32,22 @@
 
 namespace kiln {
 
+// Options of an import. `inputValues` holds values for graph inputs by ONNX name:
+// an input the program needs as a constant (a Reshape's shape, a ReduceSum's axes, a
+// Resize's scales, fed as graph inputs rather than initializers) is frozen to its
+// value there, and the program is specialized to it (as JAX specializes on static
+// arguments and TVM's from_onnx on freeze_params); other inputs stay inputs. Without
+// a value for such an input the import fails naming it.
+struct OnnxImportOptions {
+  std::map<std::string, Tensor> inputValues;
+};
+
 struct OnnxModel {
   std::string program;                                    // Relay text of the model
   std::map<std::string, Tensor> params;                   // weights, by @main parameter name
   std::vector<std::pair<std::string, std::string>> inputs;  // (ONNX input name, @main parameter), in order
   std::vector<std::string> outputs;                       // ONNX output names, in result order
+  std::vector<std::string> frozenInputs;                  // graph inputs specialized to their values (no longer inputs)
   int64_t opset = 0;                                      // the default domain's opset
   std::string file;                                       // the name errors use
 };
@@ -45,6 +56,12 @@ struct OnnxModel {
 // data is read relative to `baseDir` (empty: external data is refused).
 OnnxModel importOnnx(std::string_view bytes, const std::string& file = "<onnx>", const std::string& baseDir = "");
 OnnxModel importOnnxFile(const std::string& path);
+OnnxModel importOnnx(std::string_view bytes, const std::string& file, const std::string& baseDir, const OnnxImportOptions& options);
+OnnxModel importOnnxFile(const std::string& path, const OnnxImportOptions& options);
+
+// The graph's inputs (those without an initializer), in order: what positional
+// inputs refer to.
+std::vector<std::string> onnxInputNames(const std::string& path);
 
 // Compiles an imported model with its weights bound (besides options.params).
 std::shared_ptr<const Executable> compileOnnx(const OnnxModel& model, CompileOptions options = {});
