@@ -152,7 +152,12 @@ int main(int argc, char** argv) {
     if (kiln::isOnnxPath(program)) {
       // An ONNX model is imported to a program and its weights; from here on it is
       // compiled as any other program (--emit ir prints the imported program).
-      kiln::OnnxModel model = kiln::importOnnxFile(program);
+      // --params may give graph inputs the program needs as constants (axes, shapes
+      // fed as inputs): the import specializes the program to them.
+      kiln::OnnxImportOptions importOptions;
+      importOptions.inputValues = copts.params;
+      kiln::OnnxModel model = kiln::importOnnxFile(program, importOptions);
+      for (const auto& name : model.frozenInputs) copts.params.erase(name);
       source = std::move(model.program);
       for (auto& [name, t] : model.params) copts.params.emplace(name, std::move(t));
     } else {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <random>
 #include <string>
 #include <vector>
@@ -240,6 +241,7 @@ int run(int argc, char** argv) {
   bool isExe = kiln::Executable::looksLikeExecutable({magic, static_cast<size_t>(probe.gcount())});
   std::shared_ptr<const kiln::Executable> exe;
   std::map<std::string, std::string> inputAliases;  // an ONNX graph input's name -> its @main parameter
+  std::set<std::string> frozenInputs;               // ONNX graph inputs the program was specialized to
   auto loadStart = std::chrono::steady_clock::now();
   if (isExe) {
     exe = kiln::Executable::load(program);
@@ -257,9 +259,34 @@ int run(int argc, char** argv) {
     opts.params = params;
     opts.planMemory = planMemory;
     if (kiln::isOnnxPath(program)) {
-      kiln::OnnxModel model = kiln::importOnnxFile(program);
+      // Positional inputs name the graph's inputs in order; every input given is
+      // offered to the import, which specializes the program to those it needs
+      // as constants (a shape, axes, scales fed as graph inputs).
+      std::vector<std::string> graphInputs = kiln::onnxInputNames(program);
+      kiln::OnnxImportOptions importOptions;
+      auto offer = [&](const std::string& name, const Value& v) {
+        if (v.isTensor()) importOptions.inputValues[name] = v.tensor();
+      };
+      if (!inputsFile.empty())
+        for (auto& [name, t] : kiln::readNpz(inputsFile)) offer(name, inputValue(t));
+      size_t position = 0;
+      for (size_t k = 0; k < inputSpecs.size(); ++k) {
+        std::string& spec = inputSpecs[k];
+        size_t eq = spec.find('=');
+        std::string name = eq == std::string::npos || spec[0] == '@' ? "" : spec.substr(0, eq);
+        bool named = std::find(graphInputs.begin(), graphInputs.end(), name) != graphInputs.end() &&
+                     spec.size() > eq + 1 && (spec[eq + 1] == '@' || spec.find('=', eq + 1) != std::string::npos);
+        if (!named) {
+          if (position >= graphInputs.size()) throw Usage("too many inputs: " + program + " takes " + std::to_string(graphInputs.size()));
+          name = graphInputs[position++];
+          spec = name + "=" + spec;  // bound by name below, once the program is compiled
+        }
+        offer(name, parseSpec(spec.substr(name.size() + 1), 1234 + k));
+      }
+      kiln::OnnxModel model = kiln::importOnnxFile(program, importOptions);
       // Inputs may be named as the graph names them; @main's parameters may differ.
       for (const auto& [onnxName, param] : model.inputs) inputAliases[onnxName] = param;
+      frozenInputs.insert(model.frozenInputs.begin(), model.frozenInputs.end());
       exe = kiln::compileOnnx(model, opts);
     } else {
       exe = kiln::compile(kiln::compiler::readSourceFile(program), program, opts);
@@ -285,6 +312,7 @@ int run(int argc, char** argv) {
     return alias == inputAliases.end() ? key : alias->second;
   };
   auto bindName = [&](const std::string& name, Value v, const char* from) {
+    if (frozenInputs.count(name)) return true;  // its value is compiled into the program
     std::string key = paramKey(name);
     for (size_t p = 0; p < fn->numParams; ++p)
       if (fn->paramNames[p] == key) {
@@ -303,6 +331,7 @@ int run(int argc, char** argv) {
     const std::string& s = inputSpecs[k];
     size_t eq = s.find('=');
     if (eq != std::string::npos && s[0] != '@') {
+      if (frozenInputs.count(s.substr(0, eq))) continue;
       std::string key = paramKey(s.substr(0, eq));
       if (std::find(fn->paramNames.begin(), fn->paramNames.end(), key) != fn->paramNames.end() &&
           s.find('=', eq + 1) != std::string::npos) {

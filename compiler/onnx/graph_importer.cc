@@ -207,7 +207,7 @@ const Tensor& NodeContext::knownInput(size_t i, const char* what) const {
   if (!v.known && v.graphInput) {
     try {
       fail(std::string(what) + " must be a constant, but is the graph input '" + v.name +
-           "' (import with its value to specialize the program to it)");
+           "' (give its value with the inputs, or to kilnc with --params, to specialize the program to it)");
     } catch (const Error& e) {
       throw ConstantInputNeeded(e.message(), v.name);
     }

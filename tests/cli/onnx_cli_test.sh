@@ -42,6 +42,16 @@ check "--emit ir prints a typed @main" grep -q '^def @main(%x: Tensor\[(2, 3, 8,
 "$kilnc" "$tmp/cnn.relay" --emit ir > /dev/null 2>&1
 check "the printed program re-checks" test $? -eq 0
 
+# Axes fed as a graph input: the program is specialized to the value given, by
+# position or by name; kilnc takes it from --params; without it, an error naming it.
+"$vmrun" "$models/reduce_axes_input.onnx" --input 2x3x4xf32=1 --input 1xi64=1 > "$tmp/axes.txt"
+check "axes given by position specialize the program" grep -q '^2x4xf32=\[\[3 3 3 3\]' "$tmp/axes.txt"
+"$vmrun" "$models/reduce_axes_input.onnx" --input axes=1xi64=-1 --input x=2x3x4xf32=1 > "$tmp/axes.txt"
+check "axes given by name specialize the program" grep -q '^2x3xf32=\[\[4 4 4\]' "$tmp/axes.txt"
+"$vmrun" "$models/reduce_axes_input.onnx" --input 2x3x4xf32=1 > /dev/null 2> "$tmp/err"
+check "without the axes: exit 2" test $? -eq 2
+check "and the error names the input" grep -q "axes must be a constant, but is the graph input 'axes'" "$tmp/err"
+
 # Models Kiln cannot import: one error line naming the node, exit 2.
 "$vmrun" "$models/unsupported_op.onnx" --input 3x3xf32=1 > /dev/null 2> "$tmp/err"
 check "an unsupported operator exits 2" test $? -eq 2

@@ -179,3 +179,13 @@ for t in range(5):
     Y[t, 0] = np.where(live, new, 0)
     h = np.where(live, new, h)
 np.savez(os.path.join(out, 'rnn_io.npz'), X=X, lens=lens, Y=Y.astype(np.float32), Y_h=h[None].astype(np.float32))
+
+# A ReduceSum whose axes are a graph input (as ONNX's own node tests feed them):
+# the importer specializes the program to the axes given with the inputs.
+reduce_axes = helper.make_graph(
+    [helper.make_node('ReduceSum', ['x', 'axes'], ['y'], keepdims=0), helper.make_node('Relu', ['y'], ['z'])],
+    'reduce_axes_input',
+    [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3, 4]),
+     helper.make_tensor_value_info('axes', TensorProto.INT64, [1])],
+    [helper.make_tensor_value_info('z', TensorProto.FLOAT, ['a', 'b'])])
+save(helper.make_model(reduce_axes, opset_imports=[helper.make_opsetid('', 13)]), 'reduce_axes_input.onnx')
