@@ -1,5 +1,7 @@
 // ONNX operators composed from reshapes, index grids and comparisons: DepthToSpace,
 // SpaceToDepth, Trilu, OneHot, EyeLike, Hardmax, LRN, MeanVarianceNormalization.
+#include <cmath>
+
 #include "compiler/onnx/graph_importer.h"
 #include "compiler/onnx/onnx_tensor.h"
 
@@ -159,6 +161,68 @@ void registerLayoutConverters(std::map<std::string, Converter>& t) {
     std::string denom = "power(add(" + c.literal(bias, x.dtype) + ", multiply(" + c.literal(alpha / static_cast<double>(size), x.dtype) + ", " +
                         c.let(sum) + ")), " + c.literal(beta, x.dtype) + ")";
     c.emit(0, "divide(" + rx + ", " + denom + ")", x.dtype, x.shape);
+  };
+  // Window functions: their size is an input, their values computed at import.
+  auto window = [](const char* op, double a0, double a1, double a2) {
+    return [op, a0, a1, a2](NodeContext& c) {
+      std::vector<int64_t> size = c.knownInts(0, "size");
+      if (size.size() != 1 || size[0] < 0 || size[0] > (int64_t(1) << 24)) c.fail("size must be one value between 0 and 2^24");
+      int64_t n = size[0];
+      bool periodic = c.intAttr("periodic", 1) != 0;
+      auto dt = dtypeFromOnnx(static_cast<int>(c.intAttr("output_datatype", 1)));
+      if (!dt) c.fail("output_datatype is not supported");
+      double denom = static_cast<double>(periodic ? n : n - 1);
+      Tensor w = Tensor::empty(*dt, {n});
+      for (int64_t i = 0; i < n; ++i) {
+        double phase = denom > 0 ? 2 * M_PI * static_cast<double>(i) / denom : 0;
+        double v = a0 - a1 * std::cos(phase) + a2 * std::cos(2 * phase);
+        writeScalar(static_cast<char*>(w.data()) + i * static_cast<int64_t>(dtypeSize(*dt)), *dt, static_cast<int64_t>(v), v);
+      }
+      (void)op;
+      c.emitKnown(0, w);
+    };
+  };
+  t["HannWindow"] = window("HannWindow", 0.5, 0.5, 0);
+  t["HammingWindow"] = window("HammingWindow", 25.0 / 46.0, 1 - 25.0 / 46.0, 0);
+  t["BlackmanWindow"] = window("BlackmanWindow", 0.42, 0.5, 0.08);
+  t["Compress"] = [](NodeContext& c) {
+    // The positions where the condition holds (a data-dependent count), taken.
+    const Value& x = c.input(0);
+    std::string picks = "reshape(argwhere(" + c.ref(1) + "), newshape=[-1])";
+    if (!c.attr("axis")) {
+      c.emit(0, "take(reshape(" + c.ref(0) + ", newshape=[-1]), " + picks + ")", x.dtype, std::vector<int64_t>{-1});
+      return;
+    }
+    const auto& s = needShape(c, x);
+    int64_t axis = c.axis(c.intAttr("axis", 0), s.size());
+    std::vector<int64_t> out = s;
+    out[static_cast<size_t>(axis)] = -1;
+    c.emit(0, "take(" + c.ref(0) + ", " + picks + ", axis=" + std::to_string(axis) + ")", x.dtype, out);
+  };
+  t["NonZero"] = [](NodeContext& c) {
+    const Value& x = c.input(0);
+    const auto& s = needShape(c, x);
+    std::string cond = x.dtype == DType::Bool ? c.ref(0) : "not_equal(" + c.ref(0) + ", " + c.literal(0, x.dtype) + ")";
+    c.emit(0, "cast(transpose(argwhere(" + cond + "), axes=[1, 0]), dtype=\"int64\")", DType::Int64,
+           std::vector<int64_t>{static_cast<int64_t>(s.size()), -1});
+  };
+  t["ReverseSequence"] = [](NodeContext& c) {
+    // Along the time axis, each batch entry's first len[b] steps reversed: a gather
+    // at index (t < len ? len - 1 - t : t), broadcast over the other axes.
+    const Value& x = c.input(0);
+    const auto& s = needShape(c, x);
+    if (s.size() < 2) c.fail("the input needs a batch and a time axis");
+    int64_t timeAxis = c.axis(c.intAttr("time_axis", 0), s.size()), batchAxis = c.axis(c.intAttr("batch_axis", 1), s.size());
+    if (timeAxis == batchAxis || s[static_cast<size_t>(timeAxis)] < 0) c.fail("the time axis must be known and differ from the batch axis");
+    int64_t steps = s[static_cast<size_t>(timeAxis)];
+    std::vector<int64_t> tShape(s.size(), 1), bShape(s.size(), 1);
+    tShape[static_cast<size_t>(timeAxis)] = steps;
+    bShape[static_cast<size_t>(batchAxis)] = -1;
+    std::string time = "reshape(arange(0i64, " + std::to_string(steps) + "i64, 1i64, dtype=\"int64\"), newshape=" + intList(tShape) + ")";
+    std::string len = c.let("reshape(cast(" + c.ref(1) + ", dtype=\"int64\"), newshape=" + intList(bShape) + ")");
+    std::string idx = "where(less(" + time + ", " + len + "), subtract(subtract(" + len + ", 1i64), " + time + "), " + time + ")";
+    std::string full = c.let("add(" + idx + ", zeros_like(cast(" + c.ref(0) + ", dtype=\"int64\")))");
+    c.emit(0, "gather(" + c.ref(0) + ", " + full + ", axis=" + std::to_string(timeAxis) + ")", x.dtype, x.shape);
   };
   t["MeanVarianceNormalization"] = [](NodeContext& c) {
     const Value& x = c.input(0);

@@ -263,13 +263,14 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
       starts = c.intsAttr("starts").value_or(std::vector<int64_t>{});
       ends = c.intsAttr("ends").value_or(std::vector<int64_t>{});
       axes = c.intsAttr("axes").value_or(std::vector<int64_t>{});
-    } else if (!c.input(1).known || !c.input(2).known) {
-      // Computed bounds: dyn.strided_slice over the leading axes.
-      if (c.hasInput(3)) {
-        auto ax = c.knownInts(3, "axes");
-        for (size_t k = 0; k < ax.size(); ++k)
-          if (c.axis(ax[k], s.size(), "axes") != static_cast<int64_t>(k)) c.fail("computed bounds are supported on leading axes only");
-      }
+    } else if ((!c.input(1).known || !c.input(2).known) && [&] {
+                 // Computed bounds on the leading axes (no axes, or 0, 1, ...): dyn.strided_slice.
+                 if (!c.hasInput(3)) return true;
+                 auto ax = c.knownInts(3, "axes");
+                 for (size_t k = 0; k < ax.size(); ++k)
+                   if (c.axis(ax[k], s.size(), "axes") != static_cast<int64_t>(k)) return false;
+                 return true;
+               }()) {
       std::string steps = c.hasInput(4) ? c.ref(4) : "ones_like(" + c.ref(1) + ")";
       c.emit(0, "dyn.strided_slice(" + c.ref(0) + ", " + c.ref(1) + ", " + c.ref(2) + ", " + steps + ")", x.dtype,
              std::vector<int64_t>(s.size(), -1));
@@ -407,12 +408,19 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
     const Value& x = c.input(0);
     if (c.intAttr("is_test", 1) == 0 && c.opset() < 7) c.fail("training mode (is_test=0) is not supported");
     if (c.hasInput(2)) {
-      const Value& training = c.input(2);
-      if (!training.known || training.known->numel() != 1) c.fail("training_mode must be a constant");
+      const Tensor& training = c.knownInput(2, "training_mode");
+      if (training.numel() != 1) c.fail("training_mode must be one value");
       int64_t on;
       double f;
-      readScalar(training.known->data(), training.known->dtype(), on, f);
-      if (on) c.fail("training mode is not supported");
+      readScalar(training.data(), training.dtype(), on, f);
+      // Training drops at random, except at a ratio of 0 (then it is the identity).
+      double ratio = 0.5;
+      if (c.hasInput(1)) {
+        const Tensor& r = c.knownInput(1, "ratio");
+        int64_t ri;
+        readScalar(r.data(), r.dtype(), ri, ratio);
+      }
+      if (on && ratio != 0) c.fail("training mode (random dropout) is not supported");
     }
     c.alias(0, x);
     if (c.hasOutput(1)) c.emit(1, "cast(ones_like(" + c.ref(0) + "), dtype=\"bool\")", DType::Bool, x.shape);

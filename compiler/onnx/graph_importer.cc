@@ -380,6 +380,7 @@ const Converter* findConverter(const std::string& opType) {
     registerRecurrentConverters(t);
     registerSequenceConverters(t);
     registerResizeConverters(t);
+    registerQuantizeConverters(t);
     registerLayoutConverters(t);
     return t;
   }();

@@ -221,6 +221,7 @@ void registerLossConverters(std::map<std::string, Converter>& table);
 void registerRecurrentConverters(std::map<std::string, Converter>& table);
 void registerSequenceConverters(std::map<std::string, Converter>& table);
 void registerResizeConverters(std::map<std::string, Converter>& table);
+void registerQuantizeConverters(std::map<std::string, Converter>& table);
 void registerLayoutConverters(std::map<std::string, Converter>& table);
 
 }  // namespace kiln::onnx_import
