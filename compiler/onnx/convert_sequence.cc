@@ -188,7 +188,6 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
       c.emitValue(0, result, acc);
       return;
     }
-    if (n < 0) c.fail("the split axis must have a known extent");
     std::vector<int64_t> sizes;
     bool keep = true;
     if (!c.hasInput(1)) {
@@ -197,6 +196,7 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
     } else {
       std::vector<int64_t> split = c.knownInts(1, "split");
       if (c.input(1).known->rank() == 0) {
+        if (n < 0) c.fail("splitting into equal chunks needs the split axis's extent to be known");
         if (split[0] < 1) c.fail("split must be positive");
         for (int64_t at = 0; at < n; at += split[0]) sizes.push_back(std::min(split[0], n - at));
       } else {
@@ -208,8 +208,12 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
     elem.dtype = x.dtype;
     std::shared_ptr<const Value> merged;
     int64_t end = 0;
-    for (int64_t sz : sizes) end += sz;
-    if (end != n) c.fail("the split sizes do not add up to the axis's extent");
+    for (int64_t sz : sizes) {
+      if (sz < 0) c.fail("split sizes must not be negative");
+      end += sz;
+    }
+    // A `?` extent: the sizes are taken as given (the last chunk ends at their sum).
+    if (n >= 0 && end != n) c.fail("the split sizes do not add up to the axis's extent");
     for (size_t k = sizes.size(); k-- > 0;) {
       end -= sizes[k];
       std::string part = "strided_slice(" + rx + ", begin=[" + std::to_string(end) + "], end=[" + std::to_string(end + sizes[k]) +
