@@ -22,6 +22,9 @@ namespace {
 using namespace onnx_import;
 
 constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
+// Initializers up to this size stay in the model for ONNX's shape inference to read
+// (shapes, axes, scales); larger ones are weights.
+constexpr size_t kKeepInlineBytes = 4096;
 
 void collectInferred(const onnx::GraphProto& g, ImportState& state) {
   auto add = [&](const onnx::ValueInfoProto& v) {
@@ -100,24 +103,26 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
       inputs->DeleteSubrange(k, 1);
     }
   }
+  // Large initializers (weights) become Kiln tensors first, and the model keeps a
+  // one-byte placeholder for each: ONNX's checker and shape inference need only their
+  // types and shapes, and would otherwise copy 50 MB of weights around; external data
+  // is read (and its location checked) here, relative to the model's folder, where
+  // ONNX's checker would look in the working folder.
+  std::map<std::string, Tensor> converted;
   try {
-    // ONNX's checker looks for external data relative to the working folder; Kiln
-    // reads (and checks) it relative to the model's own folder, so the checker sees
-    // a copy with those tensors' contents left out.
-    bool external = false;
-    for (const auto& init : model.graph().initializer()) external |= init.data_location() == onnx::TensorProto::EXTERNAL;
-    if (external) {
-      onnx::ModelProto copy = model;
-      for (auto& init : *copy.mutable_graph()->mutable_initializer())
-        if (init.data_location() == onnx::TensorProto::EXTERNAL) {
-          init.clear_external_data();
-          init.set_data_location(onnx::TensorProto::DEFAULT);
-          init.set_raw_data(std::string(1, '\0'));  // a placeholder: proto3 counts empty bytes as absent
-        }
-      onnx::checker::check_model(copy);
-    } else {
-      onnx::checker::check_model(model);
+    for (auto& init : *model.mutable_graph()->mutable_initializer()) {
+      bool external = init.data_location() == onnx::TensorProto::EXTERNAL;
+      if (!external && init.raw_data().size() < kKeepInlineBytes) continue;
+      converted[init.name()] = tensorFromProto(init, baseDir);
+      init.clear_external_data();
+      init.set_data_location(onnx::TensorProto::DEFAULT);
+      init.set_raw_data(std::string(1, '\0'));  // proto3 counts empty bytes as absent
     }
+  } catch (const Error& e) {
+    throw fail(e.message());
+  }
+  try {
+    onnx::checker::check_model(model);
   } catch (const std::exception& e) {
     throw fail(std::string("the model is not valid ONNX: ") + e.what());
   }
@@ -160,7 +165,8 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
   try {
     for (const auto& init : g.initializer()) {
       onnx_import::Value v;
-      v.known = tensorFromProto(init, baseDir);
+      auto done = converted.find(init.name());
+      v.known = done != converted.end() ? done->second : tensorFromProto(init, baseDir);
       v.dtype = v.known->dtype();
       v.shape = std::vector<int64_t>(v.known->shape().begin(), v.known->shape().end());
       scope.define(init.name(), std::move(v));
