@@ -132,6 +132,71 @@ void emitOutputs(NodeContext& c, const std::string& result, const std::vector<Va
 
 }  // namespace
 
+namespace {
+
+// Scan-9's loop over `scans` (their refs set) carrying `states`: the outputs'
+// expressions (final states, then scan outputs reversed and moved as their
+// directions and axes say) and types.
+std::vector<std::pair<std::string, Value>> scanLoop(NodeContext& c, const onnx::GraphProto& g, const std::vector<Value>& states,
+                                                    const std::vector<Value>& scans, const std::vector<int64_t>& inAxes,
+                                                    const std::vector<int64_t>& inDirs, const std::vector<int64_t>& outAxes,
+                                                    const std::vector<int64_t>& outDirs) {
+  size_t numStates = states.size(), numScanOutputs = outAxes.size();
+  if (inAxes.size() != scans.size() || inDirs.size() != scans.size() || outDirs.size() != numScanOutputs ||
+      static_cast<size_t>(g.output_size()) != numStates + numScanOutputs)
+    c.fail("the scan axes and directions must have one entry per scan input and output");
+  LoopSpec spec;
+  spec.body = &g;
+  spec.initial = states;
+  std::vector<int64_t> axes;
+  for (size_t k = 0; k < scans.size(); ++k) {
+    if (!scans[k].shape) c.fail("the rank of scan input '" + scans[k].name + "' is unknown");
+    axes.push_back(c.axis(inAxes[k], scans[k].shape->size(), "scan_input_axes"));
+  }
+  // The sequence length: the first scan input's extent along its axis.
+  int64_t len = (*scans[0].shape)[static_cast<size_t>(axes[0])];
+  spec.count = len >= 0 ? std::to_string(len) + "i64"
+                        : c.let("take(shape_of(" + scans[0].ref + ", dtype=\"int64\"), " + std::to_string(axes[0]) + ")");
+  spec.numScans = numScanOutputs;
+  spec.condOutput = -1;
+  spec.carriedOutputs = 0;
+  spec.bodyInputs = [&](const std::string& i, const std::string&, const std::vector<Value>& carried) {
+    std::vector<Value> in = carried;
+    for (size_t k = 0; k < scans.size(); ++k) {
+      size_t ax = static_cast<size_t>(axes[k]);
+      std::string idx = inDirs[k] ? "subtract(subtract(" + spec.count + ", " + i + "), 1i64)" : i;
+      std::vector<int64_t> elem = *scans[k].shape;
+      elem.erase(elem.begin() + static_cast<std::ptrdiff_t>(ax));
+      in.push_back(bound("take(" + scans[k].ref + ", " + idx + ", axis=" + std::to_string(ax) + ")", scans[k].dtype, elem));
+    }
+    return in;
+  };
+  auto [result, outs] = emitLoop(c, spec);
+  std::vector<std::pair<std::string, Value>> exprs;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    std::string e = outs.size() == 1 ? "copy(" + result + ")" : result + "." + std::to_string(k);
+    if (k >= numStates) {
+      size_t s = k - numStates;
+      if (outDirs[s]) e = "reverse(" + e + ", axis=0)";
+      int64_t rank = static_cast<int64_t>(outs[k].shape->size());
+      int64_t ax = c.axis(outAxes[s], static_cast<size_t>(rank), "scan_output_axes");
+      if (ax != 0) {
+        std::vector<int64_t> perm;
+        for (int64_t d = 1; d < rank; ++d) perm.push_back(d);
+        perm.insert(perm.begin() + ax, 0);
+        e = "transpose(" + e + ", axes=" + intList(perm) + ")";
+        std::vector<int64_t> shape;
+        for (int64_t p : perm) shape.push_back((*outs[k].shape)[static_cast<size_t>(p)]);
+        outs[k].shape = shape;
+      }
+    }
+    exprs.emplace_back(e, outs[k]);
+  }
+  return exprs;
+}
+
+}  // namespace
+
 void registerControlFlowConverters(std::map<std::string, Converter>& t) {
   t["If"] = [](NodeContext& c) {
     const onnx::GraphProto &thenG = graphAttr(c, "then_branch"), &elseG = graphAttr(c, "else_branch");
@@ -183,11 +248,54 @@ void registerControlFlowConverters(std::map<std::string, Converter>& t) {
     emitOutputs(c, result, outs);
   };
   t["Scan"] = [](NodeContext& c) {
-    if (c.opset() < 9) c.fail("Scan before opset 9 (with a batch axis and sequence_lens) is not supported");
-    LoopSpec spec;
-    spec.body = &graphAttr(c, "body");
-    const onnx::GraphProto& g = *spec.body;
+    const onnx::GraphProto& g = graphAttr(c, "body");
     int64_t numScanInputs = c.intAttr("num_scan_inputs", -1);
+    if (c.opset() < 9) {
+      // Scan-8: a leading batch axis on every state and scan input (scanned along
+      // axis 1), and optional sequence_lens first; each batch entry is one Scan-9.
+      size_t first = 1;
+      int64_t numStates = static_cast<int64_t>(c.numInputs()) - 1 - numScanInputs;
+      if (numScanInputs < 1 || numStates < 0) c.fail("num_scan_inputs is out of range");
+      const Value& x0 = c.input(first + static_cast<size_t>(numStates));
+      if (!x0.staticShape() || x0.shape->size() < 2) c.fail("the scan inputs' shapes must be known");
+      int64_t batch = (*x0.shape)[0], steps = (*x0.shape)[1];
+      if (c.hasInput(0)) {
+        std::vector<int64_t> lens = c.knownInts(0, "sequence_lens");
+        for (int64_t l : lens)
+          if (l != steps) c.fail("sequence_lens shorter than the sequence are not supported");
+      }
+      auto dirs = c.intsAttr("directions").value_or(std::vector<int64_t>(static_cast<size_t>(numScanInputs), 0));
+      if (dirs.size() != static_cast<size_t>(numScanInputs)) c.fail("directions must have one entry per scan input");
+      if (g.output_size() < numStates) c.fail("the body has fewer outputs than there are states");
+      size_t numScanOutputs = static_cast<size_t>(g.output_size() - numStates);
+      std::vector<std::vector<std::pair<std::string, Value>>> perBatch;
+      for (int64_t b = 0; b < batch; ++b) {
+        auto slice = [&](size_t input) {
+          Value v = c.input(input);
+          if (!v.shape || v.shape->empty()) c.fail("every Scan-8 input needs a batch axis");
+          std::string e = c.let("take(" + c.ref(input) + ", " + std::to_string(b) + "i64, axis=0)");
+          std::vector<int64_t> shape(v.shape->begin() + 1, v.shape->end());
+          return bound(e, v.dtype, shape);
+        };
+        std::vector<Value> states, scans;
+        for (int64_t k = 0; k < numStates; ++k) states.push_back(slice(first + static_cast<size_t>(k)));
+        for (int64_t k = 0; k < numScanInputs; ++k) scans.push_back(slice(first + static_cast<size_t>(numStates + k)));
+        perBatch.push_back(scanLoop(c, g, states, scans, std::vector<int64_t>(static_cast<size_t>(numScanInputs), 0), dirs,
+                                    std::vector<int64_t>(numScanOutputs, 0), std::vector<int64_t>(numScanOutputs, 0)));
+      }
+      for (size_t k = 0; k < perBatch[0].size(); ++k) {
+        std::string e;
+        for (const auto& outs : perBatch) {
+          std::string part = "expand_dims(" + outs[k].first + ", axis=0)";
+          e = e.empty() ? part : "concatenate((" + e + ", " + part + "), axis=0)";
+        }
+        Value v = perBatch[0][k].second;
+        std::vector<int64_t> shape = *v.shape;
+        shape.insert(shape.begin(), batch);
+        c.emit(k, e, v.dtype, shape);
+      }
+      return;
+    }
     int64_t numStates = static_cast<int64_t>(c.numInputs()) - numScanInputs;
     if (numScanInputs < 1 || numStates < 0) c.fail("num_scan_inputs is out of range");
     auto inAxes = c.intsAttr("scan_input_axes").value_or(std::vector<int64_t>(static_cast<size_t>(numScanInputs), 0));
@@ -196,62 +304,15 @@ void registerControlFlowConverters(std::map<std::string, Converter>& t) {
     size_t numScanOutputs = static_cast<size_t>(g.output_size()) - static_cast<size_t>(numStates);
     auto outAxes = c.intsAttr("scan_output_axes").value_or(std::vector<int64_t>(numScanOutputs, 0));
     auto outDirs = c.intsAttr("scan_output_directions").value_or(std::vector<int64_t>(numScanOutputs, 0));
-    if (inAxes.size() != static_cast<size_t>(numScanInputs) || inDirs.size() != inAxes.size() || outAxes.size() != numScanOutputs ||
-        outDirs.size() != numScanOutputs)
-      c.fail("the scan axes and directions must have one entry per scan input and output");
-    for (int64_t k = 0; k < numStates; ++k) spec.initial.push_back(c.input(static_cast<size_t>(k)));
-    // The sequence length: the first scan input's extent along its axis.
-    std::vector<std::string> scanRefs;
-    std::vector<int64_t> axes;
+    std::vector<Value> states, scans;
+    for (int64_t k = 0; k < numStates; ++k) states.push_back(c.input(static_cast<size_t>(k)));
     for (int64_t k = 0; k < numScanInputs; ++k) {
-      const Value& x = c.input(static_cast<size_t>(numStates + k));
-      if (!x.shape) c.fail("the rank of scan input '" + x.name + "' is unknown");
-      axes.push_back(c.axis(inAxes[static_cast<size_t>(k)], x.shape->size(), "scan_input_axes"));
-      scanRefs.push_back(c.ref(static_cast<size_t>(numStates + k)));
+      Value x = c.input(static_cast<size_t>(numStates + k));
+      x.ref = c.ref(static_cast<size_t>(numStates + k));
+      scans.push_back(x);
     }
-    const Value& first = c.input(static_cast<size_t>(numStates));
-    int64_t len = (*first.shape)[static_cast<size_t>(axes[0])];
-    spec.count = len >= 0 ? std::to_string(len) + "i64"
-                          : c.let("take(shape_of(" + scanRefs[0] + ", dtype=\"int64\"), " + std::to_string(axes[0]) + ")");
-    spec.numScans = numScanOutputs;
-    spec.condOutput = -1;
-    spec.carriedOutputs = 0;
-    spec.bodyInputs = [&](const std::string& i, const std::string&, const std::vector<Value>& carried) {
-      std::vector<Value> in = carried;
-      for (int64_t k = 0; k < numScanInputs; ++k) {
-        const Value& x = c.input(static_cast<size_t>(numStates + k));
-        size_t ax = static_cast<size_t>(axes[static_cast<size_t>(k)]);
-        std::string idx = i;
-        if (inDirs[static_cast<size_t>(k)]) idx = "subtract(subtract(" + spec.count + ", " + i + "), 1i64)";
-        std::vector<int64_t> elem = *x.shape;
-        elem.erase(elem.begin() + static_cast<std::ptrdiff_t>(ax));
-        in.push_back(bound("take(" + scanRefs[static_cast<size_t>(k)] + ", " + idx + ", axis=" + std::to_string(ax) + ")", x.dtype, elem));
-      }
-      return in;
-    };
-    auto [result, outs] = emitLoop(c, spec);
-    // Scan outputs: reversed when their direction says so, moved to their axis.
-    std::vector<std::string> exprs;
-    for (size_t k = 0; k < outs.size(); ++k) {
-      std::string e = outs.size() == 1 ? result : result + "." + std::to_string(k);
-      if (k >= static_cast<size_t>(numStates)) {
-        size_t s = k - static_cast<size_t>(numStates);
-        if (outDirs[s]) e = "reverse(" + e + ", axis=0)";
-        int64_t rank = static_cast<int64_t>(outs[k].shape->size());
-        int64_t ax = c.axis(outAxes[s], static_cast<size_t>(rank), "scan_output_axes");
-        if (ax != 0) {
-          std::vector<int64_t> perm;
-          for (int64_t d = 1; d < rank; ++d) perm.push_back(d);
-          perm.insert(perm.begin() + ax, 0);
-          e = "transpose(" + e + ", axes=" + intList(perm) + ")";
-          std::vector<int64_t> shape;
-          for (int64_t p : perm) shape.push_back((*outs[k].shape)[static_cast<size_t>(p)]);
-          outs[k].shape = shape;
-        }
-      }
-      if (outs.size() == 1 && e == result) e = "copy(" + e + ")";
-      c.emit(k, e, outs[k].dtype, outs[k].shape);
-    }
+    auto outs = scanLoop(c, g, states, scans, inAxes, inDirs, outAxes, outDirs);
+    for (size_t k = 0; k < outs.size(); ++k) c.emit(k, outs[k].first, outs[k].second.dtype, outs[k].second.shape);
   };
 }
 
