@@ -6,11 +6,7 @@
 # stand-in runs no kernels, so only values that no kernel touches are compared.
 vmrun="$1"; fake="$2"; src="$3"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-failures=0
-check() {  # name, condition...
-  local name="$1"; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; failures=$((failures + 1)); fi
-}
+. "$(dirname "$0")/check_lib.sh"
 export KILN_CUDA_DRIVER="$fake" KILN_FAKE_CUDA_LOG="$tmp/launches"
 unset KILN_CACHE_DIR
 

@@ -6,11 +6,7 @@ kilnc="$1"
 src="$2"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
-check() {  # name, condition...
-  local name="$1"; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; failures=$((failures + 1)); fi
-}
+. "$(dirname "$0")/check_lib.sh"
 
 # Every sample type-checks and prints its typed program.
 for f in "$src"/samples/*.relay; do

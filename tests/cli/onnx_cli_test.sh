@@ -9,11 +9,7 @@ vmrun="$1"; kilnc="$2"; src="$3"
 models="$src/tests/onnx/models"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
-check() {  # name, condition...
-  local name="$1"; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; failures=$((failures + 1)); fi
-}
+. "$(dirname "$0")/check_lib.sh"
 
 # The same input three ways gives the same output.
 "$vmrun" "$models/mlp.onnx" --input 3x8xf32=random > "$tmp/pos.txt" 2> "$tmp/err"
