@@ -257,9 +257,10 @@ OnnxModel importOnnx(std::string_view bytes, const std::string& file, const std:
 }
 
 OnnxModel importOnnxFile(const std::string& path, const OnnxImportOptions& options) {
-  std::vector<uint8_t> bytes = readFileBytes(path);
+  // Parsed in place from the mapping: the weights are copied out once (by the parse).
+  MappedFile file(path);
   std::string dir = std::filesystem::path(path).parent_path().string();
-  return importOnnx(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path, dir.empty() ? "." : dir, options);
+  return importOnnx(std::string_view(file.data(), file.size()), path, dir.empty() ? "." : dir, options);
 }
 
 OnnxModel importOnnxFile(const std::string& path) { return importOnnxFile(path, OnnxImportOptions{}); }
