@@ -381,6 +381,7 @@ const Converter* findConverter(const std::string& opType) {
     registerSequenceConverters(t);
     registerResizeConverters(t);
     registerQuantizeConverters(t);
+    registerEinsumConverters(t);
     registerLayoutConverters(t);
     return t;
   }();

@@ -222,6 +222,7 @@ void registerRecurrentConverters(std::map<std::string, Converter>& table);
 void registerSequenceConverters(std::map<std::string, Converter>& table);
 void registerResizeConverters(std::map<std::string, Converter>& table);
 void registerQuantizeConverters(std::map<std::string, Converter>& table);
+void registerEinsumConverters(std::map<std::string, Converter>& table);
 void registerLayoutConverters(std::map<std::string, Converter>& table);
 
 }  // namespace kiln::onnx_import
