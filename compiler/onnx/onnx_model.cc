@@ -85,9 +85,39 @@ void checkDefinitions(const onnx::GraphProto& g, std::set<std::string> defined, 
     if (!defined.count(out.name())) throw fail("graph output '" + out.name() + "' is not computed by any node");
 }
 
+// Shapes the caller gives for graph inputs (OnnxImportOptions::inputShapes) replace
+// the declared ones before anything reads them; a static declared dimension must agree.
+void applyInputShapes(onnx::ModelProto& model, const std::map<std::string, std::vector<int64_t>>& shapes,
+                      const std::function<Error(const std::string&)>& fail) {
+  for (auto& in : *model.mutable_graph()->mutable_input()) {
+    auto it = shapes.find(in.name());
+    if (it == shapes.end()) continue;
+    onnx::TypeProto* type = in.mutable_type();
+    bool sequence = type->has_sequence_type();
+    if (sequence) type = type->mutable_sequence_type()->mutable_elem_type();
+    if (!type->has_tensor_type()) throw fail("a shape is given for graph input '" + in.name() + "', which holds no tensors");
+    auto* shape = type->mutable_tensor_type()->mutable_shape();
+    // A sequence's declared element rank may be 0 for "unknown" (see valueFromType).
+    bool declared = type->tensor_type().has_shape() && !(sequence && shape->dim_size() == 0);
+    if (declared && shape->dim_size() != static_cast<int>(it->second.size()))
+      throw fail("graph input '" + in.name() + "' has rank " + std::to_string(shape->dim_size()) + ", but a shape of rank " +
+                 std::to_string(it->second.size()) + " is given");
+    for (size_t d = 0; d < it->second.size(); ++d) {
+      int64_t given = it->second[d];
+      if (given < 0) throw fail("the shape given for graph input '" + in.name() + "' has a negative dimension");
+      if (declared && shape->dim(static_cast<int>(d)).has_dim_value() && shape->dim(static_cast<int>(d)).dim_value() != given)
+        throw fail("graph input '" + in.name() + "' declares dimension " + std::to_string(d) + " as " +
+                   std::to_string(shape->dim(static_cast<int>(d)).dim_value()) + ", but " + std::to_string(given) + " is given");
+    }
+    shape->clear_dim();
+    for (int64_t d : it->second) shape->add_dim()->set_dim_value(d);
+  }
+}
+
 OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const std::string& baseDir,
-                      const std::map<std::string, Tensor>& frozen) {
+                      const std::map<std::string, Tensor>& frozen, const OnnxImportOptions& options) {
   auto fail = [&](const std::string& why) { return Error(file, SourceLoc{}, why); };
+  applyInputShapes(model, options.inputShapes, fail);
   // Frozen inputs become initializers before anything reads the graph, so ONNX's
   // shape inference sees their values too.
   std::vector<std::string> frozenNames;
@@ -236,14 +266,14 @@ OnnxModel importOnnx(std::string_view bytes, const std::string& file, const std:
   if (bytes.size() > static_cast<size_t>(INT_MAX)) throw Error(file, SourceLoc{}, "the model is larger than 2 GiB (protobuf's limit)");
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     throw Error(file, SourceLoc{}, "not an ONNX model (the protobuf does not parse)");
-  if (options.inputValues.empty()) return importModel(model, file, baseDir, {});
+  if (options.inputValues.empty()) return importModel(model, file, baseDir, {}, options);
   // Inputs the program needs as constants are frozen to the values given, one at a
   // time as the import finds them (each at most once, so this ends).
   std::map<std::string, Tensor> frozen;
   for (;;) {
     onnx::ModelProto attempt = model;  // importModel changes what it is given
     try {
-      return importModel(attempt, file, baseDir, frozen);
+      return importModel(attempt, file, baseDir, frozen, options);
     } catch (const ConstantInputNeeded& e) {
       auto it = options.inputValues.find(e.input());
       if (it == options.inputValues.end() || frozen.count(e.input())) throw;

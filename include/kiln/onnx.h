@@ -38,8 +38,15 @@ namespace kiln {
 // value there, and the program is specialized to it (as JAX specializes on static
 // arguments and TVM's from_onnx on freeze_params); other inputs stay inputs. Without
 // a value for such an input the import fails naming it.
+//
+// `inputShapes` gives graph inputs' shapes by ONNX name, as TVM's from_onnx takes a
+// shape dict: they replace what the model declares (a symbolic batch becomes
+// static, so kernels are compiled for it; an undeclared rank becomes known). A
+// static dimension the model declares must agree. For a sequence input, the shape
+// is its elements'.
 struct OnnxImportOptions {
   std::map<std::string, Tensor> inputValues;
+  std::map<std::string, std::vector<int64_t>> inputShapes;
 };
 
 struct OnnxModel {

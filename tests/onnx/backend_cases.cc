@@ -235,8 +235,17 @@ Outcome runCase(const fs::path& dir) {
       dataWhy = u.why;
     }
     kiln::OnnxImportOptions options;
-    for (size_t k = 0; k < ins.size(); ++k)
+    for (size_t k = 0; k < ins.size(); ++k) {
       if (ins[k].kind == Data::Kind::Tensor) options.inputValues[inNames[k]] = ins[k].tensor;
+      // A sequence's element shape, where every element agrees on it, as a user of
+      // from_onnx passes input shapes (the declaration may leave the rank out).
+      if (ins[k].kind == Data::Kind::Sequence && !ins[k].items.empty()) {
+        const Data& first = ins[k].items[0];
+        bool same = first.kind == Data::Kind::Tensor;
+        for (const Data& e : ins[k].items) same = same && e.kind == Data::Kind::Tensor && e.tensor.shape() == first.tensor.shape();
+        if (same) options.inputShapes[inNames[k]] = std::vector<int64_t>(first.tensor.shape().begin(), first.tensor.shape().end());
+      }
+    }
     kiln::OnnxModel model;
     try {
       model = kiln::importOnnxFile((dir / "model.onnx").string(), options);

@@ -250,3 +250,20 @@ TEST_CASE("onnx: Resize and Upsample match ONNX's reference outputs with their p
   }
   CHECK(cases == 24);
 }
+
+TEST_CASE("onnx: input shapes given at import replace the declared ones, which they must agree with") {
+  kiln::OnnxImportOptions options;
+  options.inputShapes["input.1"] = {4, 8};
+  kiln::OnnxModel m = kiln::importOnnxFile(modelPath("mlp.onnx"), options);
+  CHECK(m.program.find("%input_1: Tensor[(4, 8), float32]") != std::string::npos);
+  kiln::VirtualMachine vm(kiln::compileOnnx(m));
+  kiln::Tensor x = random({4, 8}, 3);
+  auto want = mlpReference(m, x);
+  checkClose(vm.invoke("main", {kiln::Value(x)}).tensor(), want.data(), 16);
+  options.inputShapes["input.1"] = {4, 9};
+  CHECK_THROWS_WITH_AS(kiln::importOnnxFile(modelPath("mlp.onnx"), options), doctest::Contains("declares dimension 1 as 8, but 9 is given"),
+                       kiln::Error);
+  options.inputShapes["input.1"] = {4};
+  CHECK_THROWS_WITH_AS(kiln::importOnnxFile(modelPath("mlp.onnx"), options), doctest::Contains("has rank 2, but a shape of rank 1"),
+                       kiln::Error);
+}
