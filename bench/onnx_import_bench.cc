@@ -2,6 +2,7 @@
 // time to read the file: the import should be dominated by reading it.
 //
 //   onnx_import_bench [--rounds N]
+//   onnx_import_bench --model PATH --phase write|read|parse|import   (one step, fresh process)
 // Writes the model to a temporary folder, then times (medians of N rounds, file in
 // the page cache): reading the bytes; protobuf's parse alone; importOnnxFile (read,
 // parse, check, shape inference, conversion, weights copied out), and the same from
@@ -93,8 +94,40 @@ std::string writeModel(const std::string& dir) {
 
 int main(int argc, char** argv) {
   int rounds = 7;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
+  std::string phase, keep;
+  for (int i = 1; i + 1 < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
+    if (a == "--phase") phase = argv[i + 1];
+    if (a == "--model") keep = argv[i + 1];
+  }
+  // --phase read|parse|import --model PATH: that step once, in this (fresh) process,
+  // as `vmrun model.onnx` meets it: no memory warmed by an earlier round.
+  if (!phase.empty()) {
+    if (keep.empty()) {
+      std::fprintf(stderr, "--phase needs --model PATH (write one with --phase write)\n");
+      return 2;
+    }
+    auto t0 = Clock::now();
+    if (phase == "read") {
+      std::vector<uint8_t> bytes = kiln::readFileBytes(keep);
+      if (bytes.empty()) return 1;
+    } else if (phase == "parse") {
+      kiln::MappedFile f(keep);
+      onnx::ModelProto m;
+      if (!m.ParseFromArray(f.data(), static_cast<int>(f.size()))) return 1;
+    } else if (phase == "import") {
+      kiln::OnnxModel m = kiln::importOnnxFile(keep);
+    } else if (phase == "write") {
+      std::filesystem::path target(keep);
+      std::string written = writeModel(target.parent_path().empty() ? "." : target.parent_path().string());
+      std::filesystem::rename(written, target);
+    } else {
+      return 2;
+    }
+    std::printf("%-7s %8.1f ms\n", phase.c_str(), std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    return 0;
+  }
   std::string dir = (std::filesystem::temp_directory_path() / ("kiln_onnx_import_" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
   std::string path = writeModel(dir);

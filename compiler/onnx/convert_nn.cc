@@ -1,4 +1,5 @@
 // ONNX neural-network operators: MatMul, Gemm, Conv, pooling, normalization, softmax.
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -316,8 +317,44 @@ void registerNNConverters(std::map<std::string, Converter>& t) {
     if (c.intAttr("training_mode", 0) != 0) c.fail("training mode is not supported");
     for (size_t i = 1; i < c.numOutputs(); ++i)
       if (c.hasOutput(i)) c.fail("the running statistics outputs (training) are not supported");
+    double eps = c.floatAttr("epsilon", 1e-5f);
+    // Inference with known statistics (the usual case: they are initializers) is
+    // x * scale + shift per channel, both computed here: two element-wise operations
+    // that fuse into the convolution before them and the activation after, as ONNX
+    // Runtime folds BatchNormalization into Conv.
+    bool known = x.shape && x.shape->size() >= 2 && x.dtype == DType::Float32;
+    for (size_t k = 1; k <= 4; ++k)
+      known = known && c.input(k).known && c.input(k).known->dtype() == DType::Float32 && c.input(k).known->rank() == 1;
+    if (known) {
+      int64_t channels = c.input(1).known->numel();
+      for (size_t k = 2; k <= 4; ++k) known = known && c.input(k).known->numel() == channels;
+      if ((*x.shape)[1] >= 0 && (*x.shape)[1] != channels) c.fail("the statistics do not match the channels");
+    }
+    if (known) {
+      int64_t channels = c.input(1).known->numel();
+      std::vector<int64_t> along(x.shape->size() - 1, 1);
+      along[0] = channels;
+      Tensor scale = Tensor::empty(DType::Float32, along), shift = Tensor::empty(DType::Float32, along);
+      const float *gamma = c.input(1).known->data<float>(), *beta = c.input(2).known->data<float>();
+      const float *mean = c.input(3).known->data<float>(), *var = c.input(4).known->data<float>();
+      for (int64_t ch = 0; ch < channels; ++ch) {
+        double sc = gamma[ch] / std::sqrt(static_cast<double>(var[ch]) + eps);
+        scale.data<float>()[ch] = static_cast<float>(sc);
+        shift.data<float>()[ch] = static_cast<float>(beta[ch] - mean[ch] * sc);
+      }
+      auto weight = [&](Tensor t, const std::string& name) {
+        Value v;
+        v.dtype = DType::Float32;
+        v.shape = along;
+        v.known = std::move(t);
+        v.name = name;
+        return c.scope().refOf(v);
+      };
+      c.emit(0, "add(multiply(" + c.ref(0) + ", " + weight(scale, "bn_scale") + "), " + weight(shift, "bn_shift") + ")", x.dtype, x.shape);
+      return;
+    }
     std::string e = "nn.batch_norm(" + c.ref(0) + ", " + c.ref(1) + ", " + c.ref(2) + ", " + c.ref(3) + ", " + c.ref(4) +
-                    ", axis=1, epsilon=" + floatText(c.floatAttr("epsilon", 1e-5f)) + ")";
+                    ", axis=1, epsilon=" + floatText(eps) + ")";
     c.emit(0, c.let(e) + ".0", x.dtype, x.shape);
   };
   t["InstanceNormalization"] = [](NodeContext& c) {

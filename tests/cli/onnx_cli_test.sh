@@ -17,6 +17,11 @@ check "vmrun runs an ONNX model" test $? -eq 0
 check "the MLP's output is 3x4" grep -q '^3x4xf32=\[\[' "$tmp/pos.txt"
 "$vmrun" "$models/mlp.onnx" --input input.1=3x8xf32=random > "$tmp/named.txt"
 check "an input bound by its ONNX name" cmp -s "$tmp/pos.txt" "$tmp/named.txt"
+# --inputs: an npz keyed by the graph input's name.
+/usr/bin/python3 -c "import numpy as np, sys; np.savez(sys.argv[1], **{'input.1': np.ones((2, 8), np.float32)})" "$tmp/in.npz"
+"$vmrun" "$models/mlp.onnx" --inputs "$tmp/in.npz" > "$tmp/npz.txt"
+"$vmrun" "$models/mlp.onnx" --input 2x8xf32=1 > "$tmp/ones.txt"
+check "--inputs binds an npz keyed by ONNX input names" cmp -s "$tmp/npz.txt" "$tmp/ones.txt"
 # Batch size is symbolic: the same model runs a batch of 7.
 "$vmrun" "$models/mlp.onnx" --input 7x8xf32=1 > "$tmp/b7.txt"
 check "a symbolic batch runs at 7" grep -q '^7x4xf32=' "$tmp/b7.txt"
