@@ -259,6 +259,7 @@ void registerControlFlowConverters(std::map<std::string, Converter>& t) {
       const Value& x0 = c.input(first + static_cast<size_t>(numStates));
       if (!x0.staticShape() || x0.shape->size() < 2) c.fail("the scan inputs' shapes must be known");
       int64_t batch = (*x0.shape)[0], steps = (*x0.shape)[1];
+      if (batch > 64) c.fail("Scan-8 with a batch of more than 64 is not supported (each entry is a loop of its own)");
       if (c.hasInput(0)) {
         std::vector<int64_t> lens = c.knownInts(0, "sequence_lens");
         for (int64_t l : lens)

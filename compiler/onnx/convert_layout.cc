@@ -145,7 +145,7 @@ void registerLayoutConverters(std::map<std::string, Converter>& t) {
     const auto& s = needShape(c, x);
     if (s.size() < 3 || s[1] < 0) c.fail("the input needs a known channel dimension");
     int64_t size = c.intAttr("size", 0);
-    if (size < 1) c.fail("size must be positive");
+    if (size < 1 || size > 1024) c.fail("size must be between 1 and 1024");
     double alpha = c.floatAttr("alpha", 1e-4f), beta = c.floatAttr("beta", 0.75f), bias = c.floatAttr("bias", 1.0f);
     int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
     std::string rx = c.ref(0);

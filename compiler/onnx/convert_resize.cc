@@ -121,7 +121,8 @@ void resize(NodeContext& c, const ResizeMode& m, std::vector<double> scales, std
       double extent = m.coord == "tf_crop_and_resize" ? (roiEnd - roiStart) : 1.0;
       out = static_cast<int64_t>(std::floor(static_cast<double>(s[a]) * extent * scale));
     }
-    if (out < 0 || out > (int64_t(1) << 32)) c.fail("the output size is out of range");
+    // The taps are tables the importer builds: an axis of up to 2^22 outputs.
+    if (out < 0 || out > (int64_t(1) << 22)) c.fail("the output size " + std::to_string(out) + " is out of range (at most 2^22 per axis)");
     if (out == s[a] && scale == 1.0 && m.coord != "tf_crop_and_resize") continue;
     if (s[a] == 0) c.fail("cannot resize an empty dimension");
     AxisPlan p = planAxis(m, s[a], out, scale, roiStart, roiEnd);

@@ -160,7 +160,8 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
     const auto& s = *x.shape;
     int64_t axis = c.axis(c.intAttr("axis", 0), s.size());
     int64_t n = s[static_cast<size_t>(axis)];
-    if (n < 0 && !c.hasInput(1)) {
+    // Many one-element chunks: a loop rather than a list written out.
+    if ((n < 0 || n > 256) && !c.hasInput(1)) {
       // An unknown extent: one element per position, gathered by a loop.
       bool keepDims = c.intAttr("keepdims", 1) != 0;
       ImportState& st = c.scope().state();
@@ -198,8 +199,10 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
       if (c.input(1).known->rank() == 0) {
         if (n < 0) c.fail("splitting into equal chunks needs the split axis's extent to be known");
         if (split[0] < 1) c.fail("split must be positive");
+        if (n / split[0] > 4096) c.fail("splitting into more than 4096 chunks is not supported");
         for (int64_t at = 0; at < n; at += split[0]) sizes.push_back(std::min(split[0], n - at));
       } else {
+        if (split.size() > 4096) c.fail("splitting into more than 4096 chunks is not supported");
         sizes = split;
       }
     }

@@ -12,6 +12,10 @@
 namespace kiln::onnx_import {
 namespace {
 
+// One 2-D operation per kernel depth is written out: deeper kernels would make
+// programs of unbounded size.
+constexpr int64_t kMaxKernelDepth = 64;
+
 struct Volume {
   std::vector<int64_t> in, kernel, strides, dil;
   std::vector<std::pair<int64_t, int64_t>> pads;
@@ -72,6 +76,7 @@ void importConv3d(NodeContext& c) {
   const Value &x = c.input(0), &w = c.input(1);
   if (!w.staticShape() || w.shape->size() != 5) c.fail("the weight must have rank 5 and a known shape");
   std::vector<int64_t> kernel(w.shape->begin() + 2, w.shape->end());
+  if (kernel[0] > kMaxKernelDepth) c.fail("kernels deeper than " + std::to_string(kMaxKernelDepth) + " are not supported");
   Volume v = volumeOf(c, kernel, false);
   std::string padded = depthPadded(c, v, c.literal(0, x.dtype), 0);
   std::string sum;
@@ -92,6 +97,7 @@ void importPool3d(NodeContext& c, bool isMax) {
   auto kernel = c.intsAttr("kernel_shape");
   if (!kernel || kernel->size() != 3) c.fail("kernel_shape must have three entries");
   bool ceil = c.intAttr("ceil_mode", 0) != 0;
+  if ((*kernel)[0] > kMaxKernelDepth) c.fail("kernels deeper than " + std::to_string(kMaxKernelDepth) + " are not supported");
   Volume v = volumeOf(c, *kernel, ceil);
   // Windows past the padded end (ceil_mode) see padding: -inf for max; average
   // pooling is supported where every depth window is whole.

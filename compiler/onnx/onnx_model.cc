@@ -261,7 +261,23 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
 
 }  // namespace
 
+static OnnxModel importOnnxChecked(std::string_view bytes, const std::string& file, const std::string& baseDir,
+                                   const OnnxImportOptions& options);
+
+// The model's sizes are checked before they are used; a model that still asks for
+// more memory than there is (a huge graph) is an error, not an abort.
 OnnxModel importOnnx(std::string_view bytes, const std::string& file, const std::string& baseDir, const OnnxImportOptions& options) {
+  try {
+    return importOnnxChecked(bytes, file, baseDir, options);
+  } catch (const std::bad_alloc&) {
+    throw Error(file, SourceLoc{}, "importing the model needs more memory than there is");
+  } catch (const std::length_error&) {
+    throw Error(file, SourceLoc{}, "importing the model needs more memory than there is");
+  }
+}
+
+static OnnxModel importOnnxChecked(std::string_view bytes, const std::string& file, const std::string& baseDir,
+                                   const OnnxImportOptions& options) {
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(INT_MAX)) throw Error(file, SourceLoc{}, "the model is larger than 2 GiB (protobuf's limit)");
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))

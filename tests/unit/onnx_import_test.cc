@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include <onnx/onnx_pb.h>
@@ -266,4 +267,52 @@ TEST_CASE("onnx: input shapes given at import replace the declared ones, which t
   options.inputShapes["input.1"] = {4};
   CHECK_THROWS_WITH_AS(kiln::importOnnxFile(modelPath("mlp.onnx"), options), doctest::Contains("has rank 2, but a shape of rank 1"),
                        kiln::Error);
+}
+
+// A one-node model over a float input of `shape`, the node's attributes set by `attrs`.
+static std::string oneNodeModel(const std::string& op, std::vector<int64_t> shape,
+                                const std::function<void(onnx::NodeProto&, onnx::GraphProto&)>& build) {
+  onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : shape) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name("n");
+  n->add_input("x");
+  n->add_output("y");
+  build(*n, *g);
+  auto* out = g->add_output();
+  out->set_name("y");
+  auto* ot = out->mutable_type()->mutable_tensor_type();
+  ot->set_elem_type(onnx::TensorProto::FLOAT);
+  for (size_t d = 0; d < shape.size(); ++d) ot->mutable_shape()->add_dim()->set_dim_param("d" + std::to_string(d));
+  return m.SerializeAsString();
+}
+
+TEST_CASE("onnx: attributes that would make programs or tables without bound are refused") {
+  std::string lrn = oneNodeModel("LRN", {1, 4, 2, 2}, [](onnx::NodeProto& n, onnx::GraphProto&) {
+    auto* a = n.add_attribute();
+    a->set_name("size");
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(1000000000);
+  });
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(lrn), doctest::Contains("size must be between 1 and 1024"), kiln::Error);
+  std::string resize = oneNodeModel("Resize", {1, 1, 2, 2}, [](onnx::NodeProto& n, onnx::GraphProto& g) {
+    n.add_input("");
+    n.add_input("");
+    n.add_input("sizes");
+    auto* sizes = g.add_initializer();
+    sizes->set_name("sizes");
+    sizes->set_data_type(onnx::TensorProto::INT64);
+    sizes->add_dims(4);
+    for (int64_t v : {int64_t(1), int64_t(1), int64_t(1) << 40, int64_t(2)}) sizes->add_int64_data(v);
+  });
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(resize), doctest::Contains("out of range"), kiln::Error);
 }
