@@ -15,8 +15,8 @@ namespace kiln {
 
 namespace {
 
-template <class Buffer>
-Buffer readWhole(const std::string& path) {
+// An open descriptor of a regular file and its size; anything else is an Error naming it.
+int openRegularFile(const std::string& path, size_t& size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
   struct stat st {};
@@ -25,8 +25,16 @@ Buffer readWhole(const std::string& path) {
     ::close(fd);
     throw Error("cannot read '" + path + "': " + (dir ? "it is a directory" : "it is not a regular file"));
   }
+  size = static_cast<size_t>(st.st_size);
+  return fd;
+}
+
+template <class Buffer>
+Buffer readWhole(const std::string& path) {
+  size_t size = 0;
+  int fd = openRegularFile(path, size);
   Buffer out;
-  out.resize(static_cast<size_t>(st.st_size));
+  out.resize(size);
   size_t got = 0;
   while (got < out.size()) {
     ssize_t n = ::read(fd, reinterpret_cast<char*>(out.data()) + got, out.size() - got);
@@ -46,15 +54,7 @@ std::vector<uint8_t> readFileBytes(const std::string& path) { return readWhole<s
 std::string readFileText(const std::string& path) { return readWhole<std::string>(path); }
 
 MappedFile::MappedFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    bool dir = S_ISDIR(st.st_mode);
-    ::close(fd);
-    throw Error("cannot read '" + path + "': " + (dir ? "it is a directory" : "it is not a regular file"));
-  }
-  size_ = static_cast<size_t>(st.st_size);
+  int fd = openRegularFile(path, size_);
   void* p = size_ ? ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
   ::close(fd);
   if (p != MAP_FAILED) {
