@@ -222,7 +222,12 @@ void registerControlFlowConverters(std::map<std::string, Converter>& t) {
     spec.body = &graphAttr(c, "body");
     if (c.hasInput(0)) spec.count = scalar(c, c.ref(0), c.input(0));
     if (c.hasInput(1)) spec.cond = scalar(c, c.ref(1), c.input(1));
-    for (size_t k = 2; k < c.numInputs(); ++k) spec.initial.push_back(c.input(k));
+    // Each initial value is named (a known one made a weight) before it is copied,
+    // so the copy and every other use share one name.
+    for (size_t k = 2; k < c.numInputs(); ++k) {
+      if (c.hasInput(k)) c.ref(k);
+      spec.initial.push_back(c.input(k));
+    }
     size_t bodyOutputs = static_cast<size_t>(spec.body->output_size());
     if (bodyOutputs < 1 + spec.initial.size()) c.fail("the body has too few outputs");
     if (static_cast<size_t>(spec.body->input_size()) != 2 + spec.initial.size())
@@ -306,7 +311,10 @@ void registerControlFlowConverters(std::map<std::string, Converter>& t) {
     auto outAxes = c.intsAttr("scan_output_axes").value_or(std::vector<int64_t>(numScanOutputs, 0));
     auto outDirs = c.intsAttr("scan_output_directions").value_or(std::vector<int64_t>(numScanOutputs, 0));
     std::vector<Value> states, scans;
-    for (int64_t k = 0; k < numStates; ++k) states.push_back(c.input(static_cast<size_t>(k)));
+    for (int64_t k = 0; k < numStates; ++k) {
+      c.ref(static_cast<size_t>(k));  // named once, shared by the copy (see Loop)
+      states.push_back(c.input(static_cast<size_t>(k)));
+    }
     for (int64_t k = 0; k < numScanInputs; ++k) {
       Value x = c.input(static_cast<size_t>(numStates + k));
       x.ref = c.ref(static_cast<size_t>(numStates + k));
