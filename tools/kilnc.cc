@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
   if (emit.empty() && out.empty()) return fail(2, "error: nothing to do: give -o OUT or --emit WHAT");
   if (precompile && out.empty()) return fail(2, "error: --precompile needs -o OUT");
 
+  kiln::OnnxModel onnxModel;  // for an ONNX program: errors inside it name the node
   try {
     kiln::CompileOptions copts;
     copts.devices = kiln::tools::checkDevices(devices, false);
@@ -156,10 +157,10 @@ int main(int argc, char** argv) {
       // fed as inputs): the import specializes the program to them.
       kiln::OnnxImportOptions importOptions;
       importOptions.inputValues = copts.params;
-      kiln::OnnxModel model = kiln::importOnnxFile(program, importOptions);
-      for (const auto& name : model.frozenInputs) copts.params.erase(name);
-      source = std::move(model.program);
-      for (auto& [name, t] : model.params) copts.params.emplace(name, std::move(t));
+      onnxModel = kiln::importOnnxFile(program, importOptions);
+      for (const auto& name : onnxModel.frozenInputs) copts.params.erase(name);
+      source = onnxModel.program;
+      for (auto& [name, t] : onnxModel.params) copts.params.emplace(name, t);
     } else {
       source = kiln::compiler::readSourceFile(program);
     }
@@ -195,7 +196,7 @@ int main(int argc, char** argv) {
     if (!out.empty()) exe->save(out);
     return 0;
   } catch (const kiln::Error& e) {
-    return fail(2, e.what());
+    return fail(2, onnxModel.file.empty() ? e.what() : kiln::explainOnnxError(onnxModel, e).what());
   } catch (const std::exception& e) {
     return fail(1, std::string("error: internal: ") + e.what());
   }

@@ -165,6 +165,9 @@ const onnx::TypeProto* GraphScope::inferredType(const std::string& name) const {
 void GraphScope::importNodes(const onnx::GraphProto& g) {
   for (const auto& node : g.node()) {
     NodeContext ctx(*this, node);
+    std::string name = node.name();
+    for (int k = 0; name.empty() && k < node.output_size(); ++k) name = node.output(k);
+    currentNode_ = "node '" + name + "' (" + node.op_type() + ", opset " + std::to_string(state_.opset) + ")";
     if (!node.domain().empty() && node.domain() != "ai.onnx") ctx.fail("the operator domain '" + node.domain() + "' is not supported");
     const Converter* convert = findConverter(node.op_type());
     if (!convert) ctx.fail("the operator is not supported");

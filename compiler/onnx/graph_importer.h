@@ -165,8 +165,13 @@ class GraphScope {
   Value& define(const std::string& name, Value v);
   // The Relay expression for a value (a known tensor becomes a weight on first use).
   std::string refOf(const Value& v);
-  void line(std::string text) { lines_.push_back(std::move(text)); }
+  void line(std::string text) {
+    lines_.push_back(std::move(text));
+    lineNodes_.push_back(currentNode_);
+  }
   const std::vector<std::string>& lines() const { return lines_; }
+  // For each line, the node whose import wrote it ("node 'n' (Op, opset 13)").
+  const std::vector<std::string>& lineNodes() const { return lineNodes_; }
   // Imports every node of `g` in order.
   void importNodes(const onnx::GraphProto& g);
   // The type ONNX inferred for `name`, when it did.
@@ -176,7 +181,8 @@ class GraphScope {
   ImportState& state_;
   GraphScope* parent_;
   std::unordered_map<std::string, Value> values_;
-  std::vector<std::string> lines_;
+  std::vector<std::string> lines_, lineNodes_;
+  std::string currentNode_;
 };
 
 // `def @main(params...) { lines... result }`, the result a tuple when there are several.

@@ -1,4 +1,5 @@
 // The ONNX entry points: parse, check and infer with ONNX's library, then import the graph.
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <filesystem>
@@ -254,6 +255,12 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
   }
   std::string text;
   for (const auto& [name, def] : state.helpers) text += def + "\n";
+  // Lines of @main's body start after the helpers and the `def @main(...) {` line.
+  uint32_t line = static_cast<uint32_t>(std::count(text.begin(), text.end(), '\n')) + 2;
+  for (size_t k = 0; k < scope.lines().size(); ++k) {
+    out.nodeLines.emplace_back(line, scope.lineNodes()[k]);
+    line += static_cast<uint32_t>(std::count(scope.lines()[k].begin(), scope.lines()[k].end(), '\n')) + 1;
+  }
   text += mainFunctionText(params, scope.lines(), results);
   out.program = std::move(text);
   return out;
@@ -326,7 +333,20 @@ std::vector<std::string> onnxInputNames(const std::string& path) {
 
 std::shared_ptr<const Executable> compileOnnx(const OnnxModel& model, CompileOptions options) {
   for (const auto& [name, t] : model.params) options.params.emplace(name, t);
-  return compile(model.program, model.file, options);
+  try {
+    return compile(model.program, model.file, options);
+  } catch (const Error& e) {
+    throw explainOnnxError(model, e);
+  }
+}
+
+Error explainOnnxError(const OnnxModel& model, const Error& e) {
+  if (!e.loc().known() || e.file() != model.file) return e;
+  const std::string* node = nullptr;
+  for (const auto& [line, desc] : model.nodeLines)
+    if (line <= e.loc().line && !desc.empty()) node = &desc;
+  std::string where = " (at line " + std::to_string(e.loc().line) + " of the imported program)";
+  return Error(model.file, SourceLoc{}, (node ? *node + ": " : std::string()) + e.message() + where);
 }
 
 bool isOnnxPath(const std::string& path) {

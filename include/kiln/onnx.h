@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kiln/compile.h"
+#include "kiln/error.h"
 #include "kiln/executable.h"
 #include "kiln/tensor.h"
 
@@ -55,6 +56,8 @@ struct OnnxModel {
   std::vector<std::pair<std::string, std::string>> inputs;  // (ONNX input name, @main parameter), in order
   std::vector<std::string> outputs;                       // ONNX output names, in result order
   std::vector<std::string> frozenInputs;                  // graph inputs specialized to their values (no longer inputs)
+  // Where each node's code starts in `program` (1-based line), for error messages.
+  std::vector<std::pair<uint32_t, std::string>> nodeLines;
   int64_t opset = 0;                                      // the default domain's opset
   std::string file;                                       // the name errors use
 };
@@ -72,6 +75,10 @@ std::vector<std::string> onnxInputNames(const std::string& path);
 
 // Compiles an imported model with its weights bound (besides options.params).
 std::shared_ptr<const Executable> compileOnnx(const OnnxModel& model, CompileOptions options = {});
+
+// An error from compiling `model.program` that points into it, restated naming the
+// ONNX node whose code it is; any other error as it is. compileOnnx does this itself.
+Error explainOnnxError(const OnnxModel& model, const Error& e);
 
 // Whether a path names an ONNX model (by its `.onnx` extension).
 bool isOnnxPath(const std::string& path);

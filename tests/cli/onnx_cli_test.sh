@@ -53,6 +53,17 @@ check "axes given by name specialize the program" grep -q '^2x3xf32=\[\[4 4 4\]'
 check "without the axes: exit 2" test $? -eq 2
 check "and the error names the input" grep -q "axes must be a constant, but is the graph input 'axes'" "$tmp/err"
 
+/usr/bin/python3 -c "import numpy as np, sys; np.savez(sys.argv[1], axes=np.array([2], np.int64))" "$tmp/axes.npz"
+"$kilnc" "$models/reduce_axes_input.onnx" --params "$tmp/axes.npz" -o "$tmp/axes.kiln" 2> "$tmp/err"
+check "kilnc specializes to axes from --params" test $? -eq 0
+"$vmrun" "$tmp/axes.kiln" --input 2x3x4xf32=1 > "$tmp/axes.txt"
+check "and the executable sums that axis" grep -q '^2x3xf32=\[\[4 4 4\]' "$tmp/axes.txt"
+
+# A program Kiln's type checker refuses after import: the error names the node.
+"$kilnc" "$models/bad_broadcast.onnx" -o "$tmp/bad.kiln" 2> "$tmp/err"
+check "a type error in an imported program exits 2" test $? -eq 2
+check "and names the node" grep -q "error: node 'bad_add' (Add, opset 13): add: shapes (2, 3) and (4, 5) do not broadcast" "$tmp/err"
+
 # Models Kiln cannot import: one error line naming the node, exit 2.
 "$vmrun" "$models/unsupported_op.onnx" --input 3x3xf32=1 > /dev/null 2> "$tmp/err"
 check "an unsupported operator exits 2" test $? -eq 2

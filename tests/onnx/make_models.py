@@ -189,3 +189,13 @@ reduce_axes = helper.make_graph(
      helper.make_tensor_value_info('axes', TensorProto.INT64, [1])],
     [helper.make_tensor_value_info('z', TensorProto.FLOAT, ['a', 'b'])])
 save(helper.make_model(reduce_axes, opset_imports=[helper.make_opsetid('', 13)]), 'reduce_axes_input.onnx')
+
+# A model ONNX's checker passes but whose Add cannot broadcast: Kiln's type checker
+# refuses the imported program, and the error names the node.
+bad_add = helper.make_graph(
+    [helper.make_node('Relu', ['x'], ['r'], name='first'), helper.make_node('Add', ['r', 'y'], ['z'], name='bad_add')],
+    'bad_add',
+    [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3]),
+     helper.make_tensor_value_info('y', TensorProto.FLOAT, [4, 5])],
+    [helper.make_tensor_value_info('z', TensorProto.FLOAT, [2, 3])])
+save(helper.make_model(bad_add, opset_imports=[helper.make_opsetid('', 13)]), 'bad_broadcast.onnx')
