@@ -46,10 +46,10 @@ std::string permuted(NodeContext& c, const Operand& o, const std::string& order)
   return "transpose(" + o.ref + ", axes=" + intList(positions(o.letters, order)) + ")";
 }
 
-int64_t product(const Operand& o, const std::string& letters) {
-  int64_t p = 1;
-  for (char l : letters) p *= o.shape[o.letters.find(l)];
-  return p;
+int64_t product(NodeContext& c, const Operand& o, const std::string& letters) {
+  std::vector<int64_t> dims;
+  for (char l : letters) dims.push_back(o.shape[o.letters.find(l)]);
+  return c.product(dims);
 }
 
 }  // namespace
@@ -113,7 +113,7 @@ void registerEinsumConverters(std::map<std::string, Converter>& t) {
       if (a.letters.find(l) == std::string::npos) right += l;
     for (char l : batch + inner)
       if (a.shape[a.letters.find(l)] != b.shape[b.letters.find(l)]) c.fail(std::string("the extents of '") + l + "' differ");
-    int64_t nb = product(a, batch), nl = product(a, left), ni = product(a, inner), nr = product(b, right);
+    int64_t nb = product(c, a, batch), nl = product(c, a, left), ni = product(c, a, inner), nr = product(c, b, right);
     std::string a3 = "reshape(" + permuted(c, a, batch + left + inner) + ", newshape=" + intList({nb, nl, ni}) + ")";
     std::string b3 = "reshape(" + permuted(c, b, batch + inner + right) + ", newshape=" + intList({nb, ni, nr}) + ")";
     Operand prod{batch + left + right, "", {}};

@@ -38,6 +38,7 @@ void registerLayoutConverters(std::map<std::string, Converter>& t) {
     const Value& x = c.input(0);
     auto s = nchw(c, x);
     int64_t b = c.intAttr("blocksize", 0);
+    if (b > (int64_t(1) << 20)) c.fail("blocksize must be at most 2^20");
     if (b < 1 || s[1] % (b * b) != 0) c.fail("blocksize must divide the channels as blocksize^2");
     int64_t n = s[0] < 0 ? -1 : s[0], ch = s[1] / (b * b);
     bool crd = c.stringAttr("mode", "DCR") == "CRD";
@@ -50,11 +51,13 @@ void registerLayoutConverters(std::map<std::string, Converter>& t) {
     const Value& x = c.input(0);
     auto s = nchw(c, x);
     int64_t b = c.intAttr("blocksize", 0);
+    if (b > (int64_t(1) << 20)) c.fail("blocksize must be at most 2^20");
     if (b < 1 || s[2] % b != 0 || s[3] % b != 0) c.fail("blocksize must divide the spatial dimensions");
     int64_t n = s[0] < 0 ? -1 : s[0];
     std::string e = "transpose(reshape(" + c.ref(0) + ", newshape=" + intList({n, s[1], s[2] / b, b, s[3] / b, b}) + "), axes=[0, 3, 5, 1, 2, 4])";
-    c.emit(0, "reshape(" + e + ", newshape=" + intList({n, s[1] * b * b, s[2] / b, s[3] / b}) + ")", x.dtype,
-           std::vector<int64_t>{s[0], s[1] * b * b, s[2] / b, s[3] / b});
+    int64_t depth = c.product({s[1], b, b});
+    c.emit(0, "reshape(" + e + ", newshape=" + intList({n, depth, s[2] / b, s[3] / b}) + ")", x.dtype,
+           std::vector<int64_t>{s[0], depth, s[2] / b, s[3] / b});
   };
   t["Trilu"] = [](NodeContext& c) {
     const Value& x = c.input(0);

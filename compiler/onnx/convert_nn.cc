@@ -8,16 +8,22 @@
 namespace kiln::onnx_import {
 
 // Pads for each spatial axis as (begin, end), from `pads` or `auto_pad`.
+// Strides, dilations and kernel extents stay below 2^20, dimensions below 2^40,
+// so the output-size arithmetic here stays inside int64.
+constexpr int64_t kMaxStride = int64_t(1) << 20;
+
 std::vector<std::pair<int64_t, int64_t>> spatialPads(NodeContext& c, const std::vector<int64_t>& in,
                                                      const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
                                                      const std::vector<int64_t>& dilations) {
   size_t n = kernel.size();
+  for (int64_t k : kernel)
+    if (k < 1 || k > kMaxStride) c.fail("kernel extents must be between 1 and 2^20");
   std::vector<std::pair<int64_t, int64_t>> out(n, {0, 0});
   std::string autoPad = c.stringAttr("auto_pad", "NOTSET");
   if (autoPad == "NOTSET") {
     auto pads = c.intsAttr("pads").value_or(std::vector<int64_t>(2 * n, 0));
     if (pads.size() != 2 * n) c.fail("pads must have two entries per spatial axis");
-    for (size_t i = 0; i < n; ++i) out[i] = {pads[i], pads[i + n]};
+    for (size_t i = 0; i < n; ++i) out[i] = {c.bounded(pads[i], "pads"), c.bounded(pads[i + n], "pads")};
   } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
     for (size_t i = 0; i < n; ++i) {
       if (in[i] < 0) c.fail("auto_pad " + autoPad + " needs the spatial dimensions to be known");
@@ -36,7 +42,7 @@ std::vector<int64_t> spatialAttr(NodeContext& c, const char* name, size_t n, int
   auto v = c.intsAttr(name).value_or(std::vector<int64_t>(n, dflt));
   if (v.size() != n) c.fail(std::string(name) + " must have one entry per spatial axis");
   for (int64_t x : v)
-    if (x < 1) c.fail(std::string(name) + " must be positive");
+    if (x < 1 || x > kMaxStride) c.fail(std::string(name) + " must be between 1 and 2^20");
   return v;
 }
 
@@ -163,7 +169,7 @@ void registerNNConverters(std::map<std::string, Converter>& t) {
         if (x != y && x != 1 && y != 1) c.fail("batch dimensions do not broadcast");
         batch[i] = x == 1 ? y : x;
       }
-      int64_t nb = std::accumulate(batch.begin(), batch.end(), int64_t(1), std::multiplies<>());
+      int64_t nb = c.product(batch);
       int64_t m = ea[ea.size() - 2], k = ea.back(), n = eb.back();
       auto fold = [&](const std::string& v, int64_t rows, int64_t cols) {
         std::vector<int64_t> full = batch;
@@ -231,13 +237,17 @@ void registerNNConverters(std::map<std::string, Converter>& t) {
     auto strides = spatialAttr(c, "strides", n, 1), dil = spatialAttr(c, "dilations", n, 1);
     auto outPad = c.intsAttr("output_padding").value_or(std::vector<int64_t>(n, 0));
     if (outPad.size() != n) c.fail("output_padding must have one entry per spatial axis");
+    for (int64_t& p : outPad) p = c.bounded(p, "output_padding");
     std::string autoPad = c.stringAttr("auto_pad", "NOTSET");
     auto outShape = c.intsAttr("output_shape");
     if (outShape && outShape->size() == n + 2) outShape = std::vector<int64_t>(outShape->begin() + 2, outShape->end());
     if (outShape && outShape->size() != n) c.fail("output_shape must have one entry per spatial axis");
+    if (outShape)
+      for (int64_t& d : *outShape) d = c.bounded(d, "output_shape");
     std::vector<int64_t> padB(n), padE(n);
     auto pads = c.intsAttr("pads").value_or(std::vector<int64_t>(2 * n, 0));
     if (pads.size() != 2 * n) c.fail("pads must have two entries per spatial axis");
+    for (int64_t& p : pads) p = c.bounded(p, "pads");
     for (size_t i = 0; i < n; ++i) {
       int64_t full = strides[i] * (in[i] - 1) + outPad[i] + (kernel[i] - 1) * dil[i] + 1;
       if (outShape || autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {

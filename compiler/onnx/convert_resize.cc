@@ -119,7 +119,11 @@ void resize(NodeContext& c, const ResizeMode& m, std::vector<double> scales, std
       scale = scales[a];
       if (!(scale > 0)) c.fail("scales must be positive");
       double extent = m.coord == "tf_crop_and_resize" ? (roiEnd - roiStart) : 1.0;
-      out = static_cast<int64_t>(std::floor(static_cast<double>(s[a]) * extent * scale));
+      double size = std::floor(static_cast<double>(s[a]) * extent * scale);
+      // Checked as a double: converting one past int64's range is undefined.
+      if (!(size >= 0 && size <= static_cast<double>(int64_t(1) << 22)))
+        c.fail("the output size is out of range (at most 2^22 per axis)");
+      out = static_cast<int64_t>(size);
     }
     // The taps are tables the importer builds: an axis of up to 2^22 outputs.
     if (out < 0 || out > (int64_t(1) << 22)) c.fail("the output size " + std::to_string(out) + " is out of range (at most 2^22 per axis)");

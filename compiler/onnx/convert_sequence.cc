@@ -213,7 +213,7 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
     int64_t end = 0;
     for (int64_t sz : sizes) {
       if (sz < 0) c.fail("split sizes must not be negative");
-      end += sz;
+      if (__builtin_add_overflow(end, c.bounded(sz, "split"), &end)) c.fail("the split sizes overflow");
     }
     // A `?` extent: the sizes are taken as given (the last chunk ends at their sum).
     if (n >= 0 && end != n) c.fail("the split sizes do not add up to the axis's extent");

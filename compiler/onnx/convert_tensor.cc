@@ -145,7 +145,7 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
       return;
     }
     Tensor v = Tensor::empty(DType::Int64, std::span<const int64_t>{});
-    *v.data<int64_t>() = numElements(*x.shape);
+    *v.data<int64_t>() = c.product(*x.shape);
     c.emitKnown(0, v);
   };
   t["Reshape"] = [](NodeContext& c) {
@@ -166,11 +166,11 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
     for (size_t d = 0; d < out.size(); ++d) {
       if (out[d] == 0 && !allowZero) out[d] = x.shape && d < x.shape->size() ? (*x.shape)[d] : -1;
       else if (out[d] == -1) infer = static_cast<int64_t>(d);
-      if (out[d] >= 0 && static_cast<int64_t>(d) != infer) known *= out[d];
+      if (out[d] >= 0 && static_cast<int64_t>(d) != infer && known >= 0) known = elementCount({known, out[d]}).value_or(-1);
       else if (static_cast<int64_t>(d) != infer) known = -1;
     }
     if (infer >= 0) {
-      int64_t total = x.staticShape() ? numElements(*x.shape) : -1;
+      int64_t total = x.staticShape() ? elementCount(*x.shape).value_or(-1) : -1;
       out[static_cast<size_t>(infer)] = total >= 0 && known > 0 ? total / known : -1;
     }
     c.emit(0, "reshape(" + c.ref(0) + ", newshape=" + intList(shape) + (allowZero ? ", allowzero=True" : "") + ")", x.dtype, out);
@@ -181,14 +181,7 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
     int64_t axis = c.intAttr("axis", 1);
     if (axis < 0) axis += static_cast<int64_t>(s.size());
     if (axis < 0 || axis > static_cast<int64_t>(s.size())) c.fail("axis is out of range");
-    auto prod = [&](size_t b, size_t e) {
-      int64_t p = 1;
-      for (size_t d = b; d < e; ++d) {
-        if (s[d] < 0) return int64_t(-1);
-        p *= s[d];
-      }
-      return p;
-    };
+    auto prod = [&](size_t b, size_t e) { return elementCount(std::vector<int64_t>(s.begin() + static_cast<std::ptrdiff_t>(b), s.begin() + static_cast<std::ptrdiff_t>(e))).value_or(-1); };
     int64_t head = prod(0, static_cast<size_t>(axis)), tail = prod(static_cast<size_t>(axis), s.size());
     if (head < 0 && tail < 0) c.fail("flattening needs the dimensions on one side of the axis to be known");
     c.emit(0, "reshape(" + c.ref(0) + ", newshape=" + intList({head, tail}) + ")", x.dtype, std::vector<int64_t>{head, tail});
@@ -372,6 +365,7 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
       value = c.hasInput(2) ? c.ref(2) : c.literal(0, x.dtype);
     }
     if (pads.size() != 2 * s.size()) c.fail("pads must have two entries per dimension");
+    for (int64_t& p : pads) p = c.bounded(p, "pads");
     if (mode != "constant" && mode != "edge" && mode != "reflect") c.fail("mode '" + mode + "' is not supported");
     // Negative pads crop: pad by the positive parts, then slice the negative ones off.
     std::string width = "[";

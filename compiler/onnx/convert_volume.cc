@@ -52,7 +52,7 @@ std::string foldedSlice(NodeContext& c, const std::string& padded, const Volume&
   int64_t begin = kd * v.dil[0], end = begin + (v.outDepth - 1) * v.strides[0] + 1;
   std::string slice = "strided_slice(" + padded + ", begin=[" + std::to_string(begin) + "], end=[" + std::to_string(end) + "], strides=[" +
                       std::to_string(v.strides[0]) + "], axes=[2])";
-  return "reshape(transpose(" + slice + ", axes=[0, 2, 1, 3, 4]), newshape=" + intList({v.n * v.outDepth, v.channels, v.in[1], v.in[2]}) + ")";
+  return "reshape(transpose(" + slice + ", axes=[0, 2, 1, 3, 4]), newshape=" + intList({c.product({v.n, v.outDepth}), v.channels, v.in[1], v.in[2]}) + ")";
 }
 
 std::string depthPadded(NodeContext& c, const Volume& v, const std::string& fill, int64_t extraEnd) {

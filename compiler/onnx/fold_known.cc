@@ -20,7 +20,7 @@ bool smallStaticOutputs(GraphScope& scope, const onnx::NodeProto& node) {
     const onnx::TypeProto* t = scope.inferredType(name);
     std::string why;
     auto v = t ? valueFromType(*t, why) : std::nullopt;
-    if (!v || !v->staticShape() || numElements(*v->shape) > kMaxFoldElements) return false;
+    if (!v || !v->staticShape() || elementCount(*v->shape).value_or(kMaxFoldElements + 1) > kMaxFoldElements) return false;
   }
   return true;
 }

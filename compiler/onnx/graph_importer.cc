@@ -41,6 +41,13 @@ std::string intList(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
+std::optional<int64_t> elementCount(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t(1) << 62)) return std::nullopt;
+  return n;
+}
+
 std::string floatText(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.9g", v);
@@ -118,7 +125,13 @@ std::optional<Value> valueFromType(const onnx::TypeProto& t, std::string& why) {
   v.dtype = *dtype;
   if (tt.has_shape()) {
     std::vector<int64_t> shape;
-    for (const auto& d : tt.shape().dim()) shape.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : -1);
+    for (const auto& d : tt.shape().dim()) {
+      if (d.has_dim_value() && d.dim_value() > kMaxImportDim) {
+        why = "has a dimension of " + std::to_string(d.dim_value()) + ", more than 2^40";
+        return std::nullopt;
+      }
+      shape.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : -1);
+    }
     v.shape = std::move(shape);
   }
   return v;
@@ -333,6 +346,17 @@ void NodeContext::fail(const std::string& why) const {
   std::string name = node_.name();
   for (int k = 0; name.empty() && k < node_.output_size(); ++k) name = node_.output(k);
   throw Error("node '" + name + "' (" + node_.op_type() + ", opset " + std::to_string(opset()) + "): " + why);
+}
+
+int64_t NodeContext::product(const std::vector<int64_t>& dims) const {
+  auto n = elementCount(dims);
+  if (!n) fail("the sizes " + intList(dims) + " have more elements than memory can hold");
+  return *n;
+}
+
+int64_t NodeContext::bounded(int64_t v, const char* what) const {
+  if (v > kMaxImportDim || v < -kMaxImportDim) fail(std::string(what) + " " + std::to_string(v) + " is out of range (|v| <= 2^40)");
+  return v;
 }
 
 int64_t NodeContext::axis(int64_t a, size_t rank, const char* what) const {

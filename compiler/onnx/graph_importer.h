@@ -145,6 +145,10 @@ class NodeContext {
   std::string let(const std::string& expr);
 
   [[noreturn]] void fail(const std::string& why) const;
+  // elementCount, or a failure saying the sizes overflow.
+  int64_t product(const std::vector<int64_t>& dims) const;
+  // An integer attribute or input entry used in size arithmetic: |v| <= 2^40.
+  int64_t bounded(int64_t v, const char* what) const;
   // The axis normalized to [0, rank), or a failure naming the attribute.
   int64_t axis(int64_t a, size_t rank, const char* what = "axis") const;
   // A Relay literal of `dtype`, or a weight where text cannot hold the value.
@@ -203,6 +207,12 @@ std::string tensorTypeText(DType dtype, const std::vector<int64_t>& shape);
 // A value's type from an ONNX TypeProto (tensors, sequences, optionals); nullopt
 // when it holds something Kiln lacks (`why` says what).
 std::optional<Value> valueFromType(const onnx::TypeProto& t, std::string& why);
+// Every dimension the importer takes from a model is at most this (Kiln's own
+// limit); a product of dimensions is computed with elementCount, never bare.
+inline constexpr int64_t kMaxImportDim = int64_t(1) << 40;
+// The product of known dimensions, or nullopt when it passes 2^62.
+std::optional<int64_t> elementCount(const std::vector<int64_t>& dims);
+
 // A float attribute value: `0.01f`.
 std::string floatText(double v);
 // `[1, 2, 3]`
