@@ -166,8 +166,8 @@ void registerLayoutConverters(std::map<std::string, Converter>& t) {
     c.emit(0, "divide(" + rx + ", " + denom + ")", x.dtype, x.shape);
   };
   // Window functions: their size is an input, their values computed at import.
-  auto window = [](const char* op, double a0, double a1, double a2) {
-    return [op, a0, a1, a2](NodeContext& c) {
+  auto window = [](double a0, double a1, double a2) {
+    return [a0, a1, a2](NodeContext& c) {
       std::vector<int64_t> size = c.knownInts(0, "size");
       if (size.size() != 1 || size[0] < 0 || size[0] > (int64_t(1) << 24)) c.fail("size must be one value between 0 and 2^24");
       int64_t n = size[0];
@@ -181,13 +181,12 @@ void registerLayoutConverters(std::map<std::string, Converter>& t) {
         double v = a0 - a1 * std::cos(phase) + a2 * std::cos(2 * phase);
         writeScalar(static_cast<char*>(w.data()) + i * static_cast<int64_t>(dtypeSize(*dt)), *dt, static_cast<int64_t>(v), v);
       }
-      (void)op;
       c.emitKnown(0, w);
     };
   };
-  t["HannWindow"] = window("HannWindow", 0.5, 0.5, 0);
-  t["HammingWindow"] = window("HammingWindow", 25.0 / 46.0, 1 - 25.0 / 46.0, 0);
-  t["BlackmanWindow"] = window("BlackmanWindow", 0.42, 0.5, 0.08);
+  t["HannWindow"] = window(0.5, 0.5, 0);
+  t["HammingWindow"] = window(25.0 / 46.0, 1 - 25.0 / 46.0, 0);
+  t["BlackmanWindow"] = window(0.42, 0.5, 0.08);
   t["Compress"] = [](NodeContext& c) {
     // The positions where the condition holds (a data-dependent count), taken.
     const Value& x = c.input(0);

@@ -352,15 +352,8 @@ void registerNNConverters(std::map<std::string, Converter>& t) {
         scale.data<float>()[ch] = static_cast<float>(sc);
         shift.data<float>()[ch] = static_cast<float>(beta[ch] - mean[ch] * sc);
       }
-      auto weight = [&](Tensor t, const std::string& name) {
-        Value v;
-        v.dtype = DType::Float32;
-        v.shape = along;
-        v.known = std::move(t);
-        v.name = name;
-        return c.scope().refOf(v);
-      };
-      c.emit(0, "add(multiply(" + c.ref(0) + ", " + weight(scale, "bn_scale") + "), " + weight(shift, "bn_shift") + ")", x.dtype, x.shape);
+      c.emit(0, "add(multiply(" + c.ref(0) + ", " + c.constant(scale, "bn_scale") + "), " + c.constant(shift, "bn_shift") + ")", x.dtype,
+             x.shape);
       return;
     }
     std::string e = "nn.batch_norm(" + c.ref(0) + ", " + c.ref(1) + ", " + c.ref(2) + ", " + c.ref(3) + ", " + c.ref(4) +

@@ -87,15 +87,6 @@ AxisPlan planAxis(const ResizeMode& m, int64_t in, int64_t out, double scale, do
   return p;
 }
 
-std::string knownRef(NodeContext& c, Tensor t, const std::string& name) {
-  Value v;
-  v.dtype = t.dtype();
-  v.shape = std::vector<int64_t>(t.shape().begin(), t.shape().end());
-  v.known = std::move(t);
-  v.name = name;
-  return c.scope().refOf(v);
-}
-
 void resize(NodeContext& c, const ResizeMode& m, std::vector<double> scales, std::vector<int64_t> sizes, std::vector<double> roi) {
   const Value& x = c.input(0);
   if (!x.staticShape()) c.fail("the input's shape must be known");
@@ -136,13 +127,13 @@ void resize(NodeContext& c, const ResizeMode& m, std::vector<double> scales, std
     auto indexTensor = [&](const std::vector<int64_t>& idx) {
       Tensor t = Tensor::empty(DType::Int64, {out});
       std::copy(idx.begin(), idx.end(), t.data<int64_t>());
-      return knownRef(c, t, "resize_index");
+      return c.constant(t, "resize_index");
     };
     auto weightTensor = [&](const std::vector<double>& w) {
       Tensor t = Tensor::empty(x.dtype, along);
       for (int64_t o = 0; o < out; ++o)
         writeScalar(static_cast<char*>(t.data()) + o * static_cast<int64_t>(dtypeSize(x.dtype)), x.dtype, 0, w[static_cast<size_t>(o)]);
-      return knownRef(c, t, "resize_weight");
+      return c.constant(t, "resize_weight");
     };
     std::string e;
     if (m.mode == "nearest") {
@@ -160,7 +151,7 @@ void resize(NodeContext& c, const ResizeMode& m, std::vector<double> scales, std
     if (m.coord == "tf_crop_and_resize") {
       Tensor mask = Tensor::empty(DType::Bool, along);
       for (int64_t o = 0; o < out; ++o) mask.data<bool>()[o] = p.outside[static_cast<size_t>(o)];
-      e = "where(" + knownRef(c, mask, "resize_outside") + ", " + c.literal(m.extrapolation, x.dtype) + ", " + e + ")";
+      e = "where(" + c.constant(mask, "resize_outside") + ", " + c.literal(m.extrapolation, x.dtype) + ", " + e + ")";
     }
     cur = c.let(e);
     shape[a] = out;

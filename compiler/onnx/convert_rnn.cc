@@ -45,7 +45,7 @@ struct Direction {
 
 class RecurrentImport {
  public:
-  RecurrentImport(NodeContext& c, int gates, std::vector<std::string> defaultActs) : c_(c), gates_(gates) {
+  RecurrentImport(NodeContext& c, int gates, std::vector<std::string> defaultActs) : c_(c) {
     const Value& x = c.input(0);
     if (!x.shape || x.shape->size() != 3) c.fail("X must have rank 3");
     dt_ = x.dtype;
@@ -125,12 +125,7 @@ class RecurrentImport {
     if (batch_ >= 0) return "zeros(shape=" + intList({batch_, hidden_}) + ", " + dtype + ")";
     Tensor h = Tensor::empty(DType::Int64, {1});
     *h.data<int64_t>() = hidden_;
-    Value hv;
-    hv.known = h;
-    hv.dtype = DType::Int64;
-    hv.shape = std::vector<int64_t>{1};
-    hv.name = "hidden_size";
-    std::string shape = "concatenate((strided_slice(shape_of(" + x_ + ", dtype=\"int64\"), begin=[1], end=[2]), " + c_.scope().refOf(hv) + "), axis=0)";
+    std::string shape = "concatenate((strided_slice(shape_of(" + x_ + ", dtype=\"int64\"), begin=[1], end=[2]), " + c_.constant(h, "hidden_size") + "), axis=0)";
     return c_.let("dyn.zeros(" + shape + ", " + dtype + ")");
   }
   std::string clipped(const std::string& v) {
@@ -181,7 +176,6 @@ class RecurrentImport {
 
  private:
   NodeContext& c_;
-  int gates_;
   DType dt_;
   int64_t layout_, seq_, batch_, hidden_;
   std::string x_, count_, lens_;

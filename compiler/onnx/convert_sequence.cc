@@ -237,7 +237,7 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
     // A loop over the first sequence's positions: the body sees each sequence
     // input's element there (and the tensor inputs whole), and every output
     // sequence grows by the body's output.
-    const Value& first = needSequence(c, 0);
+    needSequence(c, 0);
     const onnx::AttributeProto* a = c.attr("body");
     if (!a || !a->has_g()) c.fail("the body subgraph is missing");
     ImportState& st = c.scope().state();
@@ -255,7 +255,6 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
         inputs.push_back(in);
       }
     }
-    (void)first;
     SubgraphBody body = importSubgraph(c, a->g(), inputs);
     if (body.outputs.size() != c.numOutputs()) c.fail("the body must have one output per output sequence");
     for (size_t k = 0; k < body.outputs.size(); ++k) {
@@ -293,8 +292,7 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
     auto inner = valueFromType(type->tp(), why);
     if (!inner) c.fail("the optional's type " + why);
     v.element = std::make_shared<const Value>(*inner);
-    std::string t = typeText(v);
-    c.emitValue(0, t.empty() ? "None" : "None", v);
+    c.emitValue(0, "None", v);
   };
   t["OptionalHasElement"] = [](NodeContext& c) {
     const Value& o = c.input(0);

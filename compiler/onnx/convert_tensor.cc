@@ -104,7 +104,6 @@ std::string tupleOf(NodeContext& c, size_t from, size_t to) {
 
 void registerTensorConverters(std::map<std::string, Converter>& t) {
   t["Constant"] = [](NodeContext& c) {
-    using AP = onnx::AttributeProto;
     if (const auto* a = c.attr("value")) return c.emitKnown(0, tensorFromProto(a->t(), c.scope().state().baseDir));
     if (const auto* a = c.attr("value_float")) {
       Tensor v = Tensor::empty(DType::Float32, std::span<const int64_t>{});
@@ -122,7 +121,6 @@ void registerTensorConverters(std::map<std::string, Converter>& t) {
       std::copy(v->begin(), v->end(), out.data<float>());
       return c.emitKnown(0, out);
     }
-    (void)AP::TENSOR;
     c.fail("only value, value_float(s) and value_int(s) constants are supported (no sparse or string constants)");
   };
   t["Shape"] = [](NodeContext& c) {

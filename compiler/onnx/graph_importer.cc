@@ -335,6 +335,15 @@ void NodeContext::alias(size_t i, const Value& from) {
   scope_.define(node_.output(static_cast<int>(i)), std::move(v));
 }
 
+std::string NodeContext::constant(Tensor t, const std::string& name) {
+  Value v;
+  v.dtype = t.dtype();
+  v.shape = std::vector<int64_t>(t.shape().begin(), t.shape().end());
+  v.known = std::move(t);
+  v.name = name;
+  return scope_.refOf(v);
+}
+
 std::string NodeContext::let(const std::string& expr) {
   std::string var = scope_.state().freshName("t");
   scope_.line("let %" + var + " = " + expr + ";");

@@ -72,8 +72,6 @@ struct Value {
   bool graphInput = false;                    // an input of the model's graph (a parameter of @main)
 
   bool isTensor() const { return kind == Kind::Tensor; }
-  bool rankKnown() const { return shape.has_value(); }
-  size_t rank() const { return shape ? shape->size() : 0; }
   bool staticShape() const;
 };
 
@@ -141,6 +139,9 @@ class NodeContext {
   void emitKnown(size_t i, Tensor t);
   // Binds output `i` to an existing value (Identity and friends).
   void alias(size_t i, const Value& v);
+  // A tensor the converter computed at import, as a Relay expression (a weight, or
+  // a literal for a scalar); `name` names the weight.
+  std::string constant(Tensor t, const std::string& name);
   // Binds `expr` to a fresh variable and returns it (an intermediate of a node).
   std::string let(const std::string& expr);
 

@@ -289,18 +289,19 @@ static OnnxModel importOnnxChecked(std::string_view bytes, const std::string& fi
   if (bytes.size() > static_cast<size_t>(INT_MAX)) throw Error(file, SourceLoc{}, "the model is larger than 2 GiB (protobuf's limit)");
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     throw Error(file, SourceLoc{}, "not an ONNX model (the protobuf does not parse)");
-  if (options.inputValues.empty()) return importModel(model, file, baseDir, {}, options);
   // Inputs the program needs as constants are frozen to the values given, one at a
-  // time as the import finds them (each at most once, so this ends).
+  // time as the import finds them (each at most once, so this ends). importModel
+  // changes the model it is given, so each retry parses the bytes again.
   std::map<std::string, Tensor> frozen;
   for (;;) {
-    onnx::ModelProto attempt = model;  // importModel changes what it is given
     try {
-      return importModel(attempt, file, baseDir, frozen, options);
+      return importModel(model, file, baseDir, frozen, options);
     } catch (const ConstantInputNeeded& e) {
       auto it = options.inputValues.find(e.input());
       if (it == options.inputValues.end() || frozen.count(e.input())) throw;
       frozen.emplace(it->first, it->second);
+      model.Clear();
+      model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
     }
   }
 }
