@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <random>
 #include <string>
@@ -242,6 +243,7 @@ int run(int argc, char** argv) {
   std::shared_ptr<const kiln::Executable> exe;
   std::map<std::string, std::string> inputAliases;  // an ONNX graph input's name -> its @main parameter
   std::set<std::string> frozenInputs;               // ONNX graph inputs the program was specialized to
+  std::optional<kiln::OnnxModel> onnxModel;         // for an ONNX model: how its outputs are returned
   auto loadStart = std::chrono::steady_clock::now();
   if (isExe) {
     exe = kiln::Executable::load(program);
@@ -288,6 +290,9 @@ int run(int argc, char** argv) {
       for (const auto& [onnxName, param] : model.inputs) inputAliases[onnxName] = param;
       frozenInputs.insert(model.frozenInputs.begin(), model.frozenInputs.end());
       exe = kiln::compileOnnx(model, opts);
+      model.program.clear();
+      model.params.clear();
+      onnxModel = std::move(model);
     } else {
       exe = kiln::compile(kiln::compiler::readSourceFile(program), program, opts);
     }
@@ -380,6 +385,7 @@ int run(int argc, char** argv) {
   // Results computed on a GPU come to the host to be printed and saved.
   if (std::any_of(exe->devices().begin(), exe->devices().end(), [](kiln::Device d) { return d.kind == kiln::Device::Kind::CUDA; }))
     result = vm.copyTo(result);
+  if (onnxModel && function == "main") result = kiln::onnxResult(*onnxModel, result);
   std::string text = exe->format(result) + "\n";
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);

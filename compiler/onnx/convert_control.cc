@@ -79,6 +79,21 @@ struct LoopSpec {
   size_t carriedOutputs;
 };
 
+// A ragged sequence, or an optional holding one.
+bool isRagged(const Value& v) {
+  return v.kind == Value::Kind::Sequence ? v.ragged : v.kind == Value::Kind::Optional && v.element && isRagged(*v.element);
+}
+
+// A body output as the carried value it becomes: an optional carried on (opset 16
+// allows an optional in and its content out) holds the output.
+Value asCarried(const Value& carried, const Value& out) {
+  if (carried.kind != Value::Kind::Optional || out.kind == Value::Kind::Optional) return out;
+  Value v;
+  v.kind = Value::Kind::Optional;
+  v.element = std::make_shared<const Value>(out);
+  return v;
+}
+
 std::pair<std::string, std::vector<Value>> emitLoop(NodeContext& c, const LoopSpec& spec) {
   ImportState& st = c.scope().state();
   Recurrence r = newRecurrence(st);
@@ -96,10 +111,25 @@ std::pair<std::string, std::vector<Value>> emitLoop(NodeContext& c, const LoopSp
     }
     r.carriedInit.push_back(c.scope().refOf(init));
   }
-  SubgraphBody body = importSubgraph(c, g, spec.bodyInputs(r.i, r.cond, r.carried));
   size_t expected = spec.carriedOutputs + r.carried.size() + spec.numScans;
-  if (body.outputs.size() != expected)
-    c.fail("the body has " + std::to_string(body.outputs.size()) + " outputs, expected " + std::to_string(expected));
+  // A carried sequence the body makes ragged is carried ragged from the start, and
+  // the body imported again over it (each round makes at least one more ragged).
+  SubgraphBody body;
+  for (bool again = true; again;) {
+    body = importSubgraph(c, g, spec.bodyInputs(r.i, r.cond, r.carried));
+    if (body.outputs.size() != expected)
+      c.fail("the body has " + std::to_string(body.outputs.size()) + " outputs, expected " + std::to_string(expected));
+    again = false;
+    for (size_t k = 0; k < r.carried.size(); ++k) {
+      Value out = asCarried(r.carried[k], body.values[spec.carriedOutputs + k]);
+      if (!raggedNeeded(r.carried[k], out) || isRagged(r.carried[k])) continue;
+      std::string ref = r.carried[k].ref;
+      r.carried[k] = raggedForm(r.carried[k]);
+      r.carried[k].ref = ref;
+      r.carriedInit[k] = raggedText(st, spec.initial[k], r.carriedInit[k]);
+      again = true;
+    }
+  }
   for (size_t k = 0; k < spec.numScans; ++k) {
     size_t at = spec.carriedOutputs + spec.initial.size() + k;
     const auto& info = g.output(static_cast<int>(at));
@@ -115,18 +145,32 @@ std::pair<std::string, std::vector<Value>> emitLoop(NodeContext& c, const LoopSp
   r.bodyLines = body.lines;
   if (spec.condOutput >= 0)
     r.nextCond = scalar(c, body.outputs[static_cast<size_t>(spec.condOutput)], body.values[static_cast<size_t>(spec.condOutput)]);
-  for (size_t k = 0; k < r.carried.size(); ++k) r.nextCarried.push_back(body.outputs[spec.carriedOutputs + k]);
+  for (size_t k = 0; k < r.carried.size(); ++k) {
+    std::string next = body.outputs[spec.carriedOutputs + k];
+    const Value& computed = body.values[spec.carriedOutputs + k];
+    Value out = asCarried(r.carried[k], computed);
+    if (out.kind != computed.kind) next = "Some(" + next + ")";
+    r.nextCarried.push_back(raggedNeeded(r.carried[k], out) ? raggedText(st, out, next) : next);
+  }
   std::string result = emitRecurrence(c, r);
   std::vector<Value> outs = r.carried;
   outs.insert(outs.end(), r.scans.begin(), r.scans.end());
   return {result, outs};
 }
 
-void emitOutputs(NodeContext& c, const std::string& result, const std::vector<Value>& outs) {
+// `unwrap[k]`: output k is carried as an optional but is the optional's content
+// (see asCarried); a loop that never ran leaves it empty, a run-time error.
+void emitOutputs(NodeContext& c, const std::string& result, std::vector<Value> outs, const std::vector<bool>& unwrap = {}) {
   for (size_t k = 0; k < outs.size(); ++k) {
     std::string e = outs.size() == 1 ? result : result + "." + std::to_string(k);
+    bool unwrapped = k < unwrap.size() && unwrap[k] && outs[k].element;
+    if (unwrapped) {
+      std::string v = "%" + c.scope().state().freshName("v");
+      e = c.let("match? (" + e + ") { Some(" + v + ") => " + v + " }");
+      outs[k] = *outs[k].element;
+    }
     if (!outs[k].isTensor()) c.emitValue(k, e, outs[k]);
-    else c.emit(k, outs.size() == 1 ? "copy(" + result + ")" : e, outs[k].dtype, outs[k].shape);
+    else c.emit(k, outs.size() == 1 && !unwrapped ? "copy(" + result + ")" : e, outs[k].dtype, outs[k].shape);
   }
 }
 
@@ -203,6 +247,14 @@ void registerControlFlowConverters(std::map<std::string, Converter>& t) {
     SubgraphBody a = importSubgraph(c, thenG, {}), b = importSubgraph(c, elseG, {});
     if (a.outputs.size() != b.outputs.size() || a.outputs.size() != c.numOutputs())
       c.fail("the branches must have one output per output of the node");
+    // A sequence of one rank in one branch and another in the other: both ragged.
+    for (size_t k = 0; k < a.values.size(); ++k) {
+      if (!raggedNeeded(a.values[k], b.values[k])) continue;
+      ImportState& st = c.scope().state();
+      a.outputs[k] = raggedText(st, a.values[k], a.outputs[k]);
+      b.outputs[k] = raggedText(st, b.values[k], b.outputs[k]);
+      a.values[k] = raggedForm(a.values[k]);
+    }
     std::string cond = scalar(c, c.ref(0), c.input(0));
     std::string text = "if (" + cond + ") " + blockText(a.lines, tupleText(a.outputs)) + " else " + blockText(b.lines, tupleText(b.outputs));
     std::string result = c.let(text);
@@ -250,7 +302,11 @@ void registerControlFlowConverters(std::map<std::string, Converter>& t) {
       return in;
     };
     auto [result, outs] = emitLoop(c, spec);
-    emitOutputs(c, result, outs);
+    std::vector<bool> unwrap;
+    for (size_t k = 0; k < spec.initial.size(); ++k)
+      unwrap.push_back(outs[k].kind == Value::Kind::Optional && !g.output(static_cast<int>(1 + k)).type().has_optional_type() &&
+                       g.output(static_cast<int>(1 + k)).type().value_case() != onnx::TypeProto::VALUE_NOT_SET);
+    emitOutputs(c, result, outs, unwrap);
   };
   t["Scan"] = [](NodeContext& c) {
     const onnx::GraphProto& g = graphAttr(c, "body");

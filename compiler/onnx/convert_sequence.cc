@@ -5,6 +5,9 @@
 // small generic helpers the importer adds to the program when it needs them.
 #include <onnx/onnx_pb.h>
 
+#include <set>
+#include <tuple>
+
 #include "compiler/onnx/graph_importer.h"
 #include "compiler/onnx/onnx_tensor.h"
 #include "compiler/onnx/recurrence.h"
@@ -78,7 +81,51 @@ Value elementValue(const Value& seq) {
   return v;
 }
 
+// The element pair of a ragged sequence for a tensor named `t` (a variable).
+std::string pairOf(const std::string& t) { return "(reshape(" + t + ", newshape=[-1]), shape_of(" + t + ", dtype=\"int64\"))"; }
+
 }  // namespace
+
+std::string raggedText(ImportState& st, const Value& v, const std::string& expr) {
+  if (v.kind == Value::Kind::Optional) {
+    if (!v.element) return expr;
+    std::string s = "%" + st.freshName("s");
+    return "match (" + expr + ") { Some(" + s + ") => Some(" + raggedText(st, *v.element, s) + "), None => None }";
+  }
+  if (v.kind != Value::Kind::Sequence || v.ragged) return expr;
+  std::string e = "%" + st.freshName("e"), type = v.element ? typeText(*v.element) : "";
+  if (type.empty() && v.element && v.element->isTensor() && v.element->declaredScalar) type = tensorTypeText(v.element->dtype, {});
+  return "@map(fn (" + e + (type.empty() ? "" : ": " + type) + ") { " + pairOf(e) + " }, " + expr + ")";
+}
+
+Value raggedForm(const Value& v) {
+  Value r = v;
+  r.ref.clear();
+  r.known.reset();
+  if (v.kind == Value::Kind::Optional && v.element) r.element = std::make_shared<const Value>(raggedForm(*v.element));
+  if (v.kind == Value::Kind::Sequence) {
+    r.ragged = true;
+    r.element.reset();
+  }
+  return r;
+}
+
+bool raggedNeeded(const Value& a, const Value& b) {
+  if (a.kind != b.kind || a.isTensor()) return false;
+  if (a.kind == Value::Kind::Optional) return a.element && b.element && raggedNeeded(*a.element, *b.element);
+  if (a.ragged || b.ragged) return a.ragged != b.ragged;
+  const Value *x = a.element.get(), *y = b.element.get();
+  return x && y && x->isTensor() && y->isTensor() && x->shape && y->shape && x->shape->size() != y->shape->size();
+}
+
+std::pair<std::string, Value> asRagged(NodeContext& c, const Value& v, const std::string& ref) {
+  if (v.kind == Value::Kind::Sequence && !v.ragged && v.element && !v.element->isTensor())
+    c.fail("a sequence of sequences or optionals whose elements differ in rank is not supported");
+  std::string text = raggedText(c.scope().state(), v, ref);
+  return {text == ref ? ref : c.let(text), raggedForm(v)};
+}
+
+std::string raggedItem(NodeContext& c, const std::string& tensor) { return pairOf(c.let(tensor)); }
 
 void registerSequenceConverters(std::map<std::string, Converter>& t) {
   t["SequenceEmpty"] = [](NodeContext& c) {
@@ -90,22 +137,30 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
   };
   t["SequenceConstruct"] = [](NodeContext& c) {
     if (c.numInputs() == 0) c.fail("needs at least one input");
+    // Elements of different ranks make a ragged sequence.
+    std::set<size_t> ranks;
+    for (size_t i = 0; i < c.numInputs(); ++i)
+      if (c.input(i).shape) ranks.insert(c.input(i).shape->size());
+    bool ragged = ranks.size() > 1;
     std::string e = "Nil";
     std::shared_ptr<const Value> elem;
     for (size_t i = c.numInputs(); i-- > 0;) {
-      e = "Cons(" + c.ref(i) + ", " + e + ")";
+      e = "Cons(" + (ragged ? raggedItem(c, c.ref(i)) : c.ref(i)) + ", " + e + ")";
       elem = mergeElements(elem, c.input(i));
     }
-    c.emitValue(0, e, sequenceOf(elem));
+    c.emitValue(0, e, ragged ? raggedForm(sequenceOf(elem)) : sequenceOf(elem));
   };
   t["SequenceInsert"] = [](NodeContext& c) {
     const Value& s = needSequence(c, 0);
-    // A Kiln List holds elements of one rank (ONNX sequences may mix them).
     const Value& v0 = c.input(1);
-    if (s.element && s.element->shape && v0.shape && s.element->shape->size() != v0.shape->size())
-      c.fail("inserts a tensor of rank " + std::to_string(v0.shape->size()) + " into a sequence of rank-" +
-             std::to_string(s.element->shape->size()) + " tensors; Kiln's sequences hold tensors of one rank");
+    // A tensor of another rank than the sequence's makes it ragged.
+    bool ragged = s.ragged || (s.element && s.element->shape && v0.shape && s.element->shape->size() != v0.shape->size());
     std::string seq = c.ref(0), v = c.ref(1);
+    Value type = sequenceOf(mergeElements(s.element && s.element->shape ? s.element : nullptr, v0));
+    if (ragged) {
+      std::tie(seq, type) = asRagged(c, s, seq);
+      v = raggedItem(c, v);
+    }
     std::string e;
     if (c.hasInput(2)) {
       c.scope().state().helpers["onnx_seq_insert"] = kInsertHelper;
@@ -113,12 +168,22 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
     } else {
       e = "@concat(" + seq + ", Cons(" + v + ", Nil))";
     }
-    c.emitValue(0, e, sequenceOf(mergeElements(s.element && s.element->shape ? s.element : nullptr, c.input(1))));
+    c.emitValue(0, e, type);
   };
   t["SequenceAt"] = [](NodeContext& c) {
     const Value& s = needSequence(c, 0);
     std::string seq = c.ref(0);
-    c.emitValue(0, "@nth(" + seq + ", " + position(c, 1, seq) + ")", elementValue(s));
+    std::string at = "@nth(" + seq + ", " + position(c, 1, seq) + ")";
+    if (!s.ragged) return c.emitValue(0, at, elementValue(s));
+    // A ragged element is reshaped back: its rank must come from ONNX's inference.
+    std::string why;
+    const onnx::TypeProto* t = c.scope().inferredType(c.node().output(0));
+    std::optional<Value> out = t ? valueFromType(*t, why) : std::nullopt;
+    if (!out || !out->isTensor() || !out->shape)
+      c.fail("the sequence's elements differ in rank, and the rank of the one taken is not known");
+    std::string pair = c.let(at), rank = std::to_string(out->shape->size());
+    c.emit(0, "dyn.reshape(" + pair + ".0, reshape(" + pair + ".1, newshape=[" + rank + "]), allowzero=True)", s.dtype,
+           std::vector<int64_t>(out->shape->size(), -1));
   };
   t["SequenceErase"] = [](NodeContext& c) {
     const Value& s = needSequence(c, 0);
@@ -133,6 +198,7 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
   };
   t["ConcatFromSequence"] = [](NodeContext& c) {
     const Value& s = needSequence(c, 0);
+    if (s.ragged) c.fail("the sequence's elements differ in rank; they cannot be concatenated");
     if (!s.element || !s.element->shape) c.fail("the elements' rank must be known");
     const auto& es = *s.element->shape;
     bool newAxis = c.intAttr("new_axis", 0) != 0;
@@ -248,6 +314,7 @@ void registerSequenceConverters(std::map<std::string, Converter>& t) {
     for (size_t k = 0; k < c.numInputs(); ++k) {
       const Value& in = c.input(k);
       if (in.kind == Value::Kind::Sequence) {
+        if (in.ragged) c.fail("input " + std::to_string(k) + "'s elements differ in rank; mapping over it is not supported");
         Value e = elementValue(in);
         e.ref = "@nth(" + c.ref(k) + ", " + at + ")";
         inputs.push_back(e);

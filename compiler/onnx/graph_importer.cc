@@ -84,6 +84,7 @@ std::string tensorTypeText(DType dtype, const std::vector<int64_t>& shape) {
 
 std::string typeText(const Value& v) {
   if (v.kind == Value::Kind::Tensor) return v.shape ? tensorTypeText(v.dtype, *v.shape) : "";
+  if (v.ragged) return "List[(" + tensorTypeText(v.dtype, {-1}) + ", " + tensorTypeText(DType::Int64, {-1}) + ")]";
   std::string inner = v.element ? typeText(*v.element) : "";
   if (inner.empty()) return "";
   return (v.kind == Value::Kind::Sequence ? "List[" : "Option[") + inner + "]";
@@ -103,7 +104,10 @@ std::optional<Value> valueFromType(const onnx::TypeProto& t, std::string& why) {
       // as exporters (and ONNX's own loop13_seq test) write `shape {}` for elements
       // that are not scalars; Kiln's inference then finds the type from the uses.
       if (seq && e->isTensor() && e->shape) {
-        if (e->shape->empty()) e->shape.reset();
+        if (e->shape->empty()) {
+          e->shape.reset();
+          e->declaredScalar = true;
+        }
         else std::fill(e->shape->begin(), e->shape->end(), -1);
       }
       v.element = std::make_shared<const Value>(*e);

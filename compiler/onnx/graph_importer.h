@@ -70,6 +70,14 @@ struct Value {
   Kind kind = Kind::Tensor;
   std::shared_ptr<const Value> element;       // a sequence's or optional's element, when known
   bool graphInput = false;                    // an input of the model's graph (a parameter of @main)
+  // A sequence whose elements differ in rank (ONNX allows it, a Kiln List is typed):
+  // each element is held as a pair (its data flattened, its shape as int64), a
+  // `List[(Tensor[(?), dtype], Tensor[(?), int64])]`; `element` is unused.
+  bool ragged = false;
+  // A sequence element declared `shape {}`, which the importer reads as an unknown
+  // rank (exporters write it for elements of any rank): where nothing else tells
+  // the rank (converting such a sequence to ragged form), the declaration is taken.
+  bool declaredScalar = false;
 
   bool isTensor() const { return kind == Kind::Tensor; }
   bool staticShape() const;
@@ -195,6 +203,19 @@ std::string mainFunctionText(const std::vector<std::string>& params, const std::
                              const std::vector<std::string>& results);
 // A weight's parameter declaration: `%w: Tensor[(3, 4), float32]`.
 std::string weightParamText(const Weight& w);
+
+// Ragged sequences (Value::ragged). `raggedNeeded`: whether values `a` and `b`
+// (sequences, or optionals holding them) can only share a type in ragged form.
+bool raggedNeeded(const Value& a, const Value& b);
+// The ragged form of `v`'s type, and `expr` (a value of type `v`) converted to it,
+// as text without lets (it may sit inside a branch's block or a call).
+Value raggedForm(const Value& v);
+std::string raggedText(ImportState& st, const Value& v, const std::string& expr);
+// `v` (bound to `ref`) as the ragged form of its kind: a sequence's elements, or an
+// optional's sequence, become (data, shape) pairs; already ragged stays as it is.
+std::pair<std::string, Value> asRagged(NodeContext& c, const Value& v, const std::string& ref);
+// A tensor expression as one element of a ragged sequence.
+std::string raggedItem(NodeContext& c, const std::string& tensor);
 
 // Import-time evaluation: a node whose inputs are all known (shape arithmetic,
 // mostly) runs once through Kiln itself, as TVM's frontend folds with infer_value,

@@ -227,6 +227,10 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
       if (!v) throw Error("graph output '" + o.name() + "' is not computed by any node");
       results.push_back(scope.refOf(*v));
       out.outputs.push_back(o.name());
+      bool optionalRagged = v->kind == onnx_import::Value::Kind::Optional && v->element && v->element->ragged;
+      out.outputForms.push_back(v->ragged ? OnnxOutputForm::RaggedSequence
+                                : optionalRagged ? OnnxOutputForm::OptionalRaggedSequence
+                                                 : OnnxOutputForm::Direct);
     }
   } catch (const ConstantInputNeeded& e) {
     throw ConstantInputNeeded(file, e.message(), e.input());

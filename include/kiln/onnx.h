@@ -30,6 +30,7 @@
 #include "kiln/error.h"
 #include "kiln/executable.h"
 #include "kiln/tensor.h"
+#include "kiln/value.h"
 
 namespace kiln {
 
@@ -50,11 +51,23 @@ struct OnnxImportOptions {
   std::map<std::string, std::vector<int64_t>> inputShapes;
 };
 
+// How the program returns an ONNX output. A Kiln List is typed, all its tensors of
+// one rank; an ONNX sequence may mix ranks (a loop that starts from a scalar and
+// appends vectors). Such a "ragged" sequence is returned as a List of pairs: each
+// tensor's data flattened to one dimension and its shape as an int64 vector.
+// `onnxResult` turns those back into tensors.
+enum class OnnxOutputForm : uint8_t {
+  Direct,                  // a tensor, a List of tensors, an Option, as ONNX defines it
+  RaggedSequence,          // a List of (data, shape) pairs
+  OptionalRaggedSequence,  // an Option holding such a List
+};
+
 struct OnnxModel {
   std::string program;                                    // Relay text of the model
   std::map<std::string, Tensor> params;                   // weights, by @main parameter name
   std::vector<std::pair<std::string, std::string>> inputs;  // (ONNX input name, @main parameter), in order
   std::vector<std::string> outputs;                       // ONNX output names, in result order
+  std::vector<OnnxOutputForm> outputForms;                // how each output is returned (one per output)
   std::vector<std::string> frozenInputs;                  // graph inputs specialized to their values (no longer inputs)
   // Where each node's code starts in `program` (1-based line), for error messages.
   std::vector<std::pair<uint32_t, std::string>> nodeLines;
@@ -76,6 +89,11 @@ std::vector<std::string> onnxInputNames(const std::string& path);
 // Compiles an imported model with its weights bound (besides options.params).
 std::shared_ptr<const Executable> compileOnnx(const OnnxModel& model, CompileOptions options = {});
 
+// The result of running `model`'s program (one value, or a tuple for several
+// outputs) as ONNX defines its outputs: each ragged sequence's pairs become tensors
+// again (zero-copy reshapes); everything else is returned as it is. Throws
+// kiln::Error when the result does not have the model's form.
+Value onnxResult(const OnnxModel& model, const Value& result);
 // An error from compiling `model.program` that points into it, restated naming the
 // ONNX node whose code it is; any other error as it is. compileOnnx does this itself.
 Error explainOnnxError(const OnnxModel& model, const Error& e);

@@ -64,6 +64,12 @@ check "and the executable sums that axis" grep -q '^2x3xf32=\[\[4 4 4\]' "$tmp/a
 check "a type error in an imported program exits 2" test $? -eq 2
 check "and names the node" grep -q "error: node 'bad_add' (Add, opset 13): add: shapes (2, 3) and (4, 5) do not broadcast" "$tmp/err"
 
+# A sequence whose tensors differ in rank prints (and saves) as tensors, not pairs.
+"$vmrun" "$models/ragged_sequence.onnx" --input i64=2 --input 4xf32=1,2,3,4 --output "$tmp/ragged.npz" > "$tmp/ragged.txt"
+check "a ragged sequence prints as its tensors" grep -qF '(Cons(f32=10, Cons(4xf32=[1 2 3 4], Cons(1xf32=[1], Cons(2xf32=[1 2], Nil)))), 2xf32=[1 2])' "$tmp/ragged.txt"
+/usr/bin/env python3 -c "import zipfile,sys; sys.exit(len(zipfile.ZipFile('$tmp/ragged.npz').namelist()) != 5)" 2>/dev/null
+check "--output saves each of its tensors and the last one" test $? -eq 0
+
 # Models Kiln cannot import: one error line naming the node, exit 2.
 "$vmrun" "$models/unsupported_op.onnx" --input 3x3xf32=1 > /dev/null 2> "$tmp/err"
 check "an unsupported operator exits 2" test $? -eq 2

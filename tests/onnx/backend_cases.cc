@@ -270,7 +270,7 @@ Outcome runCase(const fs::path& dir) {
     kiln::VirtualMachine vm(exe);
     kiln::Value result;
     try {
-      result = vm.invoke("main", args);
+      result = kiln::onnxResult(model, vm.invoke("main", args));
     } catch (const kiln::Error& e) {
       return {"fail", std::string("run: ") + e.what()};
     }

@@ -199,3 +199,33 @@ bad_add = helper.make_graph(
      helper.make_tensor_value_info('y', TensorProto.FLOAT, [4, 5])],
     [helper.make_tensor_value_info('z', TensorProto.FLOAT, [2, 3])])
 save(helper.make_model(bad_add, opset_imports=[helper.make_opsetid('', 13)]), 'bad_broadcast.onnx')
+
+# A sequence whose tensors differ in rank: a scalar (x's sum) and x first, then
+# the prefixes x[:1], x[:2], ... appended by a Loop. Kiln returns it as (data, shape)
+# pairs that onnxResult turns back into tensors; the last element is taken back out
+# with SequenceAt (its rank from the value_info an exporter writes).
+ragged_body = helper.make_graph(
+    [helper.make_node('Constant', [], ['one'], value=helper.make_tensor('one', TensorProto.INT64, [1], [1])),
+     helper.make_node('Constant', [], ['zero'], value=helper.make_tensor('zero', TensorProto.INT64, [1], [0])),
+     helper.make_node('Add', ['i', 'one'], ['end']),
+     helper.make_node('Slice', ['x', 'zero', 'end'], ['prefix']),
+     helper.make_node('SequenceInsert', ['seq_in', 'prefix'], ['seq_out']),
+     helper.make_node('Identity', ['cond_in'], ['cond_out'])],
+    'ragged_body',
+    [helper.make_tensor_value_info('i', TensorProto.INT64, []),
+     helper.make_tensor_value_info('cond_in', TensorProto.BOOL, []),
+     helper.make_tensor_sequence_value_info('seq_in', TensorProto.FLOAT, None)],
+    [helper.make_tensor_value_info('cond_out', TensorProto.BOOL, []),
+     helper.make_tensor_sequence_value_info('seq_out', TensorProto.FLOAT, None)])
+ragged = helper.make_graph(
+    [helper.make_node('ReduceSum', ['x'], ['total'], keepdims=0),
+     helper.make_node('SequenceConstruct', ['total', 'x'], ['seq0']),
+     helper.make_node('Loop', ['n', '', 'seq0'], ['seq'], body=ragged_body),
+     helper.make_node('Constant', [], ['minus_one'], value=helper.make_tensor('minus_one', TensorProto.INT64, [], [-1])),
+     helper.make_node('SequenceAt', ['seq', 'minus_one'], ['last'])],
+    'ragged_sequence',
+    [helper.make_tensor_value_info('n', TensorProto.INT64, []),
+     helper.make_tensor_value_info('x', TensorProto.FLOAT, [4])],
+    [helper.make_tensor_sequence_value_info('seq', TensorProto.FLOAT, None),
+     helper.make_tensor_value_info('last', TensorProto.FLOAT, ['k'])])
+save(helper.make_model(ragged, opset_imports=[helper.make_opsetid('', 13)]), 'ragged_sequence.onnx')
