@@ -1,10 +1,13 @@
 // The ONNX entry points: parse, check and infer with ONNX's library, then import the graph.
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <set>
+#include <string_view>
+#include <unordered_set>
 
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
@@ -238,22 +241,29 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
     throw fail(e.message());
   }
   if (results.empty()) throw fail("the graph has no outputs");
+  // Every `%name` the program's body mentions.
+  std::unordered_set<std::string_view> mentioned;
+  auto collect = [&](const std::string& text) {
+    for (size_t at = text.find('%'); at != std::string::npos; at = text.find('%', at + 1)) {
+      size_t end = at + 1;
+      while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_' || text[end] == '.')) ++end;
+      std::string_view name(text.data() + at, end - at);
+      if (size_t dot = name.find('.'); dot != std::string_view::npos) name = name.substr(0, dot);  // %t.0
+      mentioned.insert(name);
+    }
+  };
+  for (const std::string& l : scope.lines()) collect(l);
+  for (const std::string& r : results) collect(r);
   // An input whose type is not wholly declared takes it from its uses; with none,
   // nothing can say what it holds.
   for (size_t k = 0; k < out.inputs.size(); ++k) {
     const std::string& p = params[k];
-    if (p.find(':') != std::string::npos) continue;
-    bool used = false;
-    auto usedIn = [&](const std::string& text) {
-      for (size_t at = text.find(p); at != std::string::npos && !used; at = text.find(p, at + 1)) {
-        size_t end = at + p.size();
-        used = end >= text.size() || !(std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_');
-      }
-    };
-    for (const std::string& l : scope.lines()) usedIn(l);
-    if (!used) throw fail("graph input '" + out.inputs[k].first + "' does not declare the rank of what it holds, and no node uses it to tell");
+    if (p.find(':') == std::string::npos && !mentioned.count(p))
+      throw fail("graph input '" + out.inputs[k].first + "' does not declare the rank of what it holds, and no node uses it to tell");
   }
+  // Weights no line uses (those of a loop body imported again, see emitLoop) are left out.
   for (const Weight& w : state.weights) {
+    if (!mentioned.count("%" + w.param)) continue;
     params.push_back(weightParamText(w));
     out.params[w.param] = w.tensor;
   }

@@ -66,9 +66,8 @@ check "and names the node" grep -q "error: node 'bad_add' (Add, opset 13): add: 
 
 # A sequence whose tensors differ in rank prints (and saves) as tensors, not pairs.
 "$vmrun" "$models/ragged_sequence.onnx" --input i64=2 --input 4xf32=1,2,3,4 --output "$tmp/ragged.npz" > "$tmp/ragged.txt"
-check "a ragged sequence prints as its tensors" grep -qF '(Cons(f32=10, Cons(4xf32=[1 2 3 4], Cons(1xf32=[1], Cons(2xf32=[1 2], Nil)))), 2xf32=[1 2])' "$tmp/ragged.txt"
-/usr/bin/env python3 -c "import zipfile,sys; sys.exit(len(zipfile.ZipFile('$tmp/ragged.npz').namelist()) != 5)" 2>/dev/null
-check "--output saves each of its tensors and the last one" test $? -eq 0
+check "a ragged sequence prints as its tensors" grep -qF '(Cons(f32=10, Cons(1xf32=[1], Cons(2xf32=[1 2], Nil))), Cons(f32=10, Cons(4xf32=[1 2 3 4], Nil)), 4xf32=[1 2 3 4])' "$tmp/ragged.txt"
+check "--output saves each of its tensors" test "$(python3 -c "import zipfile, sys; print(len(zipfile.ZipFile(sys.argv[1]).namelist()))" "$tmp/ragged.npz")" = 6
 
 # Models Kiln cannot import: one error line naming the node, exit 2.
 "$vmrun" "$models/unsupported_op.onnx" --input 3x3xf32=1 > /dev/null 2> "$tmp/err"

@@ -200,10 +200,11 @@ bad_add = helper.make_graph(
     [helper.make_tensor_value_info('z', TensorProto.FLOAT, [2, 3])])
 save(helper.make_model(bad_add, opset_imports=[helper.make_opsetid('', 13)]), 'bad_broadcast.onnx')
 
-# A sequence whose tensors differ in rank: a scalar (x's sum) and x first, then
-# the prefixes x[:1], x[:2], ... appended by a Loop. Kiln returns it as (data, shape)
-# pairs that onnxResult turns back into tensors; the last element is taken back out
-# with SequenceAt (its rank from the value_info an exporter writes).
+# Sequences whose tensors differ in rank. `seq`: x's sum (a scalar), then the
+# prefixes x[:1], x[:2], ... appended by a Loop (the body makes the carried sequence
+# ragged). `pair`: the sum and x; `last` takes x back out of it with SequenceAt (its
+# rank from the value_info an exporter writes). Kiln holds such sequences as (data,
+# shape) pairs and onnxResult turns them back into tensors.
 ragged_body = helper.make_graph(
     [helper.make_node('Constant', [], ['one'], value=helper.make_tensor('one', TensorProto.INT64, [1], [1])),
      helper.make_node('Constant', [], ['zero'], value=helper.make_tensor('zero', TensorProto.INT64, [1], [0])),
@@ -219,13 +220,15 @@ ragged_body = helper.make_graph(
      helper.make_tensor_sequence_value_info('seq_out', TensorProto.FLOAT, None)])
 ragged = helper.make_graph(
     [helper.make_node('ReduceSum', ['x'], ['total'], keepdims=0),
-     helper.make_node('SequenceConstruct', ['total', 'x'], ['seq0']),
+     helper.make_node('SequenceConstruct', ['total'], ['seq0']),
      helper.make_node('Loop', ['n', '', 'seq0'], ['seq'], body=ragged_body),
+     helper.make_node('SequenceConstruct', ['total', 'x'], ['pair']),
      helper.make_node('Constant', [], ['minus_one'], value=helper.make_tensor('minus_one', TensorProto.INT64, [], [-1])),
-     helper.make_node('SequenceAt', ['seq', 'minus_one'], ['last'])],
+     helper.make_node('SequenceAt', ['pair', 'minus_one'], ['last'])],
     'ragged_sequence',
     [helper.make_tensor_value_info('n', TensorProto.INT64, []),
      helper.make_tensor_value_info('x', TensorProto.FLOAT, [4])],
     [helper.make_tensor_sequence_value_info('seq', TensorProto.FLOAT, None),
+     helper.make_tensor_sequence_value_info('pair', TensorProto.FLOAT, None),
      helper.make_tensor_value_info('last', TensorProto.FLOAT, ['k'])])
 save(helper.make_model(ragged, opset_imports=[helper.make_opsetid('', 13)]), 'ragged_sequence.onnx')
