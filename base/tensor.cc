@@ -88,6 +88,18 @@ void readScalar(const void* p, DType dtype, int64_t& i, double& f) {
   }
 }
 
+void Tensor::reuseAs(DType dtype, std::span<const int64_t> shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error("negative dimension in shape " + shapeString(shape));
+  uint64_t bytes = dtypeSize(dtype);
+  bool overflow = false;
+  for (int64_t d : shape) overflow = overflow || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes);
+  if (overflow || bytes > nbytes())
+    throw Error("cannot reuse a " + std::to_string(nbytes()) + "-byte tensor for shape " + shapeString(shape));
+  dtype_ = dtype;
+  shape_.assign(shape.begin(), shape.end());
+}
+
 Tensor Tensor::reshaped(std::span<const int64_t> shape) const {
   if (numElements(shape) != numel())
     throw Error("cannot view a tensor of shape " + shapeString(shape_) + " as " + shapeString(shape));

@@ -74,6 +74,12 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   for (size_t i = 0; i < args.size(); ++i) regs_[i] = args[i];
   frames_.push_back(Frame{entry, 0, 0, 0});
 
+  // Recycled outputs (vm/memory.h) do not outlive the run.
+  struct DropRecycled {
+    vm::TensorMemory& memory;
+    ~DropRecycled() { memory.dropRecycled(); }
+  } dropRecycled{*memory_};
+
   const uint32_t* code = fn->code.data();
   uint32_t pc = 0;
   uint32_t base = 0;
@@ -363,10 +369,17 @@ dispatch:
   DISPATCH();
   CASE(AllocTensorOwn) {
     OPS(AllocTensorOwn);
-    const Tensor& shape = exe.constants()[IDX(1)];
-    const int64_t* p = shape.data<int64_t>();
-    REG(0) = Value(memory_->tensor(static_cast<DType>(IDX(2)), std::span<const int64_t>(p, static_cast<size_t>(shape.shape()[0])),
-                                   bytecode::decodeDevice(IDX(3))));
+    const Tensor& shapeConst = exe.constants()[IDX(1)];
+    std::span<const int64_t> shape(shapeConst.data<int64_t>(), static_cast<size_t>(shapeConst.shape()[0]));
+    DType dtype = static_cast<DType>(IDX(2));
+    Device device = bytecode::decodeDevice(IDX(3));
+    Value v;
+    uint64_t bytes = dtypeSize(dtype);
+    bool sized = true;
+    for (int64_t d : shape) sized = sized && d >= 0 && !__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes);
+    if (sized && device == Device{}) v = memory_->reuse(dtype, shape, bytes);
+    if (v.empty()) v = Value(memory_->tensor(dtype, shape, device));
+    REG(0) = std::move(v);
     if (trace) trace->birth(REG(0).asTensorObject()->tensor);
     NEXT();
   }
@@ -519,7 +532,7 @@ dispatch:
   DISPATCH();
   CASE(Release) {
     OPS(Release);
-    REG(0) = Value();
+    if (!memory_->recycle(REG(0))) REG(0) = Value();
     NEXT();
   }
   DISPATCH();

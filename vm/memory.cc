@@ -13,12 +13,14 @@ TensorMemory::TensorMemory(std::shared_ptr<MemoryPools> pools) : pools_(std::mov
 
 Value TensorMemory::storage(uint64_t bytes, uint32_t alignment, Device device) {
   if (alignment > 64) throw Error("alloc_storage: alignment " + std::to_string(alignment) + " is not supported (at most 64)");
+  dropRecycled();
   std::shared_ptr<void> buf = pool(device).allocateShared(bytes);
   count(bytes);
   return Value::storage(std::move(buf), bytes, device);
 }
 
 Tensor TensorMemory::tensor(DType dtype, std::span<const int64_t> shape, Device device) {
+  dropRecycled();
   Tensor t = allocateTensor(pool(device), dtype, shape);
   count(t.nbytes());
   return t;

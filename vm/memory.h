@@ -12,6 +12,8 @@
 #include <memory>
 #include <span>
 
+#include <boost/container/small_vector.hpp>
+
 #include "kiln/memory.h"
 #include "kiln/value.h"
 #include "kiln/vm.h"
@@ -43,6 +45,47 @@ class TensorMemory {
   }
   VMMemoryStats stats() const;
 
+  // Recycled outputs. A small tensor the program releases while nothing else
+  // shares it (its object held by that one register, its buffer by that one
+  // tensor) is kept here instead of going back to its pool, and the next
+  // alloc_tensor_own of a size it covers takes it back: a loop step's outputs then
+  // cost no pool lock, no control block and no object allocation. Sharing is what
+  // makes reuse safe: memory from outside Kiln (arguments, constants) is always
+  // shared with its owner while the program runs, so only Kiln's own outputs are
+  // recycled. Every allocation that reuses nothing first gives all recycled
+  // tensors back to their pools, so the memory in use when anything new is
+  // allocated, and so every peak, is what it would be without recycling. The VM
+  // drops what is left when a run ends.
+  static constexpr size_t kRecycleSlots = 8;
+  static constexpr uint64_t kRecycleMaxBytes = 64 * 1024;
+  // Takes `v` (leaving it empty) when it can be recycled; otherwise leaves it.
+  bool recycle(Value& v) {
+    if (recycled_.size() >= kRecycleSlots || !v.isObject(ObjectKind::Tensor)) return false;
+    const TensorObject* o = v.asTensorObject();
+    const Tensor& t = o->tensor;
+    if (o->refs.load(std::memory_order_relaxed) != 1 || !(t.device() == Device{}) || t.memoryUseCount() != 1 ||
+        t.nbytes() > kRecycleMaxBytes || t.nbytes() == 0)
+      return false;
+    recycled_.push_back(std::move(v));
+    return true;
+  }
+  // A recycled host tensor made `dtype` of `shape` (`bytes` of them, the same
+  // number its last use had, rounded to 64), or an empty value.
+  Value reuse(DType dtype, std::span<const int64_t> shape, uint64_t bytes) {
+    for (size_t i = recycled_.size(); i-- > 0;) {
+      Tensor& t = const_cast<TensorObject*>(recycled_[i].asTensorObject())->tensor;
+      if ((t.nbytes() + 63) / 64 != (bytes + 63) / 64 || t.nbytes() < bytes) continue;
+      t.reuseAs(dtype, shape);
+      Value v = std::move(recycled_[i]);
+      recycled_[i] = std::move(recycled_.back());
+      recycled_.pop_back();
+      count(bytes);
+      return v;
+    }
+    return Value();
+  }
+  void dropRecycled() { recycled_.clear(); }
+
  private:
   std::shared_ptr<MemoryPools> pools_;
   PooledAllocator* host_ = nullptr;
@@ -53,6 +96,7 @@ class TensorMemory {
     bytes_.store(bytes_.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
   }
   std::atomic<uint64_t> allocations_{0}, bytes_{0};
+  boost::container::small_vector<Value, kRecycleSlots> recycled_;
 };
 
 // A tensor of `shape` and `dtype` at byte `offset` of the storage value `storage`.

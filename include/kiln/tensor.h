@@ -74,6 +74,10 @@ class Tensor {
   long memoryUseCount() const { return buffer_.use_count(); }
   // The same data seen with another shape of equal element count (zero-copy).
   Tensor reshaped(std::span<const int64_t> shape) const;
+  // This handle made a `dtype` tensor of `shape` over the start of its own memory,
+  // which must need no more bytes than it has now: how a buffer no one else shares
+  // is reused for the next result of its size (the VM's recycled outputs).
+  void reuseAs(DType dtype, std::span<const int64_t> shape);
 
   // `2x3xf32=[[1 2 3] [4 5 6]]`, abbreviating past `maxElements`.
   std::string toString(size_t maxElements = 64) const;
