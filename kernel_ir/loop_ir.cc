@@ -159,6 +159,21 @@ ExprId LoopBuilder::add(ExprId a, ExprId b) {
   if (ca && cb) return intConst(x + y);
   if (ca && x == 0) return b;
   if (cb && y == 0) return a;
+  // v % E + (v / E) * E is v for a constant E > 0: what the row-major index of a
+  // variable split over two dimensions (merged reduction axes) adds up to, so the
+  // load indexes by the variable itself, with no division left in the loop.
+  auto isBinary = [&](ExprId e, BinaryOp op) {
+    const ExprNode& n = node(e);
+    return n.kind == ExprKind::Binary && static_cast<BinaryOp>(n.op) == op;
+  };
+  for (int swap = 0; swap < 2; ++swap, std::swap(a, b)) {
+    int64_t e;
+    if (!isBinary(a, BinaryOp::Mod) || !isBinary(b, BinaryOp::Mul)) continue;
+    const ExprNode &mod = node(a), &mul = node(b);
+    if (!isIntConst(mod.b, &e) || e <= 0 || mul.b != mod.b || !isBinary(mul.a, BinaryOp::Div)) continue;
+    const ExprNode& div = node(mul.a);
+    if (div.a == mod.a && div.b == mod.b) return mod.a;
+  }
   return binary(BinaryOp::Add, a, b);
 }
 

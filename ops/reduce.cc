@@ -119,6 +119,33 @@ int32_t reduceCompute(const ComputeCall& c) {
       idx[d] = c.index[out++];
     }
   }
+  // Reduced axes that end the shape, all static, are one variable over their
+  // product (a global pooling's H x W): the row-major index of that variable
+  // split over them adds back up to the variable (LoopBuilder::add), so the
+  // reduction is one contiguous run, vectorized with one horizontal step per
+  // result instead of one per row. Arg-reductions keep their axes.
+  if (Op != loop::ReduceOp::ArgMax && Op != loop::ReduceOp::ArgMin && vars.size() > 1) {
+    size_t first = rank;
+    int64_t count = 1;
+    while (first > 0 && reduced[first - 1] && c.inputs[0].shape[first - 1] != kAnyDim &&
+           !__builtin_mul_overflow(count, c.inputs[0].shape[first - 1], &count))
+      --first;
+    if (rank - first > 1) {
+      size_t keep = vars.size() - (rank - first);
+      vars.resize(keep);
+      extents.resize(keep);
+      int32_t v = c.b.newVar();
+      vars.push_back(v);
+      extents.push_back(c.b.intConst(count));
+      // Split from the last axis up: idx = rest % E, rest = rest / E.
+      ExprId rest = c.b.var(v);
+      for (size_t d = rank; d-- > first;) {
+        ExprId e = c.b.intConst(c.inputs[0].shape[d]);
+        idx[d] = d == first ? rest : c.b.binary(loop::BinaryOp::Mod, rest, e);
+        if (d != first) rest = c.b.binary(loop::BinaryOp::Div, rest, e);
+      }
+    }
+  }
   ExprId body = c.load(0, idx);
   if (vars.empty()) return body;
   // Integer sums and products accumulate in int64 (a mean of uint8 must not wrap);
