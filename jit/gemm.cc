@@ -100,27 +100,10 @@ void storeTile(const float* tile, int64_t nr, float* c, int64_t ldc, int64_t h, 
     }
 }
 
-// 8 x 32 tile: 16 zmm accumulators; per step two vector loads of B and eight
-// broadcasts of A feed 16 independent FMAs.
-__attribute__((target("avx512f,fma"))) void micro512(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
-                                                     int64_t h, int64_t w, bool add, const MicroPost* post) {
-  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-  __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
-  for (int64_t p = 0; p < kc; ++p) {
-    __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-#define KILN_ROW(r, x0, x1)                       \
-  {                                               \
-    __m512 a = _mm512_set1_ps(ap[r]);             \
-    x0 = _mm512_fmadd_ps(a, b0, x0);              \
-    x1 = _mm512_fmadd_ps(a, b1, x1);              \
-  }
-    KILN_ROW(0, c00, c01) KILN_ROW(1, c10, c11) KILN_ROW(2, c20, c21) KILN_ROW(3, c30, c31)
-    KILN_ROW(4, c40, c41) KILN_ROW(5, c50, c51) KILN_ROW(6, c60, c61) KILN_ROW(7, c70, c71)
-#undef KILN_ROW
-    ap += 8;
-    bp += 32;
-  }
-  __m512 acc[8][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+// The end of an 8 x 32 AVX-512 tile: C (+)= the accumulators, then the post-ops;
+// a partial tile goes through storeTile.
+__attribute__((target("avx512f,fma"), always_inline)) inline void finishTile512(__m512 (&acc)[8][2], float* c, int64_t ldc, int64_t h,
+                                                                               int64_t w, bool add, const MicroPost* post) {
   if (h == 8 && w == 32) {
     for (int r = 0; r < 8; ++r) {
       float* out = c + r * ldc;
@@ -152,6 +135,58 @@ __attribute__((target("avx512f,fma"))) void micro512(int64_t kc, const float* ap
     _mm512_store_ps(tile + r * 32 + 16, acc[r][1]);
   }
   storeTile(tile, 32, c, ldc, h, w, add, post);
+}
+
+// 8 x 32 tile: 16 zmm accumulators; per step two vector loads of B and eight
+// broadcasts of A feed 16 independent FMAs.
+__attribute__((target("avx512f,fma"))) void micro512(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
+                                                     int64_t h, int64_t w, bool add, const MicroPost* post) {
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  for (int64_t p = 0; p < kc; ++p) {
+    __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#define KILN_ROW(r, x0, x1)                       \
+  {                                               \
+    __m512 a = _mm512_set1_ps(ap[r]);             \
+    x0 = _mm512_fmadd_ps(a, b0, x0);              \
+    x1 = _mm512_fmadd_ps(a, b1, x1);              \
+  }
+    KILN_ROW(0, c00, c01) KILN_ROW(1, c10, c11) KILN_ROW(2, c20, c21) KILN_ROW(3, c30, c31)
+    KILN_ROW(4, c40, c41) KILN_ROW(5, c50, c51) KILN_ROW(6, c60, c61) KILN_ROW(7, c70, c71)
+#undef KILN_ROW
+    ap += 8;
+    bp += 32;
+  }
+  __m512 acc[8][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+  finishTile512(acc, c, ldc, h, w, add, post);
+}
+
+// The same tile with A read in place, row-major: row r at a + r * lda (rows at or
+// past h repeat the last valid one; their sums are not stored). The broadcasts
+// load from eight sequential streams instead of one packed panel, so a row-major
+// A needs no packing at all (packing cost the tall driver ~9% of a batch-64 MLP).
+__attribute__((target("avx512f,fma"))) void micro512Rows(int64_t kc, const float* a, int64_t lda, const float* bp, float* c,
+                                                         int64_t ldc, int64_t h, int64_t w, bool add, const MicroPost* post) {
+  const float* r[8];
+  for (int64_t i = 0; i < 8; ++i) r[i] = a + std::min(i, h - 1) * lda;
+  const float *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3], *r4 = r[4], *r5 = r[5], *r6 = r[6], *r7 = r[7];
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  for (int64_t p = 0; p < kc; ++p) {
+    __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#define KILN_ROW(row, x0, x1)                     \
+  {                                               \
+    __m512 v = _mm512_set1_ps(row[p]);            \
+    x0 = _mm512_fmadd_ps(v, b0, x0);              \
+    x1 = _mm512_fmadd_ps(v, b1, x1);              \
+  }
+    KILN_ROW(r0, c00, c01) KILN_ROW(r1, c10, c11) KILN_ROW(r2, c20, c21) KILN_ROW(r3, c30, c31)
+    KILN_ROW(r4, c40, c41) KILN_ROW(r5, c50, c51) KILN_ROW(r6, c60, c61) KILN_ROW(r7, c70, c71)
+#undef KILN_ROW
+    bp += 32;
+  }
+  __m512 acc[8][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+  finishTile512(acc, c, ldc, h, w, add, post);
 }
 
 // 6 x 16 tile for AVX2: 12 ymm accumulators.
@@ -191,9 +226,9 @@ void microScalar(int64_t kc, const float* ap, const float* bp, float* c, int64_t
 
 const Isa& detail::isa() {
   static const Isa chosen = [] {
-    if (__builtin_cpu_supports("avx512f")) return Isa{micro512, {8, 32}};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{micro256, {6, 16}};
-    return Isa{microScalar, {6, 16}};
+    if (__builtin_cpu_supports("avx512f")) return Isa{micro512, {8, 32}, micro512Rows};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{micro256, {6, 16}, nullptr};
+    return Isa{microScalar, {6, 16}, nullptr};
   }();
   return chosen;
 }
@@ -237,16 +272,21 @@ void rowBlock(const GemmJob& j, int64_t i0) {
   int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
   int64_t rows = std::min(j.mc, j.m - i0);
   int64_t rowsPad = (rows + mr - 1) / mr * mr;
-  float* ap = scratch(0, static_cast<size_t>(rowsPad * kKC));
+  // A row-major A is read in place where the machine has the kernel for it.
+  bool inPlace = !j.transA && cpu.microRows;
+  float* ap = inPlace ? nullptr : scratch(0, static_cast<size_t>(rowsPad * kKC));
   for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
     int64_t kc = std::min(kKC, j.k - p0);
-    packA(j.a, j.lda, j.transA, i0, rows, p0, kc, mr, ap);
+    if (!inPlace) packA(j.a, j.lda, j.transA, i0, rows, p0, kc, mr, ap);
     bool add = j.accumulate || p0 > 0;
     for (int64_t jr = 0; jr < j.n; jr += nr) {
       const float* bp = j.packedB + j.layout.block(jr / nr, p0);
-      for (int64_t ir = 0; ir < rows; ir += mr)
-        cpu.micro(kc, ap + (ir / mr) * mr * kc, bp, j.c + (i0 + ir) * j.ldc + jr, j.ldc, std::min(mr, rows - ir),
-                  std::min(nr, j.n - jr), add, nullptr);
+      for (int64_t ir = 0; ir < rows; ir += mr) {
+        float* c = j.c + (i0 + ir) * j.ldc + jr;
+        int64_t h = std::min(mr, rows - ir), w = std::min(nr, j.n - jr);
+        if (inPlace) cpu.microRows(kc, j.a + (i0 + ir) * j.lda + p0, j.lda, bp, c, j.ldc, h, w, add, nullptr);
+        else cpu.micro(kc, ap + (ir / mr) * mr * kc, bp, c, j.ldc, h, w, add, nullptr);
+      }
     }
   }
 }
@@ -351,7 +391,7 @@ struct SkinnyJob {
 // One 32-column panel for M rows. For M <= 4 two accumulator sets take
 // alternate steps of the contraction, so that consecutive FMAs into one
 // accumulator do not wait on each other's latency.
-template <int M>
+template <int M, bool Half>
 __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, int64_t q) {
   constexpr int kSets = M <= 4 ? 2 : 1;
   int64_t w = std::min<int64_t>(32, j.n - q * 32);
@@ -372,23 +412,23 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
 #pragma GCC unroll 2
       for (int s = 0; s < kSets; ++s) {
         const float* r = row + (p + s) * stride;
-        __m512 b0 = _mm512_maskz_loadu_ps(m0, r), b1 = _mm512_maskz_loadu_ps(m1, r + 16);
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, r), b1 = Half ? b0 : _mm512_maskz_loadu_ps(m1, r + 16);
 #pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
           __m512 x = _mm512_set1_ps(ap[i * j.aRow + (p + s) * j.aCol]);
           acc[s][i][0] = _mm512_fmadd_ps(x, b0, acc[s][i][0]);
-          acc[s][i][1] = _mm512_fmadd_ps(x, b1, acc[s][i][1]);
+          if constexpr (!Half) acc[s][i][1] = _mm512_fmadd_ps(x, b1, acc[s][i][1]);
         }
       }
     }
     for (; p < kc; ++p) {
       const float* r = row + p * stride;
-      __m512 b0 = _mm512_maskz_loadu_ps(m0, r), b1 = _mm512_maskz_loadu_ps(m1, r + 16);
+      __m512 b0 = _mm512_maskz_loadu_ps(m0, r), b1 = Half ? b0 : _mm512_maskz_loadu_ps(m1, r + 16);
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
         __m512 x = _mm512_set1_ps(ap[i * j.aRow + p * j.aCol]);
         acc[0][i][0] = _mm512_fmadd_ps(x, b0, acc[0][i][0]);
-        acc[0][i][1] = _mm512_fmadd_ps(x, b1, acc[0][i][1]);
+        if constexpr (!Half) acc[0][i][1] = _mm512_fmadd_ps(x, b1, acc[0][i][1]);
       }
     }
   }
@@ -405,7 +445,7 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
       v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
     }
     _mm512_mask_storeu_ps(out, m0, v0);
-    _mm512_mask_storeu_ps(out + 16, m1, v1);
+    if constexpr (!Half) _mm512_mask_storeu_ps(out + 16, m1, v1);
   }
 }
 
@@ -428,10 +468,13 @@ void skinnyPanelPortable(const SkinnyJob& j, int64_t q, int64_t nr) {
   }
 }
 
+// A panel at most 16 columns wide (the last of a narrow product) skips the
+// second half's FMAs, which would all be on padding.
 template <int M>
 void skinnyRows(const SkinnyJob& j, int64_t q) {
-  if (isa().tile.nr == 32) skinnyPanel512<M>(j, q);
-  else skinnyPanelPortable(j, q, isa().tile.nr);
+  if (isa().tile.nr != 32) return skinnyPanelPortable(j, q, isa().tile.nr);
+  if (j.n - q * 32 <= 16) skinnyPanel512<M, true>(j, q);
+  else skinnyPanel512<M, false>(j, q);
 }
 
 void skinnyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
@@ -452,6 +495,29 @@ void skinnyGemm(SkinnyJob j) {
   parallelFor(panels, j.m * j.n * j.k / 4, skinnyTask, reinterpret_cast<void* const*>(&j), nullptr, /*affine=*/true);
 }
 
+// ---- few columns (n <= 16: a classifier head) and many rows ----
+// The tile path would pad every row tile to 32 columns and use under half of
+// each FMA; the skinny kernel instead runs 8 rows at a time against the one
+// (half) panel, which stays in cache across the row chunks, shared out by rows.
+constexpr int64_t kNarrowColumns = 16;
+
+void narrowTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  const SkinnyJob& j = *reinterpret_cast<const SkinnyJob*>(ctx);
+  for (int64_t chunk = begin; chunk < end; ++chunk) {
+    SkinnyJob part = j;
+    int64_t i0 = chunk * kSkinnyRows;
+    part.m = std::min(kSkinnyRows, j.m - i0);
+    part.a = j.a + i0 * j.aRow;
+    part.c = j.c + i0 * j.ldc;
+    skinnyTask(reinterpret_cast<void* const*>(&part), nullptr, 0, 1);
+  }
+}
+
+void narrowGemm(SkinnyJob j) {
+  int64_t chunks = (j.m + kSkinnyRows - 1) / kSkinnyRows;
+  parallelFor(chunks, j.m * j.n * j.k / 4, narrowTask, reinterpret_cast<void* const*>(&j), nullptr);
+}
+
 }  // namespace
 
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
@@ -464,6 +530,8 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
   }
   if (m <= kSkinnyRows && !transB)
     return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate});
+  if (n <= kNarrowColumns && !transB)
+    return narrowGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate});
   if (m <= kWideRows) return wideGemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate);
   const Isa& cpu = isa();
   int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
@@ -517,6 +585,8 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   int64_t npad = (n + nr - 1) / nr * nr;
   if (m <= kSkinnyRows)
     return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate});
+  if (n <= kNarrowColumns)
+    return narrowGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate});
   GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, 0, {true, k, npad, nr}};
   int threads = currentThreads();
   int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);

@@ -27,9 +27,14 @@ struct MicroPost {
 using MicroKernel = void (*)(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t h, int64_t w,
                              bool add, const MicroPost* post);
 
+// The same with A read in place, row-major: tile row r at a + r * lda.
+using MicroRowsKernel = void (*)(int64_t kc, const float* a, int64_t lda, const float* bp, float* c, int64_t ldc, int64_t h,
+                                 int64_t w, bool add, const MicroPost* post);
+
 struct Isa {
   MicroKernel micro;
   Tile tile;
+  MicroRowsKernel microRows;  // null where A is always packed
 };
 
 // The micro-kernel for this machine (AVX-512 8 x 32, AVX2 6 x 16, or portable).

@@ -350,12 +350,13 @@ TEST_CASE("sgemm: few rows (skinny path) and prepacked B on odd shapes, against 
   std::uniform_real_distribution<float> d(-1, 1);
   int threadsBefore = device::numThreads();
   // m 1..8 takes the skinny path (B prepacked, or read in place when not
-  // transposed); 17 and 203 the tile drivers with a prepacked B. n = 1, 33, 517
-  // leave partial panels; k = 1, 7, 129, 300 are not multiples of the vector
-  // width and span one to three KC slices.
+  // transposed); 17 and 203 the tile drivers with a prepacked B, or, for n <= 16
+  // (1, 10, 16), the skinny kernel over 8-row chunks with half panels. n = 1,
+  // 10, 17, 33, 517 leave partial panels; k = 1, 7, 129, 300 are not multiples
+  // of the vector width and span one to three KC slices.
   for (int threads : {1, 2})
     for (int64_t m : {1, 3, 8, 17, 203})
-      for (int64_t n : {1, 33, 517})
+      for (int64_t n : {1, 10, 16, 17, 33, 517})
         for (int64_t k : {1, 7, 129, 300})
           for (bool ta : {false, true})
             for (bool tb : {false, true}) {
