@@ -138,27 +138,29 @@ __attribute__((target("avx512f,fma"), always_inline)) inline void finishTile512(
 }
 
 // 8 x 32 tile: 16 zmm accumulators; per step two vector loads of B and eight
-// broadcasts of A feed 16 independent FMAs.
+// broadcasts of A feed 16 independent FMAs. `at(r, p)` reads A's element for tile
+// row r at depth p: from a packed panel, or in place.
+template <class ReadA>
+__attribute__((target("avx512f,fma"), always_inline)) inline void tile512(int64_t kc, ReadA at, const float* bp, float* c, int64_t ldc,
+                                                                         int64_t h, int64_t w, bool add, const MicroPost* post) {
+  __m512 acc[8][2];
+#pragma GCC unroll 8
+  for (auto& row : acc) row[0] = row[1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p, bp += 32) {
+    __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      __m512 a = _mm512_set1_ps(at(r, p));
+      acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+    }
+  }
+  finishTile512(acc, c, ldc, h, w, add, post);
+}
+
 __attribute__((target("avx512f,fma"))) void micro512(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
                                                      int64_t h, int64_t w, bool add, const MicroPost* post) {
-  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-  __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
-  for (int64_t p = 0; p < kc; ++p) {
-    __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-#define KILN_ROW(r, x0, x1)                       \
-  {                                               \
-    __m512 a = _mm512_set1_ps(ap[r]);             \
-    x0 = _mm512_fmadd_ps(a, b0, x0);              \
-    x1 = _mm512_fmadd_ps(a, b1, x1);              \
-  }
-    KILN_ROW(0, c00, c01) KILN_ROW(1, c10, c11) KILN_ROW(2, c20, c21) KILN_ROW(3, c30, c31)
-    KILN_ROW(4, c40, c41) KILN_ROW(5, c50, c51) KILN_ROW(6, c60, c61) KILN_ROW(7, c70, c71)
-#undef KILN_ROW
-    ap += 8;
-    bp += 32;
-  }
-  __m512 acc[8][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
-  finishTile512(acc, c, ldc, h, w, add, post);
+  tile512(kc, [ap](int r, int64_t p) { return ap[p * 8 + r]; }, bp, c, ldc, h, w, add, post);
 }
 
 // The same tile with A read in place, row-major: row r at a + r * lda (rows at or
@@ -167,26 +169,9 @@ __attribute__((target("avx512f,fma"))) void micro512(int64_t kc, const float* ap
 // A needs no packing at all (packing cost the tall driver ~9% of a batch-64 MLP).
 __attribute__((target("avx512f,fma"))) void micro512Rows(int64_t kc, const float* a, int64_t lda, const float* bp, float* c,
                                                          int64_t ldc, int64_t h, int64_t w, bool add, const MicroPost* post) {
-  const float* r[8];
-  for (int64_t i = 0; i < 8; ++i) r[i] = a + std::min(i, h - 1) * lda;
-  const float *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3], *r4 = r[4], *r5 = r[5], *r6 = r[6], *r7 = r[7];
-  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-  __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
-  for (int64_t p = 0; p < kc; ++p) {
-    __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-#define KILN_ROW(row, x0, x1)                     \
-  {                                               \
-    __m512 v = _mm512_set1_ps(row[p]);            \
-    x0 = _mm512_fmadd_ps(v, b0, x0);              \
-    x1 = _mm512_fmadd_ps(v, b1, x1);              \
-  }
-    KILN_ROW(r0, c00, c01) KILN_ROW(r1, c10, c11) KILN_ROW(r2, c20, c21) KILN_ROW(r3, c30, c31)
-    KILN_ROW(r4, c40, c41) KILN_ROW(r5, c50, c51) KILN_ROW(r6, c60, c61) KILN_ROW(r7, c70, c71)
-#undef KILN_ROW
-    bp += 32;
-  }
-  __m512 acc[8][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
-  finishTile512(acc, c, ldc, h, w, add, post);
+  const float* rows[8];
+  for (int64_t i = 0; i < 8; ++i) rows[i] = a + std::min(i, h - 1) * lda;
+  tile512(kc, [&rows](int r, int64_t p) { return rows[r][p]; }, bp, c, ldc, h, w, add, post);
 }
 
 // 6 x 16 tile for AVX2: 12 ymm accumulators.
