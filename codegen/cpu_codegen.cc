@@ -304,6 +304,20 @@ class CpuCodegen final : public LoopEmitter {
       return b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(buffer)), emitExpr(offset));
     };
     int64_t flags = (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0);
+    if (g.bias >= 0 || g.relu) {
+      // The product finishes C itself: bias per column, then ReLU (jit::GemmPost).
+      llvm::FunctionCallee post = m_->getOrInsertFunction(
+          "kiln_sgemm_post",
+          llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, i64, ptr, i64, ptr, i64, ptr, ptr, i64, i64, ptr}, false));
+      llvm::Value* packed = g.packedB >= 0 ? static_cast<llvm::Value*>(fn_->getArg(static_cast<unsigned>(g.packedB)))
+                                           : llvm::ConstantPointerNull::get(b_.getPtrTy());
+      llvm::Value* bias = g.bias >= 0 ? static_cast<llvm::Value*>(fn_->getArg(static_cast<unsigned>(g.bias)))
+                                      : llvm::ConstantPointerNull::get(b_.getPtrTy());
+      b_.CreateCall(post, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda), at(g.b, g.bOffset),
+                           emitExpr(g.ldb), packed, at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(flags | (g.relu ? 8 : 0)),
+                           bias});
+      return;
+    }
     if (g.packedB >= 0) {
       llvm::FunctionCallee packed = m_->getOrInsertFunction(
           "kiln_sgemm_packed",

@@ -95,6 +95,7 @@ void storeTile(const float* tile, int64_t nr, float* c, int64_t ldc, int64_t h, 
     for (int64_t j = 0; j < w; ++j) {
       float v = add ? c[r * ldc + j] + tile[r * nr + j] : tile[r * nr + j];
       if (post && post->bias) v += post->bias[r];
+      if (post && post->columnBias) v += post->columnBias[j];
       if (post && post->relu && v <= 0.0f) v = 0.0f;
       c[r * ldc + j] = v;
     }
@@ -117,6 +118,10 @@ __attribute__((target("avx512f,fma"), always_inline)) inline void finishTile512(
           __m512 b = _mm512_set1_ps(post->bias[r]);
           v0 = _mm512_add_ps(v0, b);
           v1 = _mm512_add_ps(v1, b);
+        }
+        if (post->columnBias) {
+          v0 = _mm512_add_ps(v0, _mm512_loadu_ps(post->columnBias));
+          v1 = _mm512_add_ps(v1, _mm512_loadu_ps(post->columnBias + 16));
         }
         if (post->relu) {
           __m512 zero = _mm512_setzero_ps();
@@ -229,7 +234,13 @@ struct GemmJob {
   const float* packedB;  // all of B, packed in `layout`
   int64_t mc;            // rows per task
   PackedLayout layout;   // of packedB
+  GemmPost post;
 };
+
+// The micro-kernel's post-ops for the tile at column jr with the last KC slice
+// (none before it, or when there are none).
+inline MicroPost tilePost(const GemmPost& post, int64_t jr) { return MicroPost{nullptr, post.relu, post.bias ? post.bias + jr : nullptr}; }
+inline bool hasPost(const GemmPost& post) { return post.bias || post.relu; }
 
 struct FreeFloats {
   void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
@@ -263,14 +274,15 @@ void rowBlock(const GemmJob& j, int64_t i0) {
   for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
     int64_t kc = std::min(kKC, j.k - p0);
     if (!inPlace) packA(j.a, j.lda, j.transA, i0, rows, p0, kc, mr, ap);
-    bool add = j.accumulate || p0 > 0;
+    bool add = j.accumulate || p0 > 0, last = p0 + kc == j.k && hasPost(j.post);
     for (int64_t jr = 0; jr < j.n; jr += nr) {
       const float* bp = j.packedB + j.layout.block(jr / nr, p0);
+      MicroPost post = tilePost(j.post, jr);
       for (int64_t ir = 0; ir < rows; ir += mr) {
         float* c = j.c + (i0 + ir) * j.ldc + jr;
         int64_t h = std::min(mr, rows - ir), w = std::min(nr, j.n - jr);
-        if (inPlace) cpu.microRows(kc, j.a + (i0 + ir) * j.lda + p0, j.lda, bp, c, j.ldc, h, w, add, nullptr);
-        else cpu.micro(kc, ap + (ir / mr) * mr * kc, bp, c, j.ldc, h, w, add, nullptr);
+        if (inPlace) cpu.microRows(kc, j.a + (i0 + ir) * j.lda + p0, j.lda, bp, c, j.ldc, h, w, add, last ? &post : nullptr);
+        else cpu.micro(kc, ap + (ir / mr) * mr * kc, bp, c, j.ldc, h, w, add, last ? &post : nullptr);
       }
     }
   }
@@ -315,6 +327,7 @@ struct WideJob {
   const float* packedA;  // KC slice s at packedA + s * kKC * mpad, MR-tall panels
   int64_t mpad;
   int64_t nc;  // columns per task, a multiple of NR
+  GemmPost post;
 };
 
 void wideBlockTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
@@ -327,20 +340,21 @@ void wideBlockTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end)
     for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
       int64_t kc = std::min(kKC, j.k - p0);
       const float* aslice = j.packedA + (p0 / kKC) * kKC * j.mpad;
-      bool add = j.accumulate || p0 > 0;
+      bool add = j.accumulate || p0 > 0, last = p0 + kc == j.k && hasPost(j.post);
       for (int64_t jr = 0; jr < cols; jr += nr) {
         int64_t w = std::min(nr, cols - jr);
         packB(j.b, j.ldb, j.transB, p0, kc, j0 + jr, w, nr, bp);
+        MicroPost post = tilePost(j.post, j0 + jr);
         for (int64_t ir = 0; ir < j.m; ir += mr)
           cpu.micro(kc, aslice + (ir / mr) * mr * kc, bp, j.c + ir * j.ldc + j0 + jr, j.ldc, std::min(mr, j.m - ir), w, add,
-                    nullptr);
+                    last ? &post : nullptr);
       }
     }
   }
 }
 
 void wideGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
-              bool transB, float* c, int64_t ldc, bool accumulate) {
+              bool transB, float* c, int64_t ldc, bool accumulate, const GemmPost& post) {
   const Isa& cpu = isa();
   int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
   int64_t mpad = (m + mr - 1) / mr * mr;
@@ -353,7 +367,7 @@ void wideGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool
   int64_t panels = (n + nr - 1) / nr;
   int64_t blocks = std::min<int64_t>(panels, 4 * currentThreads());
   int64_t nc = (panels + blocks - 1) / blocks * nr;
-  WideJob job{m, n, k, ldb, ldc, b, c, transB, accumulate, ap, mpad, nc};
+  WideJob job{m, n, k, ldb, ldc, b, c, transB, accumulate, ap, mpad, nc, post};
   parallelFor((n + nc - 1) / nc, m * n * k / 64, wideBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
 }
 
@@ -371,6 +385,7 @@ struct SkinnyJob {
   float* c;
   int64_t ldc;
   bool accumulate;
+  GemmPost post;
 };
 
 // One 32-column panel for M rows. For M <= 4 two accumulator sets take
@@ -429,6 +444,15 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
       v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
       v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
     }
+    if (j.post.bias) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, j.post.bias + q * 32));
+      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, j.post.bias + q * 32 + 16));
+    }
+    if (j.post.relu) {
+      __m512 zero = _mm512_setzero_ps();
+      v0 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v0, zero, _CMP_LE_OQ), v0, zero);
+      v1 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v1, zero, _CMP_LE_OQ), v1, zero);
+    }
     _mm512_mask_storeu_ps(out, m0, v0);
     if constexpr (!Half) _mm512_mask_storeu_ps(out + 16, m1, v1);
   }
@@ -449,7 +473,12 @@ void skinnyPanelPortable(const SkinnyJob& j, int64_t q, int64_t nr) {
       }
     }
     float* out = j.c + i * j.ldc + q * nr;
-    for (int64_t c = 0; c < w; ++c) out[c] = j.accumulate ? out[c] + acc[c] : acc[c];
+    for (int64_t c = 0; c < w; ++c) {
+      float v = j.accumulate ? out[c] + acc[c] : acc[c];
+      if (j.post.bias) v += j.post.bias[q * nr + c];
+      if (j.post.relu && v <= 0.0f) v = 0.0f;
+      out[c] = v;
+    }
   }
 }
 
@@ -506,18 +535,24 @@ void narrowGemm(SkinnyJob j) {
 }  // namespace
 
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
-           bool transB, float* c, int64_t ldc, bool accumulate) {
+           bool transB, float* c, int64_t ldc, bool accumulate, const GemmPost& post) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
-    if (!accumulate)
-      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    // An empty contraction: C (or zero), then the post-ops.
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float v = accumulate ? c[i * ldc + j] : 0.0f;
+        if (post.bias) v += post.bias[j];
+        if (post.relu && v <= 0.0f) v = 0.0f;
+        c[i * ldc + j] = v;
+      }
     return;
   }
   if (m <= kSkinnyRows && !transB)
-    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate});
+    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate, post});
   if (n <= kNarrowColumns && !transB)
-    return narrowGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate});
-  if (m <= kWideRows) return wideGemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate);
+    return narrowGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate, post});
+  if (m <= kWideRows) return wideGemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate, post);
   const Isa& cpu = isa();
   int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
   int64_t npad = (n + nr - 1) / nr * nr;
@@ -527,7 +562,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
   float* bp = scratch(1, static_cast<size_t>(slices * kKC * npad));
   PackJob pack{b, ldb, transB, k, n, nr, npad / nr, bp, {false, k, npad, nr}};
   parallelFor(slices * pack.panels, k * n, packBTask, reinterpret_cast<void* const*>(&pack), nullptr);
-  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, bp, 0, {false, k, npad, nr}};
+  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, bp, 0, {false, k, npad, nr}, post};
   // Rows per task: enough tasks for every thread, each a whole number of tiles.
   int threads = currentThreads();
   int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
@@ -562,17 +597,17 @@ bool packedBMatches(const float* packed, int64_t k, int64_t n) {
 }
 
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
-                 bool transB, const float* packed, float* c, int64_t ldc, bool accumulate) {
+                 bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post) {
   if (!packed || m <= 0 || n <= 0 || k <= 0 || !packedBMatches(packed, k, n))
-    return sgemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate);
+    return sgemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate, post);
   const float* panels = packed + kPackedHeaderFloats;
   int64_t nr = isa().tile.nr, mr = isa().tile.mr;
   int64_t npad = (n + nr - 1) / nr * nr;
   if (m <= kSkinnyRows)
-    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate});
+    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate, post});
   if (n <= kNarrowColumns)
-    return narrowGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate});
-  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, 0, {true, k, npad, nr}};
+    return narrowGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate, post});
+  GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, 0, {true, k, npad, nr}, post};
   int threads = currentThreads();
   int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
   job.mc = (mc + mr - 1) / mr * mr;
@@ -589,4 +624,10 @@ extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* 
 extern "C" void kiln_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                            float* c, int64_t ldc, int64_t flags) {
   kiln::jit::sgemm(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, c, ldc, (flags & 4) != 0);
+}
+
+extern "C" void kiln_sgemm_post(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                                const float* packed, float* c, int64_t ldc, int64_t flags, const float* bias) {
+  kiln::jit::sgemmPacked(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, packed, c, ldc, (flags & 4) != 0,
+                         kiln::jit::GemmPost{bias, (flags & 8) != 0});
 }

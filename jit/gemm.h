@@ -21,8 +21,17 @@ namespace kiln::jit {
 // are weight-streaming problems: they take a separate path that reads each B
 // panel once with vector FMAs into m x NR register accumulators, with no packing
 // of A and, when B is prepacked or not transposed, none of B either.
+// What the product applies to each element of C as it finishes it, while the
+// element is still in a register (after adding C's old value when accumulating):
+// plus bias[j] for column j when `bias` is set, then ReLU as nn.relu computes it.
+// A dense layer's `relu(bias_add(dense(x, w), b))` is then one pass over C.
+struct GemmPost {
+  const float* bias = nullptr;  // n floats
+  bool relu = false;
+};
+
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
-           bool transB, float* c, int64_t ldc, bool accumulate);
+           bool transB, float* c, int64_t ldc, bool accumulate, const GemmPost& post = {});
 
 constexpr int64_t kSkinnyRows = 8;
 
@@ -42,7 +51,7 @@ bool packedBMatches(const float* packed, int64_t k, int64_t n);
 
 // sgemm with B prepacked; `packed` null, or made for another shape, falls back to B itself.
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
-                 bool transB, const float* packed, float* c, int64_t ldc, bool accumulate);
+                 bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post = {});
 
 }  // namespace kiln::jit
 
@@ -52,3 +61,7 @@ extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* 
                                   const float* packed, float* c, int64_t ldc, int64_t flags);
 extern "C" void kiln_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                            float* c, int64_t ldc, int64_t flags);
+// With post-ops (GemmPost): `bias` (n floats) may be null; flags bit 3 is ReLU;
+// `packed` may be null.
+extern "C" void kiln_sgemm_post(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                                const float* packed, float* c, int64_t ldc, int64_t flags, const float* bias);

@@ -16,10 +16,13 @@ struct Tile {
 
 // What a micro-kernel applies to its finished tile in registers, before the
 // store (after adding C when asked): plus bias[r] for tile row r when `bias` is
-// set, then ReLU as nn.relu computes it (v <= 0 becomes +0; NaN stays).
+// set (a convolution's channel), plus columnBias[j] for tile column j when that is
+// (a dense layer's unit), then ReLU as nn.relu computes it (v <= 0 becomes +0;
+// NaN stays).
 struct MicroPost {
   const float* bias = nullptr;
   bool relu = false;
+  const float* columnBias = nullptr;
 };
 
 // C[h x w] (+)= A panel (MR-tall, kc deep) * B panel (kc deep, NR wide), then

@@ -81,7 +81,7 @@ std::string hex(uint64_t v) {
 namespace {
 // The lowering and code generation themselves: bump whenever they change the
 // machine code made for an unchanged function, so no disk cache serves old code.
-constexpr int kCodegenVersion = 10;
+constexpr int kCodegenVersion = 11;
 
 // Everything a compiled kernel depends on: its content, the device, the target
 // (the CPU's fingerprint, read without LLVM), LLVM's version and Kiln's own code
@@ -128,7 +128,8 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   // so caches of different Runtimes asking for one key share it. A kernel kept
   // with its IR is a separate compile under its own name.
   symbol_ = "kiln_" + hex(hash) + (keepIR ? "_ir" : "");
-  loops_ = lowerToLoops(f_, {.directConv = device.kind == Device::Kind::CPU});
+  bool cpu = device.kind == Device::Kind::CPU;
+  loops_ = lowerToLoops(f_, {.directConv = cpu, .gemmPostOps = cpu});
   // Only CPU GEMMs read prepacked operands; a GPU kernel gets null pointers.
   if (device.kind == Device::Kind::CPU)
     for (const loop::BufferDecl& b : loops_.buffers)

@@ -35,6 +35,7 @@ void* resolveExternal(const std::string& name) {
       {"kiln_parallel_for", reinterpret_cast<void*>(&kiln_parallel_for)},
       {"kiln_sgemm", reinterpret_cast<void*>(&kiln_sgemm)},
       {"kiln_sgemm_packed", reinterpret_cast<void*>(&kiln_sgemm_packed)},
+      {"kiln_sgemm_post", reinterpret_cast<void*>(&kiln_sgemm_post)},
       {"kiln_sconv2d", reinterpret_cast<void*>(&kiln_sconv2d)},
   };
   if (auto it = runtime.find(name); it != runtime.end()) return it->second;

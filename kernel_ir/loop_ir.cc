@@ -301,7 +301,8 @@ void stmtString(const LoopKernel& k, StmtId id, int indent, std::string& out) {
       out += pad + "gemm " + buf(g.c) + "[" + exprString(k, g.cOffset) + "] " + (g.accumulate ? "+= " : "= ") + buf(g.a) +
              "[" + exprString(k, g.aOffset) + "]" + (g.transA ? "^T" : "") + " * " + buf(g.b) + "[" +
              exprString(k, g.bOffset) + "]" + (g.transB ? "^T" : "") + "  (m=" + exprString(k, g.m) +
-             ", n=" + exprString(k, g.n) + ", k=" + exprString(k, g.k) + ")\n";
+             ", n=" + exprString(k, g.n) + ", k=" + exprString(k, g.k) + ")" +
+             (g.bias >= 0 ? " + " + buf(g.bias) + "[j]" : "") + (g.relu ? ", relu" : "") + "\n";
       break;
     }
     case StmtKind::Conv2d: {

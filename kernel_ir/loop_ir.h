@@ -82,6 +82,10 @@ struct GemmArgs {
   // A buffer that may hold B prepacked (BufferDecl::preparedFrom), or -1. Its
   // pointer is null when the runtime has no packed form; the GEMM then reads B.
   int32_t packedB = -1;
+  // Post-ops applied to each element of C as it is finished (jit::GemmPost):
+  // plus bias buffer `bias` (one float32 per column) when >= 0, then ReLU.
+  int32_t bias = -1;
+  bool relu = false;
 };
 
 struct Conv2dArgs {

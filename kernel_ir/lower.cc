@@ -203,8 +203,10 @@ class Lowering {
       int32_t target = -1;
       for (size_t o = 0; o < f_.outputs.size(); ++o)
         if (f_.outputs[o] == value) target = outBuffers[o];
-      ConvPost post;
-      if (target < 0 && options_.directConv && n.op->name == "nn.conv2d") post = convPostOps(value);
+      PostOps post;
+      if (target < 0 && options_.directConv && n.op->name == "nn.conv2d") post = postOps(value, 1);
+      // A dense layer's bias and ReLU, applied by the product as it finishes C.
+      if (target < 0 && options_.gemmPostOps && n.op->name == "nn.dense") post = postOps(value, static_cast<int64_t>(f_.typeOf(value).rank()) - 1);
       if (post.end >= 0) {
         // The convolution finishes the output itself: no nest stores it.
         for (size_t o = 0; o < f_.outputs.size(); ++o)
@@ -245,6 +247,8 @@ class Lowering {
         g.ldc = g.n;
         g.transB = true;
         g.packedB = preparedOperand(bv, true);
+        if (post.bias >= 0) g.bias = bufferOf_[static_cast<size_t>(post.bias)];
+        g.relu = post.relu;
         stmts.push_back(b_.gemm(g));
       } else if (n.op->name == "nn.matmul") {
         g.transA = attrs.getBool("transpose_a", false);
@@ -305,16 +309,17 @@ class Lowering {
     return s != ops::kAnyDim ? s : -(static_cast<int64_t>(find(slotOf(value, d))) + 1);
   }
 
-  // A convolution's epilogue the convolution applies itself (jit::ConvPostOps):
-  // `nn.relu(nn.bias_add(conv, %b))`, `nn.bias_add(conv, %b)` or `nn.relu(conv)`,
-  // with %b a float32 input of one value per channel, each step the only use of
-  // the one before, ending in a kernel output that nothing else reads. `end` is
-  // that output's value (-1: no match, the epilogue is a loop nest as usual).
-  struct ConvPost {
+  // An epilogue the convolution or product applies itself (jit::ConvPostOps,
+  // jit::GemmPost): `nn.relu(nn.bias_add(x, %b))`, `nn.bias_add(x, %b)` or
+  // `nn.relu(x)`, with %b a float32 input of one value along `biasAxis` (a
+  // convolution's channel, a dense layer's unit), each step the only use of the
+  // one before, ending in a kernel output that nothing else reads. `end` is that
+  // output's value (-1: no match, the epilogue is a loop nest as usual).
+  struct PostOps {
     int32_t end = -1, bias = -1;
     bool relu = false;
   };
-  ConvPost convPostOps(int32_t value) const {
+  PostOps postOps(int32_t value, int64_t biasAxis) const {
     std::vector<int32_t> uses(f_.numValues(), 0), user(f_.numValues(), -1);
     for (size_t i = 0; i < f_.nodes.size(); ++i)
       for (int32_t in : f_.nodes[i].inputs) {
@@ -322,7 +327,7 @@ class Lowering {
         user[static_cast<size_t>(in)] = static_cast<int32_t>(f_.params.size() + i);
       }
     int32_t outputs = 0;
-    ConvPost post;
+    PostOps post;
     int32_t v = value;
     auto nextOp = [&](const char* name) -> const FusedNode* {
       if (uses[static_cast<size_t>(v)] != 1) return nullptr;
@@ -333,8 +338,10 @@ class Lowering {
     if (const FusedNode* add = nextOp("nn.bias_add")) {
       int32_t b = add->inputs[1];
       const ops::TensorDesc& bt = f_.typeOf(b);
+      int64_t rank = static_cast<int64_t>(f_.typeOf(value).rank());
       int64_t axis = ops::AttrReader("nn.bias_add", add->attrs).getInt("axis", 1);
-      if (!f_.isParam(b) || bt.dtype != DType::Float32 || bt.rank() != 1 || (axis != 1 && axis != -3)) return {};
+      if (axis < 0) axis += rank;
+      if (!f_.isParam(b) || bt.dtype != DType::Float32 || bt.rank() != 1 || axis != biasAxis) return {};
       post.bias = b;
       v = user[static_cast<size_t>(v)];
     }

@@ -19,6 +19,9 @@ struct LowerOptions {
   // float32 NCHW/OIHW convolutions as one Conv2d statement (the CPU runtime's
   // direct convolution) instead of an unfold into a column buffer and a Gemm.
   bool directConv = false;
+  // A dense layer's bias and ReLU applied by the CPU runtime's GEMM as it
+  // finishes C (jit::GemmPost) instead of a loop nest over C afterwards.
+  bool gemmPostOps = false;
 };
 
 // Throws kiln::Error when an operator in `f` has no lowering yet.

@@ -389,6 +389,97 @@ TEST_CASE("sgemm: few rows (skinny path) and prepacked B on odd shapes, against 
   device::setNumThreads(threadsBefore);
 }
 
+TEST_CASE("sgemm: post-ops (bias per column, ReLU) on every path, packed and not, against the reference") {
+  std::mt19937 rng(47);
+  std::uniform_real_distribution<float> d(-1, 1);
+  int threadsBefore = device::numThreads();
+  // Rows 1, 5 (skinny), 37 (short-wide, or narrow for n <= 16), 203 (tall);
+  // columns 3, 16 (narrow), 45, 517 (partial panels); k = 0 (the empty
+  // contraction still adds the bias), 19, 300 (three KC slices).
+  int cases = 0;
+  for (int threads : {1, 2})
+    for (int64_t m : {1, 5, 37, 203})
+      for (int64_t n : {3, 16, 45, 517})
+        for (int64_t k : {0, 19, 300})
+          for (bool tb : {false, true}) {
+            if (m * n * k > 3'000'000) continue;
+            device::setNumThreads(threads);
+            ++cases;
+            bool acc = (m + n + k + cases) % 3 == 0, relu = cases % 2 == 0, withBias = cases % 4 != 1;
+            CAPTURE(threads);
+            CAPTURE(m);
+            CAPTURE(n);
+            CAPTURE(k);
+            CAPTURE(tb);
+            CAPTURE(acc);
+            CAPTURE(relu);
+            CAPTURE(withBias);
+            std::vector<float> a(static_cast<size_t>(std::max<int64_t>(1, m * k))), b(static_cast<size_t>(std::max<int64_t>(1, k * n))),
+                c(static_cast<size_t>(m * n)), bias(static_cast<size_t>(n));
+            for (float& v : a) v = d(rng);
+            for (float& v : b) v = d(rng);
+            for (float& v : c) v = d(rng);
+            for (float& v : bias) v = d(rng);
+            const std::vector<float> c0 = c;
+            jit::GemmPost post{withBias ? bias.data() : nullptr, relu};
+            auto check = [&](const char* path) {
+              CAPTURE(path);
+              for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < n; ++j) {
+                  double v = acc ? c0[static_cast<size_t>(i * n + j)] : 0;
+                  for (int64_t p = 0; p < k; ++p)
+                    v += double(a[static_cast<size_t>(i * k + p)]) * (tb ? b[static_cast<size_t>(j * k + p)] : b[static_cast<size_t>(p * n + j)]);
+                  if (withBias) v += bias[static_cast<size_t>(j)];
+                  if (relu) v = std::max(v, 0.0);
+                  REQUIRE(c[static_cast<size_t>(i * n + j)] == doctest::Approx(v).epsilon(1e-4).scale(1.0));
+                }
+            };
+            jit::sgemm(m, n, k, a.data(), k, false, b.data(), tb ? k : n, tb, c.data(), n, acc, post);
+            check("sgemm");
+            if (k == 0) continue;
+            std::vector<float> packed(static_cast<size_t>(jit::packedBFloats(k, n)));
+            jit::packGemmB(b.data(), tb ? k : n, tb, k, n, packed.data());
+            c = c0;
+            jit::sgemmPacked(m, n, k, a.data(), k, false, b.data(), tb ? k : n, tb, packed.data(), c.data(), n, acc, post);
+            check("packed");
+          }
+  CHECK(cases > 100);
+  device::setNumThreads(threadsBefore);
+}
+
+TEST_CASE("a dense layer's bias and ReLU are finished by the product itself, NaN kept") {
+  std::mt19937 rng(53);
+  for (int form = 0; form < 3; ++form)
+    for (int64_t rows : {1, 6, 40}) {
+      std::string dense = "nn.dense(%x, %w, units=24)";
+      std::string epilogue = form == 0 ? "nn.relu(nn.bias_add(" + dense + ", %b))"
+                             : form == 1 ? "nn.bias_add(" + dense + ", %b, axis=-1)"
+                                         : "nn.relu(" + dense + ")";
+      std::string program = "def @main(%x: Tensor[(" + std::to_string(rows) +
+                            ", 33), float32], %w: Tensor[(24, 33), float32], %b: Tensor[(24), float32]) { " + epilogue + " }";
+      CAPTURE(program);
+      std::string loops = kernel_ir::lowerToLoops(test::fusedFrom(program), {.directConv = true, .gemmPostOps = true}).toString();
+      CHECK(loops.find(form == 1 ? "[j]\n" : ", relu\n") != std::string::npos);
+      CHECK(loops.find("for ") == std::string::npos);  // no second pass over the output
+      Tensor x = test::randomTensor(DType::Float32, {rows, 33}, rng), w = test::randomTensor(DType::Float32, {24, 33}, rng);
+      Tensor bias = test::randomTensor(DType::Float32, {24}, rng);
+      x.data<float>()[0] = std::nanf("");  // row 0 is NaN through ReLU too
+      Tensor y = run(program, {x, w, bias})[0];
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < 24; ++j) {
+          double v = 0;
+          for (int64_t p = 0; p < 33; ++p) v += double(x.data<float>()[i * 33 + p]) * w.data<float>()[j * 33 + p];
+          if (form != 2) v += bias.data<float>()[j];
+          if (form != 1 && !std::isnan(v)) v = std::max(v, 0.0);
+          double got = getElement(y, i * 24 + j);
+          CAPTURE(i);
+          CAPTURE(j);
+          if (i == 0) CHECK(std::isnan(got));
+          else CHECK(got == doctest::Approx(v).epsilon(1e-4).scale(1.0));
+        }
+    }
+}
+
 TEST_CASE("sgemm: a packed B made for another shape is ignored, not misread") {
   std::vector<float> a(3 * 4, 1.0f), b(4 * 5, 2.0f), c(3 * 5, 0.0f);
   std::vector<float> packed(static_cast<size_t>(jit::packedBFloats(5, 4)));
