@@ -44,10 +44,15 @@ struct PanelOrigin {
 PanelOrigin panelOrigin(const ConvJob& j, int64_t j0, int64_t nr) {
   PanelOrigin o{};
   o.count = std::min(nr, j.pixels - j0);
+  // Stepped along the output row, one division per panel (not two per lane).
+  int64_t oy = j0 / j.d.ow, ox = j0 % j.d.ow;
   for (int64_t l = 0; l < o.count; ++l) {
-    int64_t oy = (j0 + l) / j.d.ow, ox = (j0 + l) % j.d.ow;
     o.iy[l] = static_cast<int32_t>(oy * j.d.sh - j.d.ph);
     o.ix[l] = static_cast<int32_t>(ox * j.d.sw - j.d.pw);
+    if (++ox == j.d.ow) {
+      ox = 0;
+      ++oy;
+    }
   }
   o.runs = (j.d.sw == 1 || j.d.sw == 2) && (j0 % j.d.ow) + o.count <= 2 * j.d.ow;
   o.split = std::min(o.count, j.d.ow - j0 % j.d.ow);
@@ -154,12 +159,68 @@ __attribute__((target("avx512f"), always_inline)) inline void gatherRow512(const
 // The panel's rows for contraction indices [p0, p0 + kc): (c, ky, kx) stepped
 // along, one gathered row each. One call per panel slice, so the row loop and
 // its constants stay inside the vector code.
+//
+// A panel on one output row (one run of input columns, the usual case when the
+// output width is a multiple of 32) reads, for each kx, the same columns of every
+// input row: their masks (the columns inside the image, from the padding) are
+// made once per slice, and each row is then two or four masked loads, the even
+// lanes kept for stride 2, and two stores, with no per-row mask arithmetic.
+constexpr int64_t kMaxRunTaps = 8;
+
+// 16 floats from byte address `at`, the lanes of `m` only.
+__attribute__((target("avx512f"), always_inline)) inline __m512 maskedColumns(uintptr_t at, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(at));
+}
+
 __attribute__((target("avx512f"))) void gatherSlice512(const ConvJob& j, const PanelOrigin& o, const float* image, int64_t p0,
                                                        int64_t kc, int64_t nr, float* bp) {
   int64_t taps = j.d.kh * j.d.kw, plane = j.d.h * j.d.w;
   int64_t ch = p0 / taps, ky = p0 % taps / j.d.kw, kx = p0 % j.d.kw;
+  bool oneRun = o.runs && o.split == o.count && j.d.kw <= kMaxRunTaps;
+  int64_t stride = j.d.sw, loads = 2 * stride;
+  struct Columns {
+    int64_t first;       // the input column lane 0 reads
+    __mmask16 mask[4];   // of the loads of columns [first + 16q, first + 16q + 16)
+  } cols[kMaxRunTaps];
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  __mmask16 valid0 = 0, valid1 = 0;
+  if (oneRun) {
+    for (int64_t t = 0; t < j.d.kw; ++t) {
+      cols[t].first = o.ix[0] + t * j.d.dw;
+      for (int64_t q = 0; q < loads; ++q) {
+        __m512i col = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(cols[t].first + 16 * q)));
+        cols[t].mask[q] = _mm512_cmpge_epi32_mask(col, _mm512_setzero_si512()) &
+                          _mm512_cmplt_epi32_mask(col, _mm512_set1_epi32(static_cast<int32_t>(j.d.w)));
+      }
+    }
+    valid0 = _mm512_cmplt_epi32_mask(lane, _mm512_set1_epi32(static_cast<int32_t>(o.count)));
+    valid1 = _mm512_cmplt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(16)), _mm512_set1_epi32(static_cast<int32_t>(o.count)));
+  }
   for (int64_t r = 0; r < kc; ++r) {
-    gatherRow512(j, o, image + ch * plane, ky, kx, bp + r * nr);
+    float* row = bp + r * nr;
+    int64_t iy = o.iy[0] + ky * j.d.dh;
+    if (!oneRun) {
+      gatherRow512(j, o, image + ch * plane, ky, kx, row);
+    } else if (iy < 0 || iy >= j.d.h) {
+      _mm512_storeu_ps(row, _mm512_setzero_ps());
+      _mm512_storeu_ps(row + 16, _mm512_setzero_ps());
+    } else {
+      // Masked-off columns are neither read nor faulted on; the address of a
+      // column left of the image is formed as an integer, never as a pointer.
+      const Columns& c = cols[kx];
+      uintptr_t at = reinterpret_cast<uintptr_t>(image + ch * plane + iy * j.d.w) + static_cast<uintptr_t>(c.first * 4);
+      __m512 lo, hi;
+      if (stride == 1) {
+        lo = maskedColumns(at, c.mask[0]);
+        hi = maskedColumns(at + 64, c.mask[1]);
+      } else {
+        lo = _mm512_permutex2var_ps(maskedColumns(at, c.mask[0]), evens, maskedColumns(at + 64, c.mask[1]));
+        hi = _mm512_permutex2var_ps(maskedColumns(at + 128, c.mask[2]), evens, maskedColumns(at + 192, c.mask[3]));
+      }
+      _mm512_storeu_ps(row, _mm512_maskz_mov_ps(valid0, lo));
+      _mm512_storeu_ps(row + 16, _mm512_maskz_mov_ps(valid1, hi));
+    }
     if (++kx == j.d.kw) {
       kx = 0;
       if (++ky == j.d.kh) {

@@ -106,6 +106,12 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
       {1, 2, 9, 66, 19, 2, 2, 1, {2, 2}, {2, 1}, {0, 2, 1, 0}},
       {1, 6, 11, 35, 12, 3, 1, 3, {1, 3}, {2, 1}, {0, 0, 0, 0}},
       {1, 3, 7, 80, 5, 3, 3, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}},  // stride-2 runs wholly inside the row
+      // Panels on one output row (widths 64 and 32) whose windows cross the
+      // padding at both ends: the column masks made once per slice, stride 1
+      // and 2, and dilated.
+      {1, 3, 12, 64, 32, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {1, 8, 9, 64, 16, 3, 3, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {1, 2, 10, 36, 4, 3, 3, 1, {1, 1}, {2, 2}, {2, 2, 2, 2}},
   };
   // And random small ones: every mix of edges, runs and gathers the direct
   // convolution distinguishes (the sanitizer build runs these too).
