@@ -1,12 +1,15 @@
 // Single-precision matrix multiply for kernels: C = A * B (+ C), with A and B
 // optionally transposed, run on the thread pool.
 //
-// BLIS-style: B is packed into panels NR columns wide, blocks of A into panels MR
-// rows tall, and a register-blocked micro-kernel (AVX-512: 8 x 32, i.e. 16 zmm
+// BLIS-style: B is packed into panels NR columns wide (once, for a constant
+// weight), and a register-blocked micro-kernel (AVX-512: 8 x 32, i.e. 16 zmm
 // accumulators; AVX2: 6 x 16) computes each MR x NR tile of C over a KC slice of
-// the contraction. Packing buffers are per call. Like IREE's microkernels this
-// core is compiled ahead of time with a run-time choice of instruction set; the
-// JIT-generated kernels call it and fuse their epilogues around it.
+// the contraction. A is packed into MR-tall panels where it must be (transposed,
+// or no AVX-512); a row-major A is read in place, the micro-kernel broadcasting
+// from its rows. Packing buffers are per thread and kept. Like IREE's
+// microkernels this core is compiled ahead of time with a run-time choice of
+// instruction set; the JIT-generated kernels call it, and a dense layer's bias and
+// ReLU are applied by it (GemmPost) rather than by a second pass.
 #pragma once
 
 #include <cstdint>

@@ -126,10 +126,12 @@ int32_t reduceCompute(const ComputeCall& c) {
   // result instead of one per row. Arg-reductions keep their axes.
   if (Op != loop::ReduceOp::ArgMax && Op != loop::ReduceOp::ArgMin && vars.size() > 1) {
     size_t first = rank;
-    int64_t count = 1;
+    int64_t count = 1, next;
     while (first > 0 && reduced[first - 1] && c.inputs[0].shape[first - 1] != kAnyDim &&
-           !__builtin_mul_overflow(count, c.inputs[0].shape[first - 1], &count))
+           !__builtin_mul_overflow(count, c.inputs[0].shape[first - 1], &next)) {
+      count = next;
       --first;
+    }
     if (rank - first > 1) {
       size_t keep = vars.size() - (rank - first);
       vars.resize(keep);
