@@ -234,6 +234,19 @@ int run(int argc, char** argv) {
   std::map<std::string, Tensor> params;
   if (!paramsFile.empty()) params = kiln::readNpz(paramsFile);
 
+  // Inputs are read once (a .npy or .npz may be large): an ONNX import sees their
+  // values before the program is compiled, and binding them reuses what it read.
+  std::optional<std::map<std::string, Tensor>> npzInputs;
+  auto inputsFromFile = [&]() -> const std::map<std::string, Tensor>& {
+    if (!npzInputs) npzInputs = kiln::readNpz(inputsFile);
+    return *npzInputs;
+  };
+  std::vector<std::pair<std::string, Value>> parsedSpecs(inputSpecs.size());  // (text, value) of --input k
+  auto specValue = [&](size_t k, const std::string& text) {
+    if (parsedSpecs[k].second.empty() || parsedSpecs[k].first != text) parsedSpecs[k] = {text, parseSpec(text, 1234 + k)};
+    return parsedSpecs[k].second;
+  };
+
   // Load or compile.
   // The magic word decides; an executable is then mapped, not read.
   uint8_t magic[8] = {};
@@ -270,7 +283,7 @@ int run(int argc, char** argv) {
         if (v.isTensor()) importOptions.inputValues[name] = v.tensor();
       };
       if (!inputsFile.empty())
-        for (auto& [name, t] : kiln::readNpz(inputsFile)) offer(name, inputValue(t));
+        for (auto& [name, t] : inputsFromFile()) offer(name, inputValue(t));
       size_t position = 0;
       for (size_t k = 0; k < inputSpecs.size(); ++k) {
         std::string& spec = inputSpecs[k];
@@ -283,7 +296,7 @@ int run(int argc, char** argv) {
           name = graphInputs[position++];
           spec = name + "=" + spec;  // bound by name below, once the program is compiled
         }
-        offer(name, parseSpec(spec.substr(name.size() + 1), 1234 + k));
+        offer(name, specValue(k, spec.substr(name.size() + 1)));
       }
       kiln::OnnxModel model = kiln::importOnnxFile(program, importOptions);
       // Inputs may be named as the graph names them; @main's parameters may differ.
@@ -330,7 +343,7 @@ int run(int argc, char** argv) {
   };
   for (auto& [name, t] : params) bindName(name, inputValue(t), nullptr);
   if (!inputsFile.empty())
-    for (auto& [name, t] : kiln::readNpz(inputsFile)) bindName(name, inputValue(t), "--inputs");
+    for (auto& [name, t] : inputsFromFile()) bindName(name, inputValue(t), "--inputs");
   size_t nextPositional = 0;
   for (size_t k = 0; k < inputSpecs.size(); ++k) {
     const std::string& s = inputSpecs[k];
@@ -340,18 +353,18 @@ int run(int argc, char** argv) {
       std::string key = paramKey(s.substr(0, eq));
       if (std::find(fn->paramNames.begin(), fn->paramNames.end(), key) != fn->paramNames.end() &&
           s.find('=', eq + 1) != std::string::npos) {
-        bindName(key, parseSpec(s.substr(eq + 1), 1234 + k), "--input");
+        bindName(key, specValue(k, s.substr(eq + 1)), "--input");
         continue;
       }
       if (std::find(fn->paramNames.begin(), fn->paramNames.end(), key) != fn->paramNames.end() && s.size() > eq + 1 && s[eq + 1] == '@') {
-        bindName(key, parseSpec(s.substr(eq + 1), 1234 + k), "--input");
+        bindName(key, specValue(k, s.substr(eq + 1)), "--input");
         continue;
       }
     }
     while (nextPositional < bound.size() && bound[nextPositional]) ++nextPositional;
     if (nextPositional >= bound.size())
       throw Usage("too many inputs: @" + function + " takes " + std::to_string(fn->numParams) + " (after named ones)");
-    argv2[nextPositional] = parseSpec(s, 1234 + k);
+    argv2[nextPositional] = specValue(k, s);
     bound[nextPositional] = true;
   }
   for (size_t p = 0; p < fn->numParams; ++p)
