@@ -88,20 +88,28 @@ void readScalar(const void* p, DType dtype, int64_t& i, double& f) {
   }
 }
 
-void Tensor::reuseAs(DType dtype, std::span<const int64_t> shape) {
+namespace {
+// The element count of a shape from outside, or -1 when a dimension is negative
+// or the product overflows.
+int64_t checkedElements(std::span<const int64_t> shape) {
+  int64_t n = 1;
   for (int64_t d : shape)
-    if (d < 0) throw Error("negative dimension in shape " + shapeString(shape));
-  uint64_t bytes = dtypeSize(dtype);
-  bool overflow = false;
-  for (int64_t d : shape) overflow = overflow || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes);
-  if (overflow || bytes > nbytes())
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  return n;
+}
+}  // namespace
+
+void Tensor::reuseAs(DType dtype, std::span<const int64_t> shape) {
+  int64_t n = checkedElements(shape);
+  uint64_t bytes = 0;
+  if (n < 0 || __builtin_mul_overflow(static_cast<uint64_t>(n), dtypeSize(dtype), &bytes) || bytes > nbytes())
     throw Error("cannot reuse a " + std::to_string(nbytes()) + "-byte tensor for shape " + shapeString(shape));
   dtype_ = dtype;
   shape_.assign(shape.begin(), shape.end());
 }
 
 Tensor Tensor::reshaped(std::span<const int64_t> shape) const {
-  if (numElements(shape) != numel())
+  if (checkedElements(shape) != numel())
     throw Error("cannot view a tensor of shape " + shapeString(shape_) + " as " + shapeString(shape));
   Tensor t = *this;
   t.shape_.assign(shape.begin(), shape.end());

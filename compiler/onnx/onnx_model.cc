@@ -334,7 +334,8 @@ OnnxModel importOnnxFile(const std::string& path, const OnnxImportOptions& optio
 OnnxModel importOnnxFile(const std::string& path) { return importOnnxFile(path, OnnxImportOptions{}); }
 
 std::vector<std::string> onnxInputNames(const std::string& path) {
-  std::vector<uint8_t> bytes = readFileBytes(path);
+  // Parsed in place from a mapping, as importOnnxFile does: no copy of the file first.
+  MappedFile bytes(path);
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(INT_MAX) || !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     throw Error(path, SourceLoc{}, "not an ONNX model (the protobuf does not parse)");

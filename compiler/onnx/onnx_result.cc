@@ -17,8 +17,7 @@ Value pairTensor(const Value& pair) {
   if (shape.dtype() != DType::Int64 || shape.rank() != 1 || shape.device().kind != Device::Kind::CPU)
     throw Error("a ragged sequence element's shape is not an int64 vector in host memory");
   const int64_t* dims = shape.data<int64_t>();
-  for (int64_t d = 0; d < shape.shape()[0]; ++d)
-    if (dims[d] < 0) throw Error("a ragged sequence element has a negative dimension");
+  // reshaped refuses negative, overflowing or disagreeing shapes.
   return Value(data.reshaped(std::span<const int64_t>(dims, static_cast<size_t>(shape.shape()[0]))));
 }
 
