@@ -1,5 +1,6 @@
-// GPU memory from the CUDA driver: cuMemAlloc in the device's primary context.
+// GPU memory from the CUDA driver (real or emulated): cuMemAlloc in the device's primary context.
 #include "device/cuda_driver.h"
+#include "device/cuda_emu_driver.h"
 #include "device/cuda_stream.h"
 #include "kiln/error.h"
 #include "kiln/memory.h"
@@ -14,7 +15,7 @@ namespace {
 // on the host. cuMemAlloc aligns to at least 256 bytes.
 class CudaMemory final : public DeviceMemory {
  public:
-  explicit CudaMemory(Device device) : device_(device), driver_(device::CudaDriver::get()) { driver_.use(device.index); }
+  explicit CudaMemory(Device device) : device_(device), driver_(device::CudaDriver::get(device)) { driver_.use(device.index); }
 
   Device device() const override { return device_; }
 
@@ -38,6 +39,9 @@ class CudaMemory final : public DeviceMemory {
   // Blocks freed while a stream may still use them carry that stream's tag.
   uint64_t streamTag() const override { return device::currentStreamTag(device_); }
   void awaitStream(uint64_t tag) override { device::awaitStreamTag(tag); }
+  void setAddressable(void* p, uint64_t bytes) override {
+    if (driver_.emulated) device::setEmulatedAddressable(p, bytes);
+  }
 
  private:
   Device device_;
@@ -50,7 +54,7 @@ std::unique_ptr<DeviceMemory> cudaMemory(Device device) { return std::make_uniqu
 
 #else
 
-std::unique_ptr<DeviceMemory> cudaMemory(Device) { throw Error(device::cudaUnavailableReason()); }
+std::unique_ptr<DeviceMemory> cudaMemory(Device device) { throw Error(device::cudaUnavailableReason(device)); }
 
 #endif
 

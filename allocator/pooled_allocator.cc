@@ -114,6 +114,7 @@ struct PooledAllocator::State {
   void give(void* p, uint32_t c) {
     uint64_t n = classBytes(c);
     if (host) KILN_POISON(p, n);
+    else memory->setAddressable(p, 0);
     uint64_t tag = host ? 0 : memory->streamTag();
     std::lock_guard<SpinLock> lock(mu);
     free[c].push_back({p, tag});
@@ -124,7 +125,7 @@ struct PooledAllocator::State {
 
 PooledAllocator::PooledAllocator(std::unique_ptr<DeviceMemory> memory, uint64_t limit) : state_(std::make_shared<State>()) {
   state_->memory = std::move(memory);
-  state_->host = state_->memory->device().kind == Device::Kind::CPU;
+  state_->host = !state_->memory->device().isGpu();
   state_->free.resize(numClasses());
   state_->limit = limit;
 }
@@ -171,6 +172,7 @@ PooledAllocator::Block PooledAllocator::allocate(uint64_t bytes) {
     }
   }
   if (s.host) KILN_UNPOISON(p, usable);
+  else s.memory->setAddressable(p, bytes);
   if (freedUnder && freedUnder != s.memory->streamTag()) s.memory->awaitStream(freedUnder);
   return Block{p, c};
 }

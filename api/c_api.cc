@@ -210,7 +210,7 @@ kiln_status* kiln_vm_create(const kiln_executable* exe, kiln_runtime* runtime, k
     auto h = std::make_unique<kiln_vm>();
     h->vm = std::make_unique<kiln::VirtualMachine>(exe->exe, options);
     for (const kiln::Device& d : exe->exe->devices())
-      if (d.kind == kiln::Device::Kind::CUDA) h->resultsOnGpu = true;
+      if (d.isGpu()) h->resultsOnGpu = true;
     *out = h.release();
   });
 }
@@ -317,7 +317,7 @@ kiln_status* kiln_tensor_get_info(const kiln_value* tensor, kiln_tensor_info* ou
     info.shape = t.shape().data();
     info.data = t.data();
     info.bytes = t.nbytes();
-    bool gpu = t.device().kind == kiln::Device::Kind::CUDA;
+    bool gpu = t.device().kind == kiln::Device::Kind::CUDA;  // the emulated GPU's memory is host memory
     info.device = DLDevice{gpu ? kDLCUDA : kDLCPU, gpu ? t.device().index : 0};
     *out = info;
   });

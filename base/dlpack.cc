@@ -171,6 +171,7 @@ DLManagedTensor* toDLPack(const Tensor& tensor) {
   DLTensor& t = e->managed.dl_tensor;
   t.data = tensor.data();
   Device d = tensor.device();
+  // The emulated GPU's memory is host memory, ready once its (synchronous) work is queued.
   t.device = DLDevice{d.kind == Device::Kind::CUDA ? kDLCUDA : kDLCPU, d.kind == Device::Kind::CUDA ? d.index : 0};
   t.ndim = static_cast<int>(e->shape.size());
   t.dtype = toDLDataType(tensor.dtype());

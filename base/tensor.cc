@@ -15,7 +15,7 @@
 namespace kiln {
 
 std::string Device::toString() const {
-  std::string s = kind == Kind::CPU ? "cpu" : "cuda";
+  std::string s = kind == Kind::CPU ? "cpu" : kind == Kind::CUDA ? "cuda" : "cuda-emu";
   if (index != 0) s += ":" + std::to_string(index);
   return s;
 }
@@ -25,7 +25,8 @@ Device Device::parse(const std::string& name) {
   std::string kind = name.substr(0, name.find(':'));
   if (kind == "cpu") d.kind = Kind::CPU;
   else if (kind == "cuda") d.kind = Kind::CUDA;
-  else throw Error("unknown device '" + name + "' (expected cpu, cuda, cpu:N or cuda:N)");
+  else if (kind == "cuda-emu") d.kind = Kind::CudaEmu;
+  else throw Error("unknown device '" + name + "' (expected cpu, cuda, cuda-emu, cpu:N, cuda:N or cuda-emu:N)");
   if (kind.size() < name.size()) {
     std::string idx = name.substr(kind.size() + 1);
     if (idx.empty() || idx.size() > 3 || idx.find_first_not_of("0123456789") != std::string::npos)

@@ -107,7 +107,7 @@ int run() {
     std::printf("gpu_bench: skipped: %s\n", why.c_str());
     return 0;
   }
-  const device::CudaDriver& d = device::CudaDriver::get();
+  const device::CudaDriver& d = device::CudaDriver::get(kGpu);
   device::CudaDeviceInfo info = device::cudaDeviceInfo(kGpu);
   std::printf("GPU: %s, sm_%d, %d SMs, %.1f GiB\n", info.name.c_str(), info.computeCapability, info.multiprocessors,
               static_cast<double>(info.totalBytes) / (1u << 30));

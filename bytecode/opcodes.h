@@ -93,12 +93,12 @@ struct InstructionView {
   std::vector<uint32_t> jumpOperandWords() const;
 };
 
-// Device operands (and the executable file's device words): kind (0 cpu, 1 cuda) << 16 | index.
+// Device operands (and the executable file's device words): kind (0 cpu, 1 cuda, 2 cuda-emu) << 16 | index.
 inline uint32_t encodeDevice(Device d) { return static_cast<uint32_t>(d.kind) << 16 | d.index; }
 inline Device decodeDevice(uint32_t word) {
   return Device{static_cast<Device::Kind>(word >> 16), static_cast<uint16_t>(word & 0xFFFF)};
 }
 // Whether a word names a device kind this build knows.
-inline bool validDeviceWord(uint32_t word) { return (word >> 16) <= static_cast<uint32_t>(Device::Kind::CUDA); }
+inline bool validDeviceWord(uint32_t word) { return (word >> 16) <= static_cast<uint32_t>(Device::Kind::CudaEmu); }
 
 }  // namespace kiln::bytecode

@@ -6,6 +6,7 @@
 
 #include "codegen/cpu_codegen.h"
 #include "codegen/cpu_object.h"
+#include "codegen/gpu_emulation.h"
 #include "codegen/llvm_diagnostics.h"
 #include "codegen/nvptx_codegen.h"
 
@@ -22,6 +23,9 @@ class LlvmBackend final : public CodegenBackend {
   }
   PtxModule compilePtx(const loop::LoopKernel& k, const std::string& symbol, int sm) override {
     return emitPtx(k, symbol, sm);
+  }
+  EmulatedGpuObject compileGpuEmulated(const loop::LoopKernel& k, const std::string& symbol, bool keepIR) override {
+    return compileGpuForHost(k, symbol, keepIR);
   }
   std::string hostTargetDescription() override {
     const CpuTarget& t = hostTarget();

@@ -83,6 +83,12 @@ void optimizeModule(llvm::Module& m, llvm::TargetMachine& tm) {
   mpm.run(m, mam);
 }
 
+void setHostTarget(llvm::Module& module) {
+  thread_local std::unique_ptr<llvm::TargetMachine> tm = hostMachine();
+  module.setDataLayout(tm->createDataLayout());
+  module.setTargetTriple(tm->getTargetTriple().str());
+}
+
 CpuObject compileToObject(llvm::Module& module, const std::string& symbol, bool keepIR) {
   CpuObject out;
   auto t0 = std::chrono::steady_clock::now();

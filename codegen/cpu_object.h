@@ -24,6 +24,10 @@ namespace kiln::jit {
 // TargetMachine, so compiles on different threads share no LLVM state.
 CpuObject compileToObject(llvm::Module& module, const std::string& symbol, bool keepIR);
 
+// Gives `module` the host's triple and data layout (before code that asks for
+// type sizes is generated).
+void setHostTarget(llvm::Module& module);
+
 // The -O3 pipeline with `tm`'s own passes (the GPU backend uses it too).
 void optimizeModule(llvm::Module& module, llvm::TargetMachine& tm);
 

@@ -532,17 +532,23 @@ std::string libdevicePath() {
   return std::string(KILN_CUDA_ROOT) + "/nvvm/libdevice/libdevice.10.bc";
 }
 
+std::unique_ptr<llvm::Module> emitGpuModule(const loop::LoopKernel& k, const std::string& symbol, const PtxModule& plan,
+                                            llvm::LLVMContext& ctx) {
+  std::unique_ptr<llvm::Module> m = NvptxCodegen(k, ctx).run(symbol, plan);
+  std::string problems;
+  llvm::raw_string_ostream report(problems);
+  if (llvm::verifyModule(*m, &report)) throw Error("internal: the GPU kernel " + symbol + " is invalid IR: " + problems);
+  return m;
+}
+
 PtxModule emitPtx(const loop::LoopKernel& k, const std::string& symbol, int sm) {
   PtxModule out = planPtx(k, symbol);
   out.sm = std::min(sm, kMaxPtxSm);
   auto tm = nvptxMachine(out.sm);
   llvm::LLVMContext ctx;
   quietDiagnostics(ctx);
-  std::unique_ptr<llvm::Module> m = NvptxCodegen(k, ctx).run(symbol, out);
+  std::unique_ptr<llvm::Module> m = emitGpuModule(k, symbol, out, ctx);
   m->setDataLayout(tm->createDataLayout());
-  std::string problems;
-  llvm::raw_string_ostream report(problems);
-  if (llvm::verifyModule(*m, &report)) throw Error("internal: the GPU kernel " + symbol + " is invalid IR: " + problems);
   linkLibdevice(*m);
   optimizeModule(*m, *tm);
   llvm::SmallString<0> text;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "device/cuda_emu_driver.h"
 #include "kiln/error.h"
 
 namespace kiln::device {
@@ -81,7 +82,9 @@ const Loaded& load() {
 
 }  // namespace
 
-const CudaDriver& CudaDriver::get() {
+const CudaDriver& CudaDriver::get(Device device) {
+  if (device.kind == Device::Kind::CudaEmu) return emulatedCudaDriver();
+  if (device.kind != Device::Kind::CUDA) throw Error(device.toString() + " is not a GPU");
   const Loaded& l = load();
   if (!l.error.empty()) throw Error(l.error);
   return l.driver;
@@ -96,16 +99,17 @@ void CudaDriver::check(CUresult r, const char* what) const {
 
 CUcontext CudaDriver::use(int index) const {
   if (index < 0 || index >= deviceCount)
-    throw Error("device cuda:" + std::to_string(index) + " was asked for, but the driver sees " + std::to_string(deviceCount) +
-                " GPU(s)");
+    throw Error(std::string("device ") + (emulated ? "cuda-emu:" : "cuda:") + std::to_string(index) +
+                " was asked for, but the driver sees " + std::to_string(deviceCount) + " GPU(s)");
   // Primary contexts are retained once and kept for the life of the process:
   // pooled blocks and loaded modules may outlive any one VM.
   static std::mutex mu;
-  static std::vector<CUcontext> contexts;
+  static std::vector<CUcontext> contextsOf[2];  // the real driver's, the emulated one's
   thread_local CUcontext current = nullptr;
   CUcontext ctx;
   {
     std::lock_guard<std::mutex> lock(mu);
+    std::vector<CUcontext>& contexts = contextsOf[emulated];
     if (contexts.empty()) contexts.resize(static_cast<size_t>(deviceCount), nullptr);
     CUcontext& slot = contexts[static_cast<size_t>(index)];
     if (!slot) {
@@ -122,11 +126,10 @@ CUcontext CudaDriver::use(int index) const {
   return ctx;
 }
 
-std::string cudaUnavailableReason() { return load().error; }
+std::string cudaUnavailableReason(Device device) { return device.kind == Device::Kind::CudaEmu ? "" : load().error; }
 
 CudaDeviceInfo cudaDeviceInfo(Device device) {
-  if (device.kind != Device::Kind::CUDA) throw Error(device.toString() + " is not a GPU");
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(device);
   d.use(device.index);
   CUdevice dev;
   d.check(d.deviceGet(&dev, device.index), "cuDeviceGet");
@@ -151,7 +154,7 @@ CudaDeviceInfo cudaDeviceInfo(Device device) {
 }
 
 int cudaComputeCapability(Device device) {
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(device);
   if (device.index >= d.deviceCount)
     throw Error("device " + device.toString() + " was asked for, but the driver sees " + std::to_string(d.deviceCount) + " GPU(s)");
   CUdevice dev;
@@ -164,7 +167,7 @@ int cudaComputeCapability(Device device) {
 
 #else
 
-std::string cudaUnavailableReason() {
+std::string cudaUnavailableReason(Device) {
   return "CUDA was asked for, but this build of Kiln has no CUDA support (cuda.h was not found when it was built)";
 }
 

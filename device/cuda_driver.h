@@ -3,7 +3,9 @@
 // without a GPU and says clearly when CUDA is asked for but absent.
 //
 // Representation: one process-wide table of entry points, filled on first use
-// (thread-safe), then immutable. `CudaDriver::get()` returns it, or throws a
+// (thread-safe), then immutable. `CudaDriver::get(device)` returns it for a
+// `cuda` device (the emulated driver's table, cuda_emu_driver.h, for a
+// `cuda-emu` one), or throws a
 // kiln::Error whose one line says why CUDA cannot be used (no driver library,
 // a driver too old for an entry point, cuInit failing, no GPU). The library can
 // be named with $KILN_CUDA_DRIVER (tests point it at a file that is not there).
@@ -62,9 +64,11 @@ struct CudaDriver {
 #undef KILN_CUDA_MEMBER
 
   int deviceCount = 0;
+  bool emulated = false;  // the emulated device's driver
 
-  // The loaded driver; throws kiln::Error (one line) when CUDA is unusable here.
-  static const CudaDriver& get();
+  // The driver of `device`'s kind; throws kiln::Error (one line) when it is
+  // unusable here (or `device` is not a GPU).
+  static const CudaDriver& get(Device device);
   // Throws kiln::Error("<what>: <driver's message>") unless r is CUDA_SUCCESS.
   void check(CUresult r, const char* what) const;
   // The primary context of GPU `index`, retained once for the process, made
@@ -84,8 +88,9 @@ struct CudaDeviceInfo {
 // Throws kiln::Error when CUDA is unavailable or `device` is not a GPU here.
 CudaDeviceInfo cudaDeviceInfo(Device device);
 
-// Empty when the driver is loaded and sees a GPU; otherwise why not, in one line.
-std::string cudaUnavailableReason();
+// Empty when the driver of `device`'s kind is usable (for `cuda`: loaded, and
+// seeing a GPU); otherwise why not, in one line.
+std::string cudaUnavailableReason(Device device = Device{Device::Kind::CUDA, 0});
 
 // Compute capability (major * 10 + minor) of `device`; throws when unavailable.
 int cudaComputeCapability(Device device);

@@ -26,7 +26,12 @@ Registry& registry() {
 }
 
 constexpr size_t kMaxGpus = 64;
-thread_local CudaStream* current[kMaxGpus] = {};
+// Per GPU of each kind: real ones first, then emulated ones.
+constexpr size_t kSlots = 2 * kMaxGpus;
+thread_local CudaStream* current[kSlots] = {};
+
+bool hasSlot(Device d) { return d.isGpu() && d.index < kMaxGpus; }
+size_t slotOf(Device d) { return d.index + (d.kind == Device::Kind::CudaEmu ? kMaxGpus : 0); }
 
 CUstream cu(void* s) { return static_cast<CUstream>(s); }
 CUevent ev(void* e) { return static_cast<CUevent>(e); }
@@ -35,8 +40,8 @@ CUdeviceptr dptr(const void* p) { return static_cast<CUdeviceptr>(reinterpret_ca
 }  // namespace
 
 CudaStream::CudaStream(Device device) : device_(device) {
-  if (device.kind != Device::Kind::CUDA || device.index >= kMaxGpus) throw Error(device.toString() + " is not a GPU");
-  const CudaDriver& d = CudaDriver::get();
+  if (!hasSlot(device)) throw Error(device.toString() + " is not a GPU");
+  const CudaDriver& d = CudaDriver::get(device);
   d.use(device.index);
   CUstream s = nullptr;
   d.check(d.streamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
@@ -48,7 +53,7 @@ CudaStream::CudaStream(Device device) : device_(device) {
 }
 
 CudaStream::~CudaStream() {
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(device_);
   {
     // Unregistered under the lock, so awaitStreamTag never sees it half destroyed.
     Registry& r = registry();
@@ -70,7 +75,7 @@ CudaStream::~CudaStream() {
 }
 
 void CudaStream::synchronize() {
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(device_);
   d.use(device_.index);
   d.check(d.streamSynchronize(cu(stream_)), ("running kernels on " + device_.toString()).c_str());
 }
@@ -81,14 +86,14 @@ void* CudaStream::event() {
     spareEvents_.pop_back();
     return e;
   }
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(device_);
   CUevent e = nullptr;
   d.check(d.eventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
   return e;
 }
 
 void CudaStream::timeBegin() {
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(device_);
   void* e = event();
   d.check(d.eventRecord(ev(e), cu(stream_)), "cuEventRecord");
   pending_.push_back({e, nullptr, 0});
@@ -96,7 +101,7 @@ void CudaStream::timeBegin() {
 
 void CudaStream::timeEnd(uint32_t id) {
   if (pending_.empty() || pending_.back().end) return;
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(device_);
   void* e = event();
   d.check(d.eventRecord(ev(e), cu(stream_)), "cuEventRecord");
   pending_.back().end = e;
@@ -104,7 +109,7 @@ void CudaStream::timeEnd(uint32_t id) {
 }
 
 std::vector<std::pair<uint32_t, uint64_t>> CudaStream::drainTimings() {
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(device_);
   std::vector<std::pair<uint32_t, uint64_t>> out;
   for (const Timing& t : pending_) {
     if (t.end) {
@@ -121,30 +126,30 @@ std::vector<std::pair<uint32_t, uint64_t>> CudaStream::drainTimings() {
 }
 
 CudaStreamScope::CudaStreamScope(CudaStream* stream) : device_(stream->device()) {
-  previous_ = current[device_.index];
-  current[device_.index] = stream;
+  previous_ = current[slotOf(device_)];
+  current[slotOf(device_)] = stream;
 }
 
-CudaStreamScope::~CudaStreamScope() { current[device_.index] = previous_; }
+CudaStreamScope::~CudaStreamScope() { current[slotOf(device_)] = previous_; }
 
 CudaStream& streamFor(Device device, bool& synchronous) {
-  if (device.kind != Device::Kind::CUDA || device.index >= kMaxGpus) throw Error(device.toString() + " is not a GPU");
-  if (CudaStream* s = current[device.index]) {
+  if (!hasSlot(device)) throw Error(device.toString() + " is not a GPU");
+  if (CudaStream* s = current[slotOf(device)]) {
     synchronous = false;
     return *s;
   }
   synchronous = true;
   static std::mutex mu;
-  static std::unique_ptr<CudaStream>* shared = new std::unique_ptr<CudaStream>[kMaxGpus];  // process lifetime
+  static std::unique_ptr<CudaStream>* shared = new std::unique_ptr<CudaStream>[kSlots];  // process lifetime
   std::lock_guard<std::mutex> lock(mu);
-  auto& s = shared[device.index];
+  auto& s = shared[slotOf(device)];
   if (!s) s = std::make_unique<CudaStream>(device);
   return *s;
 }
 
 uint64_t currentStreamTag(Device device) {
-  if (device.kind != Device::Kind::CUDA || device.index >= kMaxGpus) return 0;
-  CudaStream* s = current[device.index];
+  if (!hasSlot(device)) return 0;
+  CudaStream* s = current[slotOf(device)];
   return s ? s->tag() : 0;
 }
 
@@ -153,17 +158,19 @@ void awaitStreamTag(uint64_t tag) {
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.live.find(tag);
   if (it == r.live.end()) return;
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(it->second->device());
   d.use(it->second->device().index);
   d.streamSynchronize(cu(it->second->handle()));
 }
 
 void copyBytes(void* dst, Device to, const void* src, Device from, size_t bytes) {
   if (bytes == 0) return;
-  const CudaDriver& d = CudaDriver::get();
-  bool toGpu = to.kind == Device::Kind::CUDA, fromGpu = from.kind == Device::Kind::CUDA;
+  bool toGpu = to.isGpu(), fromGpu = from.isGpu();
+  if (toGpu && fromGpu && to.kind != from.kind)
+    throw Error("a copy from " + from.toString() + " to " + to.toString() + " crosses drivers; copy through the host");
   bool synchronous = false;
   CudaStream& s = streamFor(toGpu ? to : from, synchronous);
+  const CudaDriver& d = CudaDriver::get(s.device());
   d.use(s.device().index);
   if (toGpu && fromGpu) {
     d.check(d.memcpyDtoDAsync(dptr(dst), dptr(src), bytes, cu(s.handle())), "cuMemcpyDtoDAsync");

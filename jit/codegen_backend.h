@@ -33,6 +33,15 @@ struct CpuObject {
   double codegenMillis = 0;
 };
 
+// A GPU kernel for the emulated device: its launch plan (PtxModule without PTX)
+// and a host object whose one entry, `void symbol(void* const* params, const
+// int64_t* which)`, runs launch *which of the plan for one GPU thread
+// (codegen/gpu_emulation.h).
+struct EmulatedGpuObject {
+  PtxModule plan;
+  CpuObject object;
+};
+
 class CodegenBackend {
  public:
   virtual ~CodegenBackend() = default;
@@ -42,12 +51,14 @@ class CodegenBackend {
   virtual CpuObject compileCpu(const loop::LoopKernel& k, const std::string& symbol, bool keepIR) = 0;
   // `k` as PTX for compute capability `sm`, with its launch plan.
   virtual PtxModule compilePtx(const loop::LoopKernel& k, const std::string& symbol, int sm) = 0;
+  // `k` for the emulated CUDA device: the GPU code compiled for the host.
+  virtual EmulatedGpuObject compileGpuEmulated(const loop::LoopKernel& k, const std::string& symbol, bool keepIR) = 0;
   // The host as LLVM describes it ("triple|cpu|+feature,..."), for diagnostics.
   virtual std::string hostTargetDescription() = 0;
 };
 
 // Bumped whenever CodegenBackend or the types it passes change.
-constexpr int kCodegenAbiVersion = 1;
+constexpr int kCodegenAbiVersion = 2;
 
 // The code generator, loaded on first use: $KILN_CODEGEN_LIBRARY, else
 // libkiln_codegen.so beside the runtime library, else the installed one. Throws

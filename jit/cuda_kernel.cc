@@ -16,16 +16,24 @@ using device::cudaDeviceInfo;
 
 #if KILN_HAVE_CUDA_H
 
-GpuKernel::GpuKernel(loop::LoopKernel loops, PtxModule ptx, Device device)
+GpuKernel::GpuKernel(loop::LoopKernel loops, PtxModule ptx, Device device, KernelEntry emulated)
     : loops_(std::move(loops)), ptx_(std::move(ptx)), device_(device) {
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(device);
   d.use(device.index);
+  const void* image = ptx_.ptx.c_str();
+  if (d.emulated) {
+    if (!emulated) throw Error("internal: kernel " + loops_.name + " has no host code for the emulated device");
+    emulatedImage_.dispatch = emulated;
+    for (const PtxLaunch& l : ptx_.launches) emulatedImage_.entries.push_back(l.entry);
+    emulatedImage_.kernel = loops_.name;
+    image = &emulatedImage_;
+  }
   multiprocessors_ = std::max(1, cudaDeviceInfo(device).multiprocessors);
   char log[4096] = {};
   CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
   void* values[] = {log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof log - 1))};
   CUmodule module = nullptr;
-  CUresult r = d.moduleLoadDataEx(&module, ptx_.ptx.c_str(), 2, options, values);
+  CUresult r = d.moduleLoadDataEx(&module, image, 2, options, values);
   if (r != CUDA_SUCCESS) {
     const char* msg = nullptr;
     d.getErrorString(r, &msg);
@@ -46,7 +54,7 @@ uint32_t ceilDiv(int64_t a, int64_t b) { return static_cast<uint32_t>((a + b - 1
 }  // namespace
 
 void GpuKernel::run(void* const* buffers, const int64_t* shapes, size_t numShapes, CudaStream& stream) const {
-  const CudaDriver& d = CudaDriver::get();
+  const CudaDriver& d = CudaDriver::get(device_);
   d.use(device_.index);
   std::unordered_map<int32_t, int64_t> vars;
   // The shape array travels by value: at least one slot, as the entry declares.
@@ -155,9 +163,9 @@ void GpuKernel::run(void* const* buffers, const int64_t* shapes, size_t numShape
 
 #else
 
-GpuKernel::GpuKernel(loop::LoopKernel loops, PtxModule ptx, Device device)
+GpuKernel::GpuKernel(loop::LoopKernel loops, PtxModule ptx, Device device, KernelEntry)
     : loops_(std::move(loops)), ptx_(std::move(ptx)), device_(device) {
-  throw Error(cudaUnavailableReason());
+  throw Error(cudaUnavailableReason(device));
 }
 void GpuKernel::run(void* const*, const int64_t*, size_t, CudaStream&) const {}
 

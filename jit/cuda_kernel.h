@@ -9,16 +9,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "device/cuda_emu_driver.h"
 #include "device/cuda_stream.h"
 #include "jit/gpu_plan.h"
+#include "jit/object_loader.h"
 
 namespace kiln::jit {
 
 class GpuKernel {
  public:
   // Loads `ptx.ptx` on `device` (cuModuleLoadDataEx); throws kiln::Error with
-  // the driver's log when it refuses.
-  GpuKernel(loop::LoopKernel loops, PtxModule ptx, Device device);
+  // the driver's log when it refuses. On the emulated device the module is
+  // `emulated`, the host object's dispatcher for the plan's entries, instead.
+  GpuKernel(loop::LoopKernel loops, PtxModule ptx, Device device, KernelEntry emulated = nullptr);
   const PtxModule& module() const { return ptx_; }
 
   // Queues the launches on `stream`. `buffers` are device pointers in the
@@ -30,6 +33,7 @@ class GpuKernel {
   PtxModule ptx_;
   Device device_;
   std::vector<void*> functions_;  // CUfunction per launch
+  device::EmulatedModuleImage emulatedImage_;
   int multiprocessors_ = 1;
 };
 

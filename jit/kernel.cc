@@ -95,6 +95,9 @@ std::string kernelKey(const FusedFunction& f, Device device) {
   std::string target;
   if (device.kind == Device::Kind::CUDA) {
     target = "nvptx64|sm_" + std::to_string(ptxArchitecture(device));
+  } else if (device.kind == Device::Kind::CudaEmu) {
+    // GPU code compiled for this host.
+    target = "nvptx64-emulated|" + hostCpuFingerprint();
   } else {
     target = hostCpuFingerprint();
   }
@@ -106,8 +109,8 @@ std::string kernelKey(const FusedFunction& f, Device device) {
 CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, const DiskCache* disk,
                                std::string_view precompiled)
     : f_(std::move(f)), device_(device) {
-  if (device.kind == Device::Kind::CUDA) {
-    std::string why = cudaUnavailableReason();
+  if (device.isGpu()) {
+    std::string why = cudaUnavailableReason(device);
     if (!why.empty()) throw Error("kernel " + f_.name + ": " + why);
   }
   f_.verify();
@@ -136,6 +139,8 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
       if (b.isPrepared()) prepared_.push_back({static_cast<uint32_t>(b.preparedFrom), b.preparedLayout, b.preparedParam});
   if (device.kind == Device::Kind::CUDA) {
     compileForGpu(symbol_, key_, hash, keepIR, disk);
+  } else if (device.kind == Device::Kind::CudaEmu) {
+    compileForEmulatedGpu(hash, keepIR, disk);
   } else {
     compileForCpu(hash, keepIR, disk, precompiled);
   }
@@ -201,6 +206,36 @@ void CompiledKernel::compileForGpu(const std::string& symbol, const std::string&
   }
   if (keepIR) ir_ = ptx.ptx;
   gpu_ = std::make_shared<const GpuKernel>(loops_, std::move(ptx), device_);
+}
+
+void CompiledKernel::compileForEmulatedGpu(uint64_t hash, bool keepIR, const DiskCache* disk) {
+  // The host object of the GPU code is cached like a CPU kernel's (sealed, under
+  // this kernel's key); its plan is recomputed, as for cached PTX.
+  PtxModule plan = planPtx(loops_, symbol_);
+  plan.sm = kMaxPtxSm;
+  KernelEntry entry = nullptr;
+  if (!keepIR) {
+    if ((entry = loadedKernel(symbol_))) {
+      source_ = Source::Loaded;
+    } else if (disk) {
+      if (std::optional<std::string> cached = disk->load(hash, key_)) {
+        try {
+          entry = loadKernelObject(*cached, symbol_);
+          source_ = Source::DiskCache;
+        } catch (const Error&) {
+          entry = nullptr;
+        }
+      }
+    }
+  }
+  if (!entry) {
+    EmulatedGpuObject compiled = codegenBackend().compileGpuEmulated(loops_, symbol_, keepIR);
+    entry = loadKernelObject(compiled.object.object, symbol_);
+    if (disk && !keepIR) disk->store(hash, key_, compiled.object.object);
+    ir_ = std::move(compiled.object.optimizedIR);
+    source_ = Source::Compiled;
+  }
+  gpu_ = std::make_shared<const GpuKernel>(loops_, std::move(plan), device_, entry);
 }
 
 const std::vector<Shape>& CompiledKernel::checkedShapes(TensorRefs inputs, std::vector<Shape>& storage) const {

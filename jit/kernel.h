@@ -96,6 +96,7 @@ class CompiledKernel {
   loop::LoopKernel loops_;
   void compileForCpu(uint64_t hash, bool keepIR, const DiskCache* disk, std::string_view precompiled);
   void compileForGpu(const std::string& symbol, const std::string& key, uint64_t hash, bool keepIR, const DiskCache* disk);
+  void compileForEmulatedGpu(uint64_t hash, bool keepIR, const DiskCache* disk);
   void launch(TensorRefs inputs, TensorRefs outputs, const std::vector<Shape>& shapes,
               std::span<const float* const> prepared) const;
   std::vector<PreparedInput> prepared_;

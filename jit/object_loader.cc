@@ -17,6 +17,7 @@
 
 #include "device/thread_pool.h"
 #include "jit/conv2d.h"
+#include "device/emu_block.h"
 #include "jit/gemm.h"
 #include "kiln/error.h"
 
@@ -37,6 +38,15 @@ void* resolveExternal(const std::string& name) {
       {"kiln_sgemm_packed", reinterpret_cast<void*>(&kiln_sgemm_packed)},
       {"kiln_sgemm_post", reinterpret_cast<void*>(&kiln_sgemm_post)},
       {"kiln_sconv2d", reinterpret_cast<void*>(&kiln_sconv2d)},
+      // The emulated CUDA device's runtime, for GPU code compiled for the host.
+      {"kiln_emu_sreg", reinterpret_cast<void*>(&kiln_emu_sreg)},
+      {"kiln_emu_barrier", reinterpret_cast<void*>(&kiln_emu_barrier)},
+      {"kiln_emu_barrier_reduce", reinterpret_cast<void*>(&kiln_emu_barrier_reduce)},
+      {"kiln_emu_warp_sync", reinterpret_cast<void*>(&kiln_emu_warp_sync)},
+      {"kiln_emu_shfl", reinterpret_cast<void*>(&kiln_emu_shfl)},
+      {"kiln_emu_vote", reinterpret_cast<void*>(&kiln_emu_vote)},
+      {"kiln_emu_shared", reinterpret_cast<void*>(&kiln_emu_shared)},
+      {"kiln_emu_access", reinterpret_cast<void*>(&kiln_emu_access)},
   };
   if (auto it = runtime.find(name); it != runtime.end()) return it->second;
   // libm and libc (tanh, pow, memcpy, memset, ...), as the process has them.

@@ -375,7 +375,7 @@ PYBIND11_MODULE(_kiln, m) {
              kiln::VMOptions options;
              if (runtime) options.runtime = runtime->runtime;
              for (const kiln::Device& d : e.exe->devices())
-               if (d.kind == kiln::Device::Kind::CUDA) vm->onGpu = true;
+               if (d.isGpu()) vm->onGpu = true;
              py::gil_scoped_release unlocked;  // the first VM over an executable makes its kernels
              vm->vm = std::make_unique<kiln::VirtualMachine>(e.exe, options);
              return vm;

@@ -26,8 +26,8 @@ inline std::vector<Device> checkDevices(const std::string& list, bool toRun) {
     size_t end = list.find(',', start);
     std::string name = list.substr(start, end == std::string::npos ? std::string::npos : end - start);
     Device d = Device::parse(name);
-    if (d.kind == Device::Kind::CUDA && toRun) {
-      std::string why = device::cudaUnavailableReason();
+    if (d.isGpu() && toRun) {
+      std::string why = device::cudaUnavailableReason(d);
       if (!why.empty()) throw Error("--device " + name + ": " + why);
     }
     out.push_back(d);

@@ -396,7 +396,7 @@ int run(int argc, char** argv) {
   for (int r = 0; r < runs; ++r) times.push_back(timedInvoke());
 
   // Results computed on a GPU come to the host to be printed and saved.
-  if (std::any_of(exe->devices().begin(), exe->devices().end(), [](kiln::Device d) { return d.kind == kiln::Device::Kind::CUDA; }))
+  if (std::any_of(exe->devices().begin(), exe->devices().end(), [](kiln::Device d) { return d.isGpu(); }))
     result = vm.copyTo(result);
   if (onnxModel && function == "main") result = kiln::onnxResult(*onnxModel, result);
   std::string text = exe->format(result) + "\n";

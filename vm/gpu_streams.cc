@@ -15,7 +15,7 @@ device::CudaStream& GpuStreams::on(Device device) {
 GpuStreams::Scopes GpuStreams::enter(std::span<const Device> devices) {
   Scopes scopes;
   for (Device d : devices)
-    if (d.kind == Device::Kind::CUDA) scopes.push_back(std::make_unique<device::CudaStreamScope>(&on(d)));
+    if (d.isGpu()) scopes.push_back(std::make_unique<device::CudaStreamScope>(&on(d)));
   return scopes;
 }
 

@@ -272,7 +272,7 @@ dispatch:
     const jit::CompiledKernel& kernel = kernels.on(k, outRefs.empty() ? Device{} : outRefs[0]->device());
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     // On a GPU the launch returns at once: events around it measure the kernel.
-    device::CudaStream* timed = profiling_ && kernel.device().kind == Device::Kind::CUDA ? &streams_->on(kernel.device()) : nullptr;
+    device::CudaStream* timed = profiling_ && kernel.device().isGpu() ? &streams_->on(kernel.device()) : nullptr;
     if (timed) timed->timeBegin();
     jit::CompiledKernel::TensorRefs inSpan(inRefs.data(), inRefs.size()), outSpan(outRefs.data(), outRefs.size());
     // A constant weight reaches its GEMM packed once (runtime/kernel_table.h).

@@ -48,6 +48,9 @@ Value hostScalar(const Tensor& t) {
 Value TensorMemory::copyValue(const Value& v, Device device) {
   auto leaf = [&](const Value& x) -> Value {
     if (x.isScalar()) return device == Device{} ? x : Value(copyTo(x.tensor(), device));
+    // A reference cell's copy is a new cell holding the copied content (one
+    // level of recursion per nested cell).
+    if (x.isRef()) return Value::ref(copyValue(x.asRef()->content, device));
     if (!x.isObject(ObjectKind::Tensor)) return x;
     const Tensor& t = x.asTensorObject()->tensor;
     if (t.device() == device) return x;

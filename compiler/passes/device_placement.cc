@@ -116,7 +116,7 @@ class Placer {
     devices_ = devices;
     if (std::find(devices_.begin(), devices_.end(), host) == devices_.end()) devices_.push_back(host);
     host_ = deviceIndex(host);
-    for (Device d : devices_) hasGpu_ |= d.kind == Device::Kind::CUDA;
+    for (Device d : devices_) hasGpu_ |= d.isGpu();
     default_ = deviceIndex(devices.front());
     for (size_t i = 0; i < m.functions().size(); ++i) {
       const GlobalFunction& g = m.functions()[i];

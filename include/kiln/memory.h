@@ -52,6 +52,10 @@ class DeviceMemory {
   // their memory reused by another's. Host memory has no streams.
   virtual uint64_t streamTag() const { return 0; }
   virtual void awaitStream(uint64_t) {}
+  // Devices that check kernels' accesses (the emulated GPU): the first `bytes`
+  // of block `p` are what its holder may touch (its request as the pool hands
+  // it out; 0 as it goes back to the cache, so a use after free is caught).
+  virtual void setAddressable(void*, uint64_t) {}
 };
 
 // Host memory (64-byte aligned, from the C library), for `cpu` and `cpu:N`.

@@ -22,13 +22,19 @@ namespace kiln {
 
 using Shape = boost::container::small_vector<int64_t, 6>;
 
+// CudaEmu is the emulated CUDA device (device/cuda_emu_driver.h): GPU kernels
+// generated as for CUDA, run on the host by a stand-in driver, for testing and
+// debugging the GPU path where no GPU is. It is a GPU to everything above the
+// driver (placement, streams, pools, kernels); its memory is host memory that
+// only kernels and copies touch.
 struct Device {
-  enum class Kind : uint8_t { CPU, CUDA };
+  enum class Kind : uint8_t { CPU, CUDA, CudaEmu };
   Kind kind = Kind::CPU;
   uint16_t index = 0;
 
   bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
-  // "cpu", "cpu:1", "cuda", "cuda:0"
+  bool isGpu() const { return kind != Kind::CPU; }
+  // "cpu", "cpu:1", "cuda", "cuda:0", "cuda-emu", "cuda-emu:1"
   std::string toString() const;
   // Throws kiln::Error for anything else.
   static Device parse(const std::string& name);

@@ -11,7 +11,9 @@ set -u
 #   //        #[version] lines dropped after the first), as TVM loads its std files>
 #   // COMPILE-ONLY: <why>  (no entry point to run: checked by kilnc -o and counted apart)
 # Paths in RUN and KILNC lines are relative to the source root (the fourth argument).
-vmrun=$1; kilnc=$2; dir=$3; root=${4:-.}
+# A fifth argument names a device (cuda-emu) that every program runs on instead:
+# programs that pick their own devices, or expect to fail, are counted apart.
+vmrun=$1; kilnc=$2; dir=$3; root=${4:-.}; device=${5:-}
 cd "$root" || exit 1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # Outputs match when their text is equal, or when they differ only in floating
@@ -35,7 +37,7 @@ same_output() {
   }'
 }
 fails=0; count=0
-compiled_only=0
+compiled_only=0; own_devices=0
 for prog in "$dir"/*.relay; do
   name=$(basename "$prog" .relay)
   with=$(sed -n 's|^// WITH: \(.*\)$|\1|p' "$prog" | head -1)
@@ -51,14 +53,20 @@ for prog in "$dir"/*.relay; do
   exit_want=$(sed -n 's|^// EXIT: \(.*\)$|\1|p' "$prog" | head -1); exit_want=${exit_want:-0}
   stderr_want=$(sed -n 's|^// STDERR: \(.*\)$|\1|p' "$prog" | head -1)
   kargs=$(sed -n 's|^// KILNC:\(.*\)$|\1|p' "$prog" | head -1)
+  if [ -n "$device" ]; then
+    case "$args $kargs" in *--device*) own_devices=$((own_devices+1)); continue;; esac
+    if [ "$exit_want" != 0 ] || [ -n "$stderr_want" ]; then own_devices=$((own_devices+1)); continue; fi
+    kargs="$kargs --device $device"
+  fi
   # shellcheck disable=SC2086
   "$kilnc" "$prog" $kargs -o "$tmp/$name.kx" 2>"$tmp/kilnc.err" || { echo "FAIL $name: kilnc -o failed: $(cat "$tmp/kilnc.err")"; fails=$((fails+1)); continue; }
   if grep -q '^// COMPILE-ONLY:' "$prog"; then compiled_only=$((compiled_only+1)); continue; fi
   for form in text exe; do
     count=$((count+1))
     input=$prog; [ $form = exe ] && input=$tmp/$name.kx
+    run_args=$args; [ -n "$device" ] && [ $form = text ] && run_args="$args --device $device"
     # shellcheck disable=SC2086
-    out=$("$vmrun" "$input" $args 2>"$tmp/err"); status=$?
+    out=$("$vmrun" "$input" $run_args 2>"$tmp/err"); status=$?
     if [ "$status" != "$exit_want" ]; then
       echo "FAIL $name ($form): exit $status, expected $exit_want; stderr: $(cat "$tmp/err")"; fails=$((fails+1)); continue
     fi
@@ -73,5 +81,5 @@ for prog in "$dir"/*.relay; do
     fi
   done
 done
-echo "$((count-fails))/$count end-to-end runs passed; $compiled_only program(s) compiled only (no entry point)"
+echo "$((count-fails))/$count end-to-end runs passed${device:+ on $device}; $compiled_only program(s) compiled only (no entry point)${device:+; $own_devices choose their own devices, expect an error or check host-specific reports (not run on $device)}"
 [ $fails = 0 ]
