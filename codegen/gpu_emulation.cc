@@ -356,9 +356,9 @@ class HostLowering {
       if (!kernel || kernel->isDeclaration()) throw Error("internal: the GPU module lacks its entry " + entries[e]);
       kernel->setCallingConv(llvm::CallingConv::C);
       kernel->setLinkage(llvm::GlobalValue::InternalLinkage);
-      // Other threads of the block write the buffers between this thread's
-      // barriers: a noalias buffer would let LLVM keep values across them.
-      for (llvm::Argument& a : kernel->args()) kernel->removeParamAttr(a.getArgNo(), llvm::Attribute::NoAlias);
+      // Its attributes stay as the GPU code has them (noalias buffers
+      // included): code that communicates between threads through a noalias
+      // buffer is wrong on a GPU too, and the host's optimizer may show it.
       auto* call = llvm::BasicBlock::Create(ctx_, entries[e], fn);
       sw->addCase(b_.getInt64(e), call);
       b_.SetInsertPoint(call);

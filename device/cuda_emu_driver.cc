@@ -83,6 +83,17 @@ struct EmuModule {
   std::vector<EmuFunction> functions;
 };
 
+// Loaded modules, until unloaded: like the real driver's, they may stay for the
+// life of the process (GpuKernel never unloads its module).
+struct Modules {
+  std::mutex mu;
+  std::map<EmuModule*, std::unique_ptr<EmuModule>> loaded;
+};
+Modules& modules() {
+  static Modules* m = new Modules();
+  return *m;
+}
+
 // The last failure's report on this thread, which cuGetErrorString returns for its code.
 thread_local CUresult tLastCode = CUDA_SUCCESS;
 thread_local std::string tLastReport;
@@ -257,8 +268,12 @@ CUresult emuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int, 
   auto* img = static_cast<const EmulatedModuleImage*>(image);
   if (!img || img->magic != EmulatedModuleImage::kMagic || !img->dispatch)
     return fail(CUDA_ERROR_INVALID_IMAGE, "the emulated device runs host-compiled GPU kernels, not PTX");
-  auto* m = new EmuModule{*img, {}};
+  auto owned = std::make_unique<EmuModule>(EmuModule{*img, {}});
+  EmuModule* m = owned.get();
   for (size_t i = 0; i < m->image.entries.size(); ++i) m->functions.push_back(EmuFunction{m, static_cast<int64_t>(i)});
+  Modules& all = modules();
+  std::lock_guard<std::mutex> lock(all.mu);
+  all.loaded.emplace(m, std::move(owned));
   *module = reinterpret_cast<CUmodule>(m);
   return CUDA_SUCCESS;
 }
@@ -275,8 +290,9 @@ CUresult emuModuleGetFunction(CUfunction* f, CUmodule module, const char* name) 
 }
 
 CUresult emuModuleUnload(CUmodule module) {
-  delete reinterpret_cast<EmuModule*>(module);
-  return CUDA_SUCCESS;
+  Modules& all = modules();
+  std::lock_guard<std::mutex> lock(all.mu);
+  return all.loaded.erase(reinterpret_cast<EmuModule*>(module)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 CUresult emuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,

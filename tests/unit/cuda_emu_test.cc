@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -126,6 +127,12 @@ std::vector<Tensor> inputsFor(const kiln::kernel_ir::FusedFunction& f, std::mt19
   return {};
 }
 
+// KILN_CUDA_EMU_SWEEP=1: the longer sweep (every combination of the odd sizes).
+bool sweep() {
+  const char* v = std::getenv("KILN_CUDA_EMU_SWEEP");
+  return v && *v && std::string(v) != "0";
+}
+
 bool emulatorAvailable() {
   std::string why = kiln::device::cudaUnavailableReason(kEmu);
   if (!why.empty()) MESSAGE("the emulated CUDA device is unavailable in this build: " << why);
@@ -158,7 +165,9 @@ TEST_CASE("cuda-emu: edge guards at odd sizes along each axis") {
     CAPTURE(src);
     for (const auto& f : kernelsOf(src, true)) compareOnDevices(f, inputsFor(f, rng), scale);
   };
-  for (int64_t n : {1, 31, 33, 127, 129, 4097}) {
+  std::vector<int64_t> sizes = {1, 31, 33, 127, 129, 4097};
+  if (sweep()) sizes.insert(sizes.end(), {2, 32, 64, 255, 256, 257, 1023, 1025, 8191, 16385});
+  for (int64_t n : sizes) {
     std::string s = std::to_string(n);
     CAPTURE(n);
     // Element-wise and broadcasts (flat, grid-stride), both axes odd in turn.
@@ -181,7 +190,14 @@ TEST_CASE("cuda-emu: the tiled GEMM for every transposition, batch and edge") {
     for (const auto& f : kernelsOf(src, true)) compareOnDevices(f, inputsFor(f, rng), 2.0 * static_cast<double>(k));
   };
   auto t = [](int64_t a, int64_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; };
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {31, 33, 7}, {129, 127, 33}, {33, 129, 129}, {128, 128, 8}}) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{1, 1, 1}, {31, 33, 7}, {129, 127, 33}, {33, 129, 129}, {128, 128, 8}};
+  if (sweep()) {
+    shapes.clear();
+    for (int64_t m : {1, 31, 33, 127, 129})
+      for (int64_t n : {1, 31, 33, 127, 129})
+        for (int64_t k : {1, 7, 8, 9, 127, 129}) shapes.emplace_back(m, n, k);
+  }
+  for (auto [m, n, k] : shapes) {
     CAPTURE(m);
     CAPTURE(n);
     CAPTURE(k);
@@ -203,6 +219,8 @@ TEST_CASE("cuda-emu: the tiled GEMM for every transposition, batch and edge") {
   // A long K and a tall A: many K-slices and row tiles, the grid's y.
   run("def @main(%a: Tensor[(4097, 9), float32], %b: Tensor[(9, 3), float32]) { nn.matmul(%a, %b) }", 9);
   run("def @main(%a: Tensor[(2, 1030), float32], %b: Tensor[(1030, 5), float32]) { nn.matmul(%a, %b) }", 1030);
+  run("def @main(%a: Tensor[(3, 4097), float32], %b: Tensor[(4097, 129), float32]) { nn.matmul(%a, %b) }", 4097);
+  run("def @main(%a: Tensor[(2, 5), float32], %b: Tensor[(4097, 5), float32]) { nn.matmul(%a, %b, transpose_b=True) }", 5);
   // Convolutions: host loops over images and groups around an unfold and a product.
   run("def @main(%x: Tensor[(2, 4, 9, 7), float32], %w: Tensor[(6, 2, 3, 3), float32]) {"
       " nn.conv2d(%x, %w, padding=[1, 1], strides=[2, 1], groups=2) }", 18);
