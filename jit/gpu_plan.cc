@@ -96,6 +96,18 @@ class Planner {
     }
     bool rows = false;
     for (StmtId c : k_.stmt(chain.back()).body) rows |= splitsReduction(c);
+    if (rows) {
+      // A row is an iteration of the loops the long reductions depend on; loops
+      // inside those are shared out among the row's threads, so each reduction
+      // runs once per row (layer_norm's mean: once per row, not per element).
+      std::vector<char> used = splitReductionVars(chain.back());
+      size_t keep = 1;
+      for (size_t i = 0; i < chain.size(); ++i) {
+        auto v = static_cast<size_t>(k_.stmt(chain[i]).var);
+        if (v < used.size() && used[v]) keep = i + 1;
+      }
+      chain.resize(keep);
+    }
     PtxLaunch& l = launch(id, rows ? GpuMapping::Rows : GpuMapping::Flat, steps);
     for (StmtId c : chain) {
       l.loopVars.push_back(k_.stmt(c).var);
@@ -133,6 +145,53 @@ class Planner {
     return found;
   }
 
+  // Whether `n` is a reduction long enough to share among a block's threads.
+  bool longReduction(const loop::ExprNode& n) const {
+    if (n.kind != ExprKind::Reduce) return false;
+    auto op = static_cast<loop::ReduceOp>(n.op);
+    if (op == loop::ReduceOp::ArgMax || op == loop::ReduceOp::ArgMin) return false;
+    // Its length: the product of its extents (a run-time one counts as long).
+    int64_t length = 1;
+    for (int64_t l = 0; l < n.ival && length < kSplitReductionFrom; ++l) {
+      const loop::ExprNode& x = k_.expr(k_.reduceExtents[static_cast<size_t>(n.c + l)]);
+      length = x.kind == ExprKind::IntConst ? length * x.ival : kSplitReductionFrom;
+    }
+    return length >= kSplitReductionFrom;
+  }
+
+  // The loop variables (by id) that the long reductions under `id` read,
+  // in their bodies or their extents.
+  std::vector<char> splitReductionVars(StmtId id) const {
+    std::vector<char> used(static_cast<size_t>(std::max(k_.numVars, 0)), 0), seen(k_.exprs.size(), 0);
+    std::function<void(ExprId, bool)> visit = [&](ExprId e, bool inside) {
+      if (e < 0) return;
+      const loop::ExprNode& n = k_.expr(e);
+      inside |= longReduction(n);
+      // An expression is walked once outside long reductions and once inside.
+      char mark = inside ? 2 : 1;
+      if (seen[static_cast<size_t>(e)] & mark) return;
+      seen[static_cast<size_t>(e)] |= mark;
+      if (n.kind == ExprKind::Var) {
+        if (inside && n.a >= 0 && static_cast<size_t>(n.a) < used.size()) used[static_cast<size_t>(n.a)] = 1;
+        return;
+      }
+      if (n.kind == ExprKind::IntConst || n.kind == ExprKind::FloatConst || n.kind == ExprKind::Dim) return;
+      if (n.kind == ExprKind::Load) {
+        visit(n.b, inside);
+        return;
+      }
+      visit(n.a, inside);
+      if (n.kind == ExprKind::Reduce) {
+        for (int64_t l = 0; l < n.ival; ++l) visit(k_.reduceExtents[static_cast<size_t>(n.c + l)], inside);
+        return;
+      }
+      visit(n.b, inside);
+      visit(n.c, inside);
+    };
+    for (StmtId c : k_.stmt(id).body) walk(c, [&](ExprId e) { visit(e, false); }, [](const loop::StmtNode&) {});
+    return used;
+  }
+
   // Whether a statement computes a reduction long enough to share among a block.
   bool splitsReduction(StmtId id) const {
     std::vector<char> seen(k_.exprs.size(), 0);
@@ -141,17 +200,7 @@ class Planner {
       if (e < 0 || seen[static_cast<size_t>(e)] || found) return;
       seen[static_cast<size_t>(e)] = 1;
       const loop::ExprNode& n = k_.expr(e);
-      if (n.kind == ExprKind::Reduce) {
-        // Its length: the product of its extents (a run-time one counts as long).
-        int64_t length = 1;
-        for (int64_t l = 0; l < n.ival && length < kSplitReductionFrom; ++l) {
-          const loop::ExprNode& x = k_.expr(k_.reduceExtents[static_cast<size_t>(n.c + l)]);
-          length = x.kind == ExprKind::IntConst ? length * x.ival : kSplitReductionFrom;
-        }
-        bool small = length < kSplitReductionFrom;
-        auto op = static_cast<loop::ReduceOp>(n.op);
-        if (!small && op != loop::ReduceOp::ArgMax && op != loop::ReduceOp::ArgMin) found = true;
-      }
+      if (longReduction(n)) found = true;
       if (n.kind == ExprKind::IntConst || n.kind == ExprKind::FloatConst || n.kind == ExprKind::Dim || n.kind == ExprKind::Var) return;
       if (n.kind == ExprKind::Load) {
         visit(n.b);

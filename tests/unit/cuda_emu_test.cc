@@ -104,6 +104,13 @@ std::vector<kiln::kernel_ir::FusedFunction> kernelsOf(const std::string& src, bo
   return out;
 }
 
+std::vector<Tensor> randomInputs(const kiln::kernel_ir::FusedFunction& f, const std::vector<kiln::Shape>& shapes,
+                                 std::mt19937& rng) {
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < shapes.size(); ++i) inputs.push_back(randomInput(f.params[i].dtype, shapes[i], rng));
+  return inputs;
+}
+
 // Inputs of the parameters' shapes, each `?` 3 (or 1, where the operator
 // relates dimensions that 3 would break, as collapse_sum_like's).
 std::vector<Tensor> inputsFor(const kiln::kernel_ir::FusedFunction& f, std::mt19937& rng) {
@@ -119,9 +126,7 @@ std::vector<Tensor> inputsFor(const kiln::kernel_ir::FusedFunction& f, std::mt19
     } catch (const kiln::Error&) {
       continue;
     }
-    std::vector<Tensor> inputs;
-    for (size_t i = 0; i < shapes.size(); ++i) inputs.push_back(randomInput(f.params[i].dtype, shapes[i], rng));
-    return inputs;
+    return randomInputs(f, shapes, rng);
   }
   FAIL("no shapes fit " << f.name);
   return {};
@@ -179,6 +184,51 @@ TEST_CASE("cuda-emu: edge guards at odd sizes along each axis") {
     run("def @main(%x: Tensor[(" + s + ", 300), float32]) { mean(%x, axis=[1]) }");
     run("def @main(%x: Tensor[(" + s + ", 2), float32]) { sum(%x) }", static_cast<double>(n));
     run("def @main(%x: Tensor[(2, " + s + "), int32]) { (argmax(%x, axis=[1]), prod(%x, axis=[1])) }");
+  }
+}
+
+TEST_CASE("cuda-emu: normalizations, scans, pooling and data movement at odd sizes") {
+  if (!emulatorAvailable()) return;
+  std::mt19937 rng(17);
+  auto run = [&](const std::string& src, double scale = 0) {
+    CAPTURE(src);
+    for (const auto& f : kernelsOf(src, true)) compareOnDevices(f, inputsFor(f, rng), scale);
+  };
+  std::vector<int64_t> sizes = {1, 33, 129, 4097};
+  if (sweep()) sizes.insert(sizes.end(), {31, 127, 255, 257, 1025});
+  for (int64_t n : sizes) {
+    std::string s = std::to_string(n);
+    CAPTURE(n);
+    run("def @main(%x: Tensor[(3, " + s + "), float32], %g: Tensor[(" + s + "), float32], %b: Tensor[(" + s +
+        "), float32]) { nn.layer_norm(%x, %g, %b) }", static_cast<double>(n));
+    run("def @main(%x: Tensor[(3, " + s + "), float32]) { nn.log_softmax(%x) }", static_cast<double>(n));
+    // A scan is a reduction per element (quadratic in the row): shorter rows unless sweeping.
+    if (n <= 1025 || sweep())
+      run("def @main(%x: Tensor[(3, " + s + "), float32]) { cumsum(%x, axis=1) }", static_cast<double>(n));
+    run("def @main(%x: Tensor[(" + s + ", 5), float32]) { transpose(%x, axes=[1, 0]) }");
+    run("def @main(%x: Tensor[(3, " + s + "), float32], %y: Tensor[(2, " + s + "), float32]) {"
+        " (concatenate((%x, %y), axis=0), strided_slice(%x, begin=[0, 0], end=[3, " + s + "], strides=[2, 3])) }");
+    run("def @main(%x: Tensor[(1, 2, " + s + ", 5), float32]) {"
+        " (nn.max_pool2d(%x, pool_size=[2, 2], padding=[1, 1]), nn.avg_pool2d(%x, pool_size=[3, 3], strides=[2, 2], padding=[1, 1]),"
+        " nn.global_avg_pool2d(%x)) }", static_cast<double>(n));
+  }
+}
+
+TEST_CASE("cuda-emu: kernels of `?` shapes launch at the shapes they get") {
+  if (!emulatorAvailable()) return;
+  std::mt19937 rng(19);
+  auto f = kernelsOf("def @main(%x: Tensor[(?, ?), float32]) { nn.softmax(%x) }", true);
+  REQUIRE(f.size() == 1);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 33}, {129, 5}, {2, 4097}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    compareOnDevices(f[0], randomInputs(f[0], {kiln::Shape{rows, cols}}, rng), static_cast<double>(cols));
+  }
+  auto g = kernelsOf("def @main(%x: Tensor[(?, ?), float32], %w: Tensor[(?, ?), float32]) { nn.dense(%x, %w) }", true);
+  REQUIRE(g.size() == 1);
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {130, 3, 17}, {5, 257, 9}}) {
+    CAPTURE(m);
+    compareOnDevices(g[0], randomInputs(g[0], {kiln::Shape{m, k}, kiln::Shape{n, k}}, rng), 2.0 * static_cast<double>(k));
   }
 }
 

@@ -132,6 +132,22 @@ TEST_CASE("ptx: launches are mapped by what the kernel does") {
     CHECK(m.ptx.find("bar.sync") != std::string::npos);
     CHECK(m.ptx.find(".shared") != std::string::npos);
   }
+  SUBCASE("a row's statistics run once per row: rows are only the loops the reductions read") {
+    // layer_norm and log_softmax compute each element from its row's mean or
+    // maximum: the element loop is shared out inside the row, not a row itself
+    // (that made every element reduce its whole row again).
+    for (const char* op : {"nn.layer_norm(%x, %g, %b)", "nn.log_softmax(%x)"}) {
+      CAPTURE(op);
+      auto m = ptxOf(std::string("def @main(%x: Tensor[(?, 4096), float32], %g: Tensor[(4096), float32], %b: Tensor[(4096), float32]) { ") +
+                     op + " }");
+      REQUIRE(mappings(m) == std::vector{GpuMapping::Rows});
+      CHECK(m.launches[0].loopVars.size() == 1);
+    }
+    // A scan's reduction reads the element's position: every element is a row.
+    auto m = ptxOf("def @main(%x: Tensor[(?, 4096), float32]) { cumsum(%x, axis=1) }");
+    REQUIRE(mappings(m) == std::vector{GpuMapping::Rows});
+    CHECK(m.launches[0].loopVars.size() == 2);
+  }
   SUBCASE("a whole-tensor reduction is one row of a block") {
     auto m = ptxOf("def @main(%x: Tensor[(8, 100), float64]) { sum(%x) }");
     REQUIRE(mappings(m) == std::vector{GpuMapping::Rows});
