@@ -48,7 +48,8 @@ void usage(std::FILE* out) {
                "                   machine like this one compiles nothing; elsewhere the kernels are compiled)\n"
                "  -o OUT           write the executable (for vmrun and the C++ API)\n"
                "  --params F.npz   bind @main's parameters of those names to the arrays as constants\n"
-               "  --device LIST    devices, the first the default: where the program computes (cpu, cpu:1, ...);\n"
+               "  --device LIST    devices, the first the default: where the program computes (cpu, cpu:1, cuda,\n"
+               "                   cuda-emu: the GPU path emulated on the host, ...);\n"
                "                   the host cpu is always added for control flow, shapes and scalars\n");
 }
 
