@@ -166,8 +166,13 @@ void awaitStreamTag(uint64_t tag) {
 void copyBytes(void* dst, Device to, const void* src, Device from, size_t bytes) {
   if (bytes == 0) return;
   bool toGpu = to.isGpu(), fromGpu = from.isGpu();
-  if (toGpu && fromGpu && to.kind != from.kind)
-    throw Error("a copy from " + from.toString() + " to " + to.toString() + " crosses drivers; copy through the host");
+  if (toGpu && fromGpu && to.kind != from.kind) {
+    // Between a GPU and the emulated one (two drivers): through host memory.
+    std::vector<unsigned char> staging(bytes);
+    copyBytes(staging.data(), Device{}, src, from, bytes);
+    copyBytes(dst, to, staging.data(), Device{}, bytes);
+    return;
+  }
   bool synchronous = false;
   CudaStream& s = streamFor(toGpu ? to : from, synchronous);
   const CudaDriver& d = CudaDriver::get(s.device());

@@ -105,12 +105,12 @@ void requireDeviceName(const OpCall& call, std::string_view attr, bool required)
   }
   std::string d = call.attrs.getString(attr, "");
   std::string kind = d.substr(0, d.find(':'));
-  bool ok = kind == "cpu" || kind == "cuda";
+  bool ok = kind == "cpu" || kind == "cuda" || kind == "cuda-emu";
   if (ok && d.size() > kind.size()) {
     std::string idx = d.substr(kind.size() + 1);
     ok = !idx.empty() && idx.size() < 4 && idx.find_first_not_of("0123456789") == std::string::npos;
   }
-  if (!ok) call.attrs.fail(attr, "= \"" + d + "\" is not a device (expected cpu, cuda, cpu:N or cuda:N)");
+  if (!ok) call.attrs.fail(attr, "= \"" + d + "\" is not a device (expected cpu, cuda, cuda-emu, cpu:N, cuda:N or cuda-emu:N)");
 }
 
 std::vector<TensorDesc> onDeviceRule(const OpCall& call) {

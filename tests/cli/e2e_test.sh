@@ -11,8 +11,9 @@ set -u
 #   //        #[version] lines dropped after the first), as TVM loads its std files>
 #   // COMPILE-ONLY: <why>  (no entry point to run: checked by kilnc -o and counted apart)
 # Paths in RUN and KILNC lines are relative to the source root (the fourth argument).
-# A fifth argument names a device (cuda-emu) that every program runs on instead:
-# programs that pick their own devices, or expect to fail, are counted apart.
+# A fifth argument names a GPU (cuda-emu, cuda) that every program runs on instead
+# (placement programs: as their second device, in place of cpu:1); programs that
+# pick other devices, expect to fail or check host-specific reports are counted apart.
 vmrun=$1; kilnc=$2; dir=$3; root=${4:-.}; device=${5:-}
 cd "$root" || exit 1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -54,9 +55,15 @@ for prog in "$dir"/*.relay; do
   stderr_want=$(sed -n 's|^// STDERR: \(.*\)$|\1|p' "$prog" | head -1)
   kargs=$(sed -n 's|^// KILNC:\(.*\)$|\1|p' "$prog" | head -1)
   if [ -n "$device" ]; then
-    case "$args $kargs" in *--device*) own_devices=$((own_devices+1)); continue;; esac
     if [ "$exit_want" != 0 ] || [ -n "$stderr_want" ]; then own_devices=$((own_devices+1)); continue; fi
-    kargs="$kargs --device $device"
+    if grep -q 'cpu:1' "$prog" || case "$args $kargs" in *cpu:1*) true;; *) false;; esac; then
+      # A placement program: its second device (cpu:1) becomes the GPU.
+      sed "s/cpu:1/$device/g" "$prog" > "$tmp/$name.placed.relay"; prog=$tmp/$name.placed.relay
+      args=${args//cpu:1/$device}; kargs=${kargs//cpu:1/$device}
+    else
+      case "$args $kargs" in *--device*) own_devices=$((own_devices+1)); continue;; esac
+      kargs="$kargs --device $device"; args="$args --device $device"
+    fi
   fi
   # shellcheck disable=SC2086
   "$kilnc" "$prog" $kargs -o "$tmp/$name.kx" 2>"$tmp/kilnc.err" || { echo "FAIL $name: kilnc -o failed: $(cat "$tmp/kilnc.err")"; fails=$((fails+1)); continue; }
@@ -64,9 +71,8 @@ for prog in "$dir"/*.relay; do
   for form in text exe; do
     count=$((count+1))
     input=$prog; [ $form = exe ] && input=$tmp/$name.kx
-    run_args=$args; [ -n "$device" ] && [ $form = text ] && run_args="$args --device $device"
     # shellcheck disable=SC2086
-    out=$("$vmrun" "$input" $run_args 2>"$tmp/err"); status=$?
+    out=$("$vmrun" "$input" $args 2>"$tmp/err"); status=$?
     if [ "$status" != "$exit_want" ]; then
       echo "FAIL $name ($form): exit $status, expected $exit_want; stderr: $(cat "$tmp/err")"; fails=$((fails+1)); continue
     fi
