@@ -39,8 +39,8 @@ class CudaMemory final : public DeviceMemory {
   // Blocks freed while a stream may still use them carry that stream's tag.
   uint64_t streamTag() const override { return device::currentStreamTag(device_); }
   void awaitStream(uint64_t tag) override { device::awaitStreamTag(tag); }
-  void setAddressable(void* p, uint64_t bytes) override {
-    if (driver_.emulated) device::setEmulatedAddressable(p, bytes);
+  void setAddressable(void* p, uint64_t readable, uint64_t writable) override {
+    if (driver_.emulated) device::setEmulatedAddressable(p, readable, writable);
   }
 
  private:

@@ -114,7 +114,7 @@ struct PooledAllocator::State {
   void give(void* p, uint32_t c) {
     uint64_t n = classBytes(c);
     if (host) KILN_POISON(p, n);
-    else memory->setAddressable(p, 0);
+    else memory->setAddressable(p, 0, 0);
     uint64_t tag = host ? 0 : memory->streamTag();
     std::lock_guard<SpinLock> lock(mu);
     free[c].push_back({p, tag});
@@ -172,7 +172,7 @@ PooledAllocator::Block PooledAllocator::allocate(uint64_t bytes) {
     }
   }
   if (s.host) KILN_UNPOISON(p, usable);
-  else s.memory->setAddressable(p, bytes);
+  else s.memory->setAddressable(p, usable, bytes);
   if (freedUnder && freedUnder != s.memory->streamTag()) s.memory->awaitStream(freedUnder);
   return Block{p, c};
 }

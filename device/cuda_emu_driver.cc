@@ -19,7 +19,7 @@ namespace kiln::device {
 namespace {
 
 struct Allocation {
-  uint64_t size = 0, addressable = 0;
+  uint64_t size = 0, readable = 0, writable = 0;
   int device = 0;
 };
 
@@ -49,11 +49,13 @@ uint64_t budgetBytes() {
 
 }  // namespace
 
-void setEmulatedAddressable(const void* p, uint64_t bytes) {
+void setEmulatedAddressable(const void* p, uint64_t readable, uint64_t writable) {
   Memory& m = memory();
   std::lock_guard<std::mutex> lock(m.mu);
   auto it = m.blocks.find(reinterpret_cast<uintptr_t>(p));
-  if (it != m.blocks.end()) it->second.addressable = std::min(bytes, it->second.size);
+  if (it == m.blocks.end()) return;
+  it->second.readable = std::min(readable, it->second.size);
+  it->second.writable = std::min(writable, it->second.readable);
 }
 
 #if KILN_HAVE_CUDA_H
@@ -104,19 +106,20 @@ CUresult fail(CUresult code, std::string report) {
   return code;
 }
 
-// Whether [p, p + bytes) lies in what an allocation made addressable.
-bool addressable(uintptr_t p, uint64_t bytes, std::string& why) {
+// Whether [p, p + bytes) lies in what an allocation lets a copy read or write.
+bool addressable(uintptr_t p, uint64_t bytes, bool write, std::string& why) {
   Memory& m = memory();
   std::lock_guard<std::mutex> lock(m.mu);
   auto it = m.blocks.upper_bound(p);
   if (it != m.blocks.begin()) {
     --it;
     const Allocation& a = it->second;
-    if (p - it->first <= a.addressable && bytes <= a.addressable - (p - it->first)) return true;
+    uint64_t limit = write ? a.writable : a.readable;
+    if (p - it->first <= limit && bytes <= limit - (p - it->first)) return true;
     if (p - it->first < a.size) {
-      why = a.addressable == 0 ? "a block that has been freed" : std::to_string(bytes) + " bytes from offset " +
-                                                                    std::to_string(p - it->first) + " of a " +
-                                                                    std::to_string(a.addressable) + "-byte allocation";
+      why = a.readable == 0 ? "a block that has been freed"
+                            : std::to_string(bytes) + " bytes from offset " + std::to_string(p - it->first) + " of a " +
+                                  std::to_string(write ? a.writable : a.readable) + "-byte allocation";
       return false;
     }
   }
@@ -206,7 +209,7 @@ CUresult emuMemAlloc(CUdeviceptr* p, size_t bytes) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   std::memset(block, 0xff, rounded);
-  m.blocks[reinterpret_cast<uintptr_t>(block)] = Allocation{bytes, bytes, tCurrentDevice};
+  m.blocks[reinterpret_cast<uintptr_t>(block)] = Allocation{bytes, bytes, bytes, tCurrentDevice};
   *p = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(block));
   return CUDA_SUCCESS;
 }
@@ -225,9 +228,9 @@ CUresult emuMemFree(CUdeviceptr p) {
 CUresult copyChecked(void* dst, bool dstDevice, const void* src, bool srcDevice, size_t bytes, const char* what) {
   if (bytes == 0) return CUDA_SUCCESS;
   std::string why;
-  if (dstDevice && !addressable(reinterpret_cast<uintptr_t>(dst), bytes, why))
+  if (dstDevice && !addressable(reinterpret_cast<uintptr_t>(dst), bytes, true, why))
     return fail(CUDA_ERROR_INVALID_VALUE, std::string(what) + " of " + std::to_string(bytes) + " bytes writes outside the emulated device's memory: " + why);
-  if (srcDevice && !addressable(reinterpret_cast<uintptr_t>(src), bytes, why))
+  if (srcDevice && !addressable(reinterpret_cast<uintptr_t>(src), bytes, false, why))
     return fail(CUDA_ERROR_INVALID_VALUE, std::string(what) + " of " + std::to_string(bytes) + " bytes reads outside the emulated device's memory: " + why);
   std::memmove(dst, src, bytes);
   return CUDA_SUCCESS;
@@ -319,7 +322,7 @@ CUresult emuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
     Memory& m = memory();
     std::lock_guard<std::mutex> lock(m.mu);
     g.memory.reserve(m.blocks.size());
-    for (const auto& [begin, a] : m.blocks) g.memory.push_back(EmuAllocation{begin, a.size, a.addressable});
+    for (const auto& [begin, a] : m.blocks) g.memory.push_back(EmuAllocation{begin, a.size, a.readable, a.writable});
   }
   bool invalidAccess = false;
   std::string report = runEmulatedGrid(g, invalidAccess);

@@ -7,7 +7,7 @@
 // Representation: device memory is host memory from the C library (256-byte
 // aligned like cuMemAlloc's, filled with 0xff bytes so a kernel that reads what
 // nothing wrote sees NaNs), registered by address with its size and the bytes
-// its holder made addressable; a process-wide budget per device
+// its holder may read and write; a process-wide budget per device
 // ($KILN_CUDA_EMU_MEMORY bytes, default a quarter of physical memory, at most
 // 4 GiB) makes cuMemAlloc fail like a full GPU. Streams run their work when it is
 // queued (in order, so every stream's order holds); events read the host clock.
@@ -44,9 +44,10 @@ struct EmulatedModuleImage {
 const CudaDriver& emulatedCudaDriver();
 #endif
 
-// The first `bytes` of the emulated allocation holding `p` may be touched by
-// kernels and copies (0: none, the block is free). Pools call it as they hand
-// blocks out and take them back; no effect on other memory.
-void setEmulatedAddressable(const void* p, uint64_t bytes);
+// Kernels and copies may read the first `readable` bytes of the emulated
+// allocation at `p` and write its first `writable` (0, 0: the block is free).
+// Pools call it as they hand blocks out and take them back; a raw cuMemAlloc
+// block is whole for both. No effect on other memory.
+void setEmulatedAddressable(const void* p, uint64_t readable, uint64_t writable);
 
 }  // namespace kiln::device

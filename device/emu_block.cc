@@ -48,7 +48,7 @@ struct Emulator {
   const EmuGrid* grid = nullptr;
   uint32_t ctaid[3] = {0, 0, 0};
   GpuThread* running = nullptr;
-  uintptr_t hitBegin = 0, hitEnd = 0;  // the allocation the last access found
+  const EmuAllocation* hit = nullptr;  // the allocation the last access found
   uint64_t invalidAccesses = 0;
   std::string report;  // the first problem
   bool divergence = false;
@@ -275,7 +275,7 @@ std::string runEmulatedGrid(const EmuGrid& g, bool& invalidAccess) {
   e.invalidAccesses = 0;
   e.report.clear();
   e.divergence = false;
-  e.hitBegin = e.hitEnd = 0;
+  e.hit = nullptr;
   e.sharedBytes = 0;
   for (uint32_t z = 0; z < g.grid[2]; ++z)
     for (uint32_t y = 0; y < g.grid[1]; ++y)
@@ -376,35 +376,37 @@ extern "C" void* kiln_emu_shared(uint64_t bytes) {
 extern "C" void* kiln_emu_access(void* p, uint64_t bytes, uint32_t flags) {
   Emulator& e = emulator();
   auto a = reinterpret_cast<uintptr_t>(p);
+  bool write = flags & 1;
   auto inside = [&](uintptr_t begin, uint64_t size) { return a >= begin && bytes <= size && a - begin <= size - bytes; };
-  if (inside(e.hitBegin, e.hitEnd - e.hitBegin)) return p;
+  using kiln::device::EmuAllocation;
+  auto limit = [&](const EmuAllocation& m) { return write ? m.writable : m.readable; };
+  if (e.hit && inside(e.hit->begin, limit(*e.hit))) return p;
   auto shared = reinterpret_cast<uintptr_t>(e.shared.data());
   if (e.sharedBytes && inside(shared, e.sharedBytes)) return p;
-  const std::vector<kiln::device::EmuAllocation>& memory = e.grid->memory;
-  auto it = std::upper_bound(memory.begin(), memory.end(), a,
-                             [](uintptr_t x, const kiln::device::EmuAllocation& m) { return x < m.begin; });
-  const kiln::device::EmuAllocation* owner = it == memory.begin() ? nullptr : &*(it - 1);
-  if (owner && inside(owner->begin, owner->addressable)) {
-    e.hitBegin = owner->begin;
-    e.hitEnd = owner->begin + owner->addressable;
+  const std::vector<EmuAllocation>& memory = e.grid->memory;
+  auto it = std::upper_bound(memory.begin(), memory.end(), a, [](uintptr_t x, const EmuAllocation& m) { return x < m.begin; });
+  const EmuAllocation* owner = it == memory.begin() ? nullptr : &*(it - 1);
+  if (owner && inside(owner->begin, limit(*owner))) {
+    e.hit = owner;
     return p;
   }
   if (e.invalidAccesses++ == 0 && e.report.empty()) {
     char addr[32];
     std::snprintf(addr, sizeof addr, "0x%" PRIxPTR, a);
-    std::string what = std::string("invalid ") + (flags & 1 ? "write" : "read") + " of " + std::to_string(bytes) + " bytes at " +
+    std::string what = std::string("invalid ") + (write ? "write" : "read") + " of " + std::to_string(bytes) + " bytes at " +
                        addr + " (access #" + std::to_string(flags >> 1) + ") by " + kiln::device::where(e, *e.running) + ": ";
     if (e.sharedBytes && a >= shared && a - shared < e.sharedBytes + 4096) {
       what += std::to_string(a + bytes - shared - e.sharedBytes) + " bytes past the end of the block's " +
               std::to_string(e.sharedBytes) + " bytes of shared memory";
     } else if (owner && a - owner->begin < owner->size + 4096) {
-      if (owner->addressable == 0)
+      if (owner->readable == 0)
         what += "inside a " + std::to_string(owner->size) + "-byte block that has been freed (use after free)";
       else
-        what += std::to_string(a + bytes - owner->begin - owner->addressable) + " bytes past the end of a " +
-                std::to_string(owner->addressable) + "-byte allocation";
+        what += std::to_string(a + bytes - owner->begin - limit(*owner)) + " bytes past the end of a " +
+                std::to_string(owner->writable) + "-byte allocation" +
+                (write ? "" : " (readable to " + std::to_string(owner->readable) + " bytes, its last 64-byte line)");
     } else if (it != memory.end() && it->begin - a < 4096) {
-      what += std::to_string(it->begin - a) + " bytes before a " + std::to_string(it->addressable) + "-byte allocation";
+      what += std::to_string(it->begin - a) + " bytes before a " + std::to_string(it->writable) + "-byte allocation";
     } else {
       what += "not in any allocation of the device";
     }

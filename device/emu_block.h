@@ -20,7 +20,7 @@
 //   - shared memory is per block, filled with 0xff bytes before the block runs
 //     (reading it before writing gives NaNs, not plausible values);
 //   - every global load and store is checked against the device's allocations,
-//     as far as their holders made them addressable (cuda_emu_driver.h): an
+//     as far as their holders may read or write them (cuda_emu_driver.h): an
 //     access outside them is redirected to a scratch word, counted, and the
 //     first one reported with its thread, block, address and the nearest
 //     allocation (compute-sanitizer's memcheck). The grid stops after the
@@ -46,11 +46,12 @@ enum class EmuShuffle : uint32_t { Up, Down, Bfly, Idx };
 enum class EmuVote : uint32_t { All, Any, Uni, Ballot };
 enum class EmuBarrierReduce : uint32_t { Popc, And, Or };
 
-// A device allocation as a launch sees it: [begin, begin + addressable) may be
-// touched; the rest of its `size` bytes is slack (pool rounding) or freed.
+// A device allocation as a launch sees it: [begin, begin + readable) may be
+// read and [begin, begin + writable) written; the rest of its `size` bytes is
+// slack (pool rounding), or all of it freed (readable 0).
 struct EmuAllocation {
   uintptr_t begin = 0;
-  uint64_t size = 0, addressable = 0;
+  uint64_t size = 0, readable = 0, writable = 0;
 };
 
 struct EmuGrid {
@@ -83,7 +84,7 @@ uint64_t kiln_emu_shfl(uint32_t site, uint32_t mode, uint32_t mask, uint32_t val
 uint32_t kiln_emu_vote(uint32_t site, uint32_t mode, uint32_t mask, uint32_t predicate);
 // The block's shared memory, `bytes` long (every entry asks for its module's total).
 void* kiln_emu_shared(uint64_t bytes);
-// `p` when [p, p + bytes) is addressable device or shared memory, else a
+// `p` when [p, p + bytes) may be read (written) in device or shared memory, else a
 // scratch buffer (and the access is reported). flags: site << 1 | is-write.
 void* kiln_emu_access(void* p, uint64_t bytes, uint32_t flags);
 }

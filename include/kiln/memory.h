@@ -52,10 +52,11 @@ class DeviceMemory {
   // their memory reused by another's. Host memory has no streams.
   virtual uint64_t streamTag() const { return 0; }
   virtual void awaitStream(uint64_t) {}
-  // Devices that check kernels' accesses (the emulated GPU): the first `bytes`
-  // of block `p` are what its holder may touch (its request as the pool hands
-  // it out; 0 as it goes back to the cache, so a use after free is caught).
-  virtual void setAddressable(void*, uint64_t) {}
+  // Devices that check kernels' accesses (the emulated GPU): what the holder of
+  // block `p` may read (its request rounded up to a whole 64-byte line, as
+  // allocate() promises) and write (its request); both 0 as it goes back to
+  // the cache, so a use after free is caught.
+  virtual void setAddressable(void*, uint64_t /*readable*/, uint64_t /*writable*/) {}
 };
 
 // Host memory (64-byte aligned, from the C library), for `cpu` and `cpu:N`.

@@ -1,6 +1,6 @@
 // Runs ONNX's backend test cases (libonnx-testdata) through Kiln and reports each.
 //
-// usage: onnx_backend_cases DATA_DIR [--suite NAME]... [--report OUT] [--expect REPORT] [--only SUBSTR]
+// usage: onnx_backend_cases DATA_DIR [--suite NAME]... [--report OUT] [--expect REPORT] [--only SUBSTR] [--device DEV]
 //
 // Each case is a folder with model.onnx and test_data_set_N/{input,output}_K.pb.
 // A case goes the way a user's model does: importOnnxFile, compileOnnx, a VM, the
@@ -10,7 +10,8 @@
 // `fail: why` (Kiln imported the model but computed something else or could not
 // compile what it imported) or `unsupported: why` (the importer refused it, naming
 // the node). `--report` writes one line per case and the totals; `--expect` reads a
-// report and exits 1 if a case it lists as passing no longer passes.
+// report and exits 1 if a case it lists as passing no longer passes. `--device`
+// compiles every model for that device first (cuda-emu: the GPU kernels, emulated).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -186,6 +187,8 @@ std::vector<fs::path> numbered(const fs::path& dir, const std::string& prefix) {
   return out;
 }
 
+kiln::Device gDevice;  // where every model computes (--device)
+
 Outcome runCase(const fs::path& dir) {
   std::vector<fs::path> sets;
   for (const auto& e : fs::directory_iterator(dir))
@@ -255,7 +258,9 @@ Outcome runCase(const fs::path& dir) {
     if (!dataOk) return {"unsupported", dataWhy};
     std::shared_ptr<const kiln::Executable> exe;
     try {
-      exe = kiln::compileOnnx(model);
+      kiln::CompileOptions options;
+      options.devices = {gDevice};
+      exe = kiln::compileOnnx(model, options);
     } catch (const kiln::Error& e) {
       return {"fail", std::string("compile: ") + e.what()};
     }
@@ -270,7 +275,7 @@ Outcome runCase(const fs::path& dir) {
     kiln::VirtualMachine vm(exe);
     kiln::Value result;
     try {
-      result = kiln::onnxResult(model, vm.invoke("main", args));
+      result = kiln::onnxResult(model, vm.copyTo(vm.invoke("main", args)));
     } catch (const kiln::Error& e) {
       return {"fail", std::string("run: ") + e.what()};
     }
@@ -304,7 +309,7 @@ std::string oneLine(std::string s) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: onnx_backend_cases DATA_DIR [--suite NAME]... [--report OUT] [--expect REPORT] [--only SUBSTR]\n";
+    std::cerr << "usage: onnx_backend_cases DATA_DIR [--suite NAME]... [--report OUT] [--expect REPORT] [--only SUBSTR] [--device DEV]\n";
     return 2;
   }
   fs::path data = argv[1];
@@ -321,6 +326,7 @@ int main(int argc, char** argv) {
     else if (a == "--report") reportPath = v;
     else if (a == "--expect") expectPath = v;
     else if (a == "--only") only = v;
+    else if (a == "--device") gDevice = kiln::Device::parse(v);
     else {
       std::cerr << "error: unknown option " << a << "\n";
       return 2;

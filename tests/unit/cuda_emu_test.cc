@@ -592,11 +592,24 @@ TEST_CASE("cuda-emu: invalid global accesses are reported like memcheck, and do 
     CHECK(report.find("invalid write of 4 bytes") != std::string::npos);
     CHECK(report.find("that has been freed (use after free)") != std::string::npos);
   }
+  SUBCASE("reads may reach the end of the tensor's last 64-byte line, as the pool promises; writes may not") {
+    // A kernel reading a clamped index of an empty tensor (concatenate's pieces)
+    // stays inside the line every block has.
+    Tensor empty = Tensor::empty(DType::Int32, {0}, kEmu);
+    void* p = empty.data();
+    std::string report = k.launch("fill", 1, 1, p);
+    CAPTURE(report);
+    CHECK(report.find("invalid write of 4 bytes") != std::string::npos);
+    CHECK(report.find("4 bytes past the end of a 0-byte allocation") != std::string::npos);
+  }
   SUBCASE("host copies are checked too") {
     Tensor t = Tensor::empty(DType::Int32, {10}, kEmu);
-    std::vector<int32_t> host(11);
-    CHECK_THROWS_WITH_AS(kiln::device::copyBytes(host.data(), Device{}, t.data(), kEmu, 11 * sizeof(int32_t)),
-                         doctest::Contains("reads outside the emulated device's memory: 44 bytes from offset 0 of a 40-byte allocation"),
+    std::vector<int32_t> host(17);
+    CHECK_THROWS_WITH_AS(kiln::device::copyBytes(host.data(), Device{}, t.data(), kEmu, 17 * sizeof(int32_t)),
+                         doctest::Contains("reads outside the emulated device's memory: 68 bytes from offset 0 of a 64-byte allocation"),
+                         kiln::Error);
+    CHECK_THROWS_WITH_AS(kiln::device::copyBytes(t.data(), kEmu, host.data(), Device{}, 11 * sizeof(int32_t)),
+                         doctest::Contains("writes outside the emulated device's memory: 44 bytes from offset 0 of a 40-byte allocation"),
                          kiln::Error);
   }
 }
