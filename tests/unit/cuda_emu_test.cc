@@ -499,6 +499,31 @@ done:
   ret void
 }
 
+; Atomics on global and shared memory: every thread of every block adds 1 to
+; out[0] and its block's shared counter; thread 0 adds the block's total to out[1].
+define ptx_kernel void @atomics(ptr %out) {
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %counter = getelementptr [64 x i32], ptr addrspace(3) @tile, i32 0, i32 0
+  %first = icmp eq i32 %t, 0
+  br i1 %first, label %clear, label %go
+clear:
+  store i32 0, ptr addrspace(3) %counter
+  br label %go
+go:
+  call void @llvm.nvvm.barrier0()
+  %g = atomicrmw add ptr %out, i32 1 seq_cst
+  %s = atomicrmw add ptr addrspace(3) %counter, i32 1 seq_cst
+  call void @llvm.nvvm.barrier0()
+  br i1 %first, label %total, label %done
+total:
+  %n = load i32, ptr addrspace(3) %counter
+  %o1 = getelementptr i32, ptr %out, i32 1
+  %old = atomicrmw add ptr %o1, i32 %n seq_cst
+  br label %done
+done:
+  ret void
+}
+
 ; out[tid] = tid, for every thread of the launch.
 define ptx_kernel void @fill(ptr %out) {
   %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
@@ -517,7 +542,7 @@ std::vector<int32_t> readBack(void* p, size_t n) {
 }  // namespace
 
 TEST_CASE("cuda-emu: barriers, warp shuffles and votes follow CUDA's semantics") {
-  IrKernels k(kSemanticsIr, {"warps", "neighbours", "divergent", "split_warp", "fill"});
+  IrKernels k(kSemanticsIr, {"warps", "neighbours", "divergent", "split_warp", "fill", "atomics"});
   Tensor out = Tensor::empty(DType::Int32, {2 * 64 * 8}, kEmu);
 
   REQUIRE(k.launch("warps", 2, 64, out.data()) == "");
@@ -557,6 +582,13 @@ TEST_CASE("cuda-emu: barriers, warp shuffles and votes follow CUDA's semantics")
   report = k.launch("split_warp", 1, 32, out.data());
   CHECK(report.find("launch failed: ") == 0);
   CHECK(report.find("wait at different warp-wide operations") != std::string::npos);
+
+  std::vector<int32_t> zero(2, 0);
+  kiln::device::copyBytes(out.data(), kEmu, zero.data(), Device{}, 2 * sizeof(int32_t));
+  REQUIRE(k.launch("atomics", 3, 96, out.data()) == "");
+  got = readBack(out.data(), 2);
+  CHECK(got[0] == 3 * 96);
+  CHECK(got[1] == 3 * 96);
 
   // The emulator is usable again after a failed launch.
   REQUIRE(k.launch("fill", 1, 64, out.data()) == "");
