@@ -5,6 +5,7 @@
 #include "compiler/frontend.h"
 #include "compiler/passes/fold_static_shapes.h"
 #include "compiler/passes/fuse_ops.h"
+#include "compiler/passes/hoist_projections.h"
 #include "compiler/passes/lambda_lift.h"
 #include "compiler/passes/to_anf.h"
 
@@ -16,7 +17,9 @@ Stages runPasses(std::string_view source, const std::string& file, const Compile
     FrontendOptions fo;
     fo.prelude = options.prelude;
     s.typed = loadProgram(source, file, fo);
-    s.fused = fuseOps(*foldStaticShapes(*s.typed), FuseOptions{options.fuse});
+    std::unique_ptr<ir::Module> folded = foldStaticShapes(*s.typed);
+    if (options.hoistLoopProjections) folded = hoistLoopProjections(*folded);
+    s.fused = fuseOps(*folded, FuseOptions{options.fuse});
     s.anf = toANF(*s.fused);
     s.lifted = lambdaLift(*s.anf);
     s.placed = placeDevices(*s.lifted, options.devices);

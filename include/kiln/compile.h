@@ -24,6 +24,9 @@ struct CompileOptions {
   bool fuse = true;     // false: one kernel per operator
   bool prelude = true;  // the standard prelude (List, map, foldl, ...)
   bool planMemory = true;  // static temporaries with disjoint lifetimes share storage
+  // A counting loop's input projection (dense of a step's slice of a tensor
+  // bound outside the loop) computed for every step at once before the loop.
+  bool hoistLoopProjections = true;
   // Devices, the default (where the program computes) first; the host cpu is
   // always added for control flow, shapes and scalars. {cpu:1, cpu} runs the
   // tensor work on the second CPU device, with copies where values cross.
