@@ -17,6 +17,9 @@ using namespace ir;
 
 namespace {
 
+// The largest projection (all steps' blocks) hoisted when its size is static.
+constexpr double kMaxProjectionBytes = 256.0 * (1 << 20);
+
 const Call* opCall(const Expr* e, std::string_view name) {
   if (e->kind != ExprKind::Call) return nullptr;
   auto* c = static_cast<const Call*>(e);
@@ -228,6 +231,8 @@ class Hoister : public ExprMutator {
       if (rows == kAnyDim || k == kAnyDim || n == kAnyDim) continue;
       int64_t steps = xs->shape[0];
       int64_t flat = steps == kAnyDim ? kAnyDim : steps * rows;
+      // Every step's block is held at once: not where that is known to be large.
+      if (flat != kAnyDim && static_cast<double>(flat) * static_cast<double>(n) * 4 > kMaxProjectionBytes) continue;
       SourceLoc loc = dense->loc;
       const Expr* x2 = call("reshape", {take->args[0]}, newshape({-1, k}), tensorType(arena_, xs->dtype, std::vector<int64_t>{flat, k}), loc);
       const Expr* product = call("nn.dense", {x2, dense->args[1]}, dense->attrs, tensorType(arena_, out->dtype, std::vector<int64_t>{flat, n}), loc);

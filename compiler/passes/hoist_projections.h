@@ -15,7 +15,10 @@
 //
 // Values are those of the rewritten program up to the summation order of the
 // product. Functions that do not count, products whose operands are computed
-// inside the loop, and primitive functions are left alone.
+// inside the loop, and primitive functions are left alone, as is a projection
+// known to exceed 256 MiB. A loop that stops early still pays for every step's
+// block, and with `?` steps the block's size is known only at run time (a pool
+// limit then reports it as any allocation).
 #pragma once
 
 #include <memory>
