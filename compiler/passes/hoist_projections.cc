@@ -8,6 +8,7 @@
 
 #include "compiler/ir/mutator.h"
 #include "compiler/ir/type.h"
+#include "compiler/ir/visit.h"
 #include "kernel_ir/attrs.h"
 #include "ops/registry.h"
 
@@ -37,63 +38,37 @@ struct FunctionScan {
 
   explicit FunctionScan(const Function* fn) {
     for (const Var* p : fn->params) bound.insert(p);
-    std::vector<const Expr*> stack{fn->body};
+    std::vector<const Expr*> stack;
     std::unordered_set<const Expr*> seen;
+    // Variables are counted per reference (they are shared nodes), everything
+    // else walked once.
     auto push = [&](const Expr* e) {
-      if (e && seen.insert(e).second) stack.push_back(e);
+      if (!e) return;
+      if (e->kind == ExprKind::Var) ++uses[static_cast<const Var*>(e)];
+      else if (seen.insert(e).second) stack.push_back(e);
     };
     std::vector<const Pattern*> patterns;
+    push(fn->body);
     while (!stack.empty()) {
       const Expr* e = stack.back();
       stack.pop_back();
       switch (e->kind) {
-        case ExprKind::Var: ++uses[static_cast<const Var*>(e)]; break;
         case ExprKind::Let: {
           auto* l = static_cast<const Let*>(e);
           bound.insert(l->var);
           lets[l->var] = l;
-          push(l->value);
-          push(l->body);
           break;
         }
-        case ExprKind::Call: {
-          auto* c = static_cast<const Call*>(e);
-          calls.push_back(c);
-          push(c->callee);
-          for (const Expr* a : c->args) push(a);
+        case ExprKind::Call: calls.push_back(static_cast<const Call*>(e)); break;
+        case ExprKind::Match:
+          for (const Clause& c : static_cast<const Match*>(e)->clauses) patterns.push_back(c.pattern);
           break;
-        }
-        case ExprKind::If: {
-          auto* i = static_cast<const If*>(e);
-          push(i->cond);
-          push(i->thenBranch);
-          push(i->elseBranch);
-          break;
-        }
-        case ExprKind::Match: {
-          auto* m = static_cast<const Match*>(e);
-          push(m->scrutinee);
-          for (const Clause& c : m->clauses) {
-            patterns.push_back(c.pattern);
-            push(c.body);
-          }
-          break;
-        }
-        case ExprKind::Function: {
-          auto* f = static_cast<const Function*>(e);
-          for (const Var* p : f->params) bound.insert(p);
-          push(f->body);
-          break;
-        }
-        case ExprKind::Tuple:
-          for (const Expr* x : static_cast<const Tuple*>(e)->fields) push(x);
-          break;
-        case ExprKind::TupleGet: push(static_cast<const TupleGet*>(e)->tuple); break;
-        case ExprKind::RefOp:
-          for (const Expr* x : static_cast<const RefOp*>(e)->args) push(x);
+        case ExprKind::Function:
+          for (const Var* p : static_cast<const Function*>(e)->params) bound.insert(p);
           break;
         default: break;
       }
+      forEachChild(e, push);
     }
     while (!patterns.empty()) {
       const Pattern* p = patterns.back();

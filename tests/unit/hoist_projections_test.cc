@@ -79,6 +79,11 @@ TEST_CASE("hoist: a counting loop's input projection is one product before the l
   checkSame(src, 7, 7);
   // Steps beyond the tensor are clamped by take, before and after.
   checkSame(src, 7, 9);
+  // A slice the loop also uses otherwise stays bound.
+  std::string shared = recurrence("7", "add(%t, 1)");
+  shared.replace(shared.find("nn.dense(%h, %u))"), 17, "nn.dense(%h, %u)) + sum(%x)");
+  CHECK(fusedText(shared, true).find("let %xs_projected0") != std::string::npos);
+  checkSame(shared, 7, 7);
   // `?` steps: the product's rows come from the run-time shape.
   std::string dynamic = recurrence("?", "add(1, %t)");
   CHECK(fusedText(dynamic, true).find("let %xs_projected0: Tensor[(?, 2, 40), float32]") != std::string::npos);
