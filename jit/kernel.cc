@@ -147,33 +147,36 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void CompiledKernel::compileForCpu(uint64_t hash, bool keepIR, const DiskCache* disk, std::string_view precompiled) {
-  if (!keepIR) {
-    // Machine code made elsewhere is used only when it is whole and its key (the
-    // kernel, this CPU, this Kiln and LLVM) is this kernel's; a damaged or
-    // foreign object is refused by the loader and compiled afresh instead.
-    if ((entry_ = loadedKernel(symbol_))) {
-      source_ = Source::Loaded;
-      if (disk && !disk->load(hash, key_))
-        if (const std::string* object = loadedKernelObject(symbol_)) disk->store(hash, key_, *object);
-      return;
-    }
-    auto tryLoad = [&](std::optional<std::string_view> object, Source source) {
-      if (!object) return false;
-      try {
-        entry_ = loadKernelObject(*object, symbol_);
-        source_ = source;
-        return true;
-      } catch (const Error&) {
-        return false;
-      }
-    };
-    if (!precompiled.empty() && tryLoad(unsealObject(precompiled, key_), Source::Precompiled)) return;
-    if (disk) {
-      std::optional<std::string> cached = disk->load(hash, key_);
-      if (cached && tryLoad(std::string_view(*cached), Source::DiskCache)) return;
-    }
+bool CompiledKernel::loadMachineCode(uint64_t hash, const DiskCache* disk, std::string_view precompiled) {
+  // Machine code made elsewhere is used only when it is whole and its key (the
+  // kernel, this CPU, this Kiln and LLVM) is this kernel's; a damaged or
+  // foreign object is refused by the loader and compiled afresh instead.
+  if ((entry_ = loadedKernel(symbol_))) {
+    source_ = Source::Loaded;
+    if (disk && !disk->load(hash, key_))
+      if (const std::string* object = loadedKernelObject(symbol_)) disk->store(hash, key_, *object);
+    return true;
   }
+  auto tryLoad = [&](std::optional<std::string_view> object, Source source) {
+    if (!object) return false;
+    try {
+      entry_ = loadKernelObject(*object, symbol_);
+      source_ = source;
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  if (!precompiled.empty() && tryLoad(unsealObject(precompiled, key_), Source::Precompiled)) return true;
+  if (disk) {
+    std::optional<std::string> cached = disk->load(hash, key_);
+    if (cached && tryLoad(std::string_view(*cached), Source::DiskCache)) return true;
+  }
+  return false;
+}
+
+void CompiledKernel::compileForCpu(uint64_t hash, bool keepIR, const DiskCache* disk, std::string_view precompiled) {
+  if (!keepIR && loadMachineCode(hash, disk, precompiled)) return;
   CpuObject compiled = codegenBackend().compileCpu(loops_, symbol_, keepIR);
   entry_ = loadKernelObject(compiled.object, symbol_);
   if (disk && !keepIR) disk->store(hash, key_, compiled.object);
@@ -213,29 +216,14 @@ void CompiledKernel::compileForEmulatedGpu(uint64_t hash, bool keepIR, const Dis
   // this kernel's key); its plan is recomputed, as for cached PTX.
   PtxModule plan = planPtx(loops_, symbol_);
   plan.sm = kMaxPtxSm;
-  KernelEntry entry = nullptr;
-  if (!keepIR) {
-    if ((entry = loadedKernel(symbol_))) {
-      source_ = Source::Loaded;
-    } else if (disk) {
-      if (std::optional<std::string> cached = disk->load(hash, key_)) {
-        try {
-          entry = loadKernelObject(*cached, symbol_);
-          source_ = Source::DiskCache;
-        } catch (const Error&) {
-          entry = nullptr;
-        }
-      }
-    }
-  }
-  if (!entry) {
+  if (keepIR || !loadMachineCode(hash, disk, {})) {
     EmulatedGpuObject compiled = codegenBackend().compileGpuEmulated(loops_, symbol_, keepIR);
-    entry = loadKernelObject(compiled.object.object, symbol_);
+    entry_ = loadKernelObject(compiled.object.object, symbol_);
     if (disk && !keepIR) disk->store(hash, key_, compiled.object.object);
     ir_ = std::move(compiled.object.optimizedIR);
     source_ = Source::Compiled;
   }
-  gpu_ = std::make_shared<const GpuKernel>(loops_, std::move(plan), device_, entry);
+  gpu_ = std::make_shared<const GpuKernel>(loops_, std::move(plan), device_, entry_);
 }
 
 const std::vector<Shape>& CompiledKernel::checkedShapes(TensorRefs inputs, std::vector<Shape>& storage) const {

@@ -97,6 +97,9 @@ class CompiledKernel {
   void compileForCpu(uint64_t hash, bool keepIR, const DiskCache* disk, std::string_view precompiled);
   void compileForGpu(const std::string& symbol, const std::string& key, uint64_t hash, bool keepIR, const DiskCache* disk);
   void compileForEmulatedGpu(uint64_t hash, bool keepIR, const DiskCache* disk);
+  // Host machine code for this kernel already made (loaded in this process, in
+  // `precompiled`, or in the disk cache): sets entry_ and source_, or false.
+  bool loadMachineCode(uint64_t hash, const DiskCache* disk, std::string_view precompiled);
   void launch(TensorRefs inputs, TensorRefs outputs, const std::vector<Shape>& shapes,
               std::span<const float* const> prepared) const;
   std::vector<PreparedInput> prepared_;

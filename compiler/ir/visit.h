@@ -1,4 +1,5 @@
-// forEachChild: the direct subexpressions of an expression, in evaluation order.
+// forEachChild: the direct subexpressions of an expression, in evaluation order
+// (and opCall: an expression as a call of a named operator).
 // Passes that walk the IR with an explicit stack (so deep programs cost no C++
 // stack) use it instead of repeating the per-kind switch. The bodies of primitive
 // functions (kernels) are not children: they hold only operator calls.
@@ -10,6 +11,14 @@ namespace kiln::ir {
 
 inline bool isPrimitiveFunction(const Expr* e) {
   return e->kind == ExprKind::Function && static_cast<const Function*>(e)->primitive;
+}
+
+// `e` as a call of the operator `name`, or null.
+inline const Call* opCall(const Expr* e, std::string_view name) {
+  if (e->kind != ExprKind::Call) return nullptr;
+  auto* c = static_cast<const Call*>(e);
+  if (c->callee->kind != ExprKind::Op || static_cast<const OpRef*>(c->callee)->op->name != name) return nullptr;
+  return c;
 }
 
 template <class F>

@@ -5,6 +5,7 @@
 
 #include "compiler/ir/mutator.h"
 #include "compiler/ir/type.h"
+#include "compiler/ir/visit.h"
 #include "kernel_ir/attrs.h"
 #include "kernel_ir/op.h"
 
@@ -13,13 +14,6 @@ namespace kiln::compiler {
 using namespace ir;
 
 namespace {
-
-const Call* opCall(const Expr* e, std::string_view name) {
-  if (e->kind != ExprKind::Call) return nullptr;
-  auto* c = static_cast<const Call*>(e);
-  if (c->callee->kind != ExprKind::Op || static_cast<const OpRef*>(c->callee)->op->name != name) return nullptr;
-  return c;
-}
 
 class ShapeFolder : public ExprMutator {
  public:

@@ -21,13 +21,6 @@ namespace {
 // The largest projection (all steps' blocks) hoisted when its size is static.
 constexpr double kMaxProjectionBytes = 256.0 * (1 << 20);
 
-const Call* opCall(const Expr* e, std::string_view name) {
-  if (e->kind != ExprKind::Call) return nullptr;
-  auto* c = static_cast<const Call*>(e);
-  if (c->callee->kind != ExprKind::Op || static_cast<const OpRef*>(c->callee)->op->name != name) return nullptr;
-  return c;
-}
-
 // Every node under `root` once (iteratively: let chains may be long), with the
 // variables bound inside it (parameters, lets, pattern variables).
 struct FunctionScan {
