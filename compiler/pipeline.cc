@@ -1,8 +1,9 @@
-// The pipeline: front end, fusion, ANF, lambda lifting, device placement, bytecode.
+// The pipeline: front end, partitioning, fusion, ANF, lambda lifting, device placement, bytecode.
 #include "compiler/pipeline.h"
 
 #include "compiler/codegen/bytecode_emitter.h"
 #include "compiler/frontend.h"
+#include "compiler/partition/partition.h"
 #include "compiler/passes/fold_static_shapes.h"
 #include "compiler/passes/fuse_ops.h"
 #include "compiler/passes/hoist_projections.h"
@@ -19,6 +20,18 @@ Stages runPasses(std::string_view source, const std::string& file, const Compile
     s.typed = loadProgram(source, file, fo);
     std::unique_ptr<ir::Module> folded = foldStaticShapes(*s.typed);
     if (options.hoistLoopProjections) folded = hoistLoopProjections(*folded);
+    if (!options.partition.empty()) {
+      partition::PartitionOptions po;
+      po.libraries = options.partition;
+      for (const auto& [name, text] : options.partitionPatterns)
+        po.patterns.append(partition::parsePatternTable(text, name));
+      partition::PartitionStages ps = partition::partitionModule(*folded, po);
+      s.composite = std::move(ps.composite);
+      s.partitioned = std::move(ps.partitioned);
+      s.regions = std::move(ps.plan);
+      s.partitionNotes = std::move(ps.notes);
+      folded = std::move(ps.lowered);
+    }
     s.fused = fuseOps(*folded, FuseOptions{options.fuse});
     s.anf = toANF(*s.fused);
     s.lifted = lambdaLift(*s.anf);

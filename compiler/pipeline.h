@@ -5,6 +5,7 @@
 #include <string>
 
 #include "compiler/ir/module.h"
+#include "compiler/partition/regions.h"
 #include "compiler/passes/device_placement.h"
 #include "kiln/compile.h"
 
@@ -12,6 +13,10 @@ namespace kiln::compiler {
 
 struct Stages {
   std::unique_ptr<ir::Module> typed, fused, anf, lifted;
+  // With CompileOptions::partition: the partitioning stages (partition/partition.h).
+  std::unique_ptr<ir::Module> composite, partitioned;
+  partition::RegionPlan regions;  // over `composite`
+  std::vector<std::string> partitionNotes;
   Placement placed;  // the lifted module with devices, copies and specializations
 };
 

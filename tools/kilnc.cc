@@ -31,6 +31,10 @@ void usage(std::FILE* out) {
   std::fprintf(out,
                "usage: kilnc PROGRAM.relay|MODEL.onnx [-o OUT] [--emit WHAT] [--params FILE.npz] [--device LIST]\n"
                "  --emit ir        print the program after type inference\n"
+               "  --emit composite print the program after composite patterns matched (needs --partition)\n"
+               "  --emit annotated ... each call a library supports marked with the library\n"
+               "  --emit regions   ... and with its region (calls that go to the library together)\n"
+               "  --emit partitioned print the program with each region a Compiler= function, and notes\n"
                "  --emit parsed    print the program as parsed, before type inference\n"
                "  --emit fused     print the program after operator fusion\n"
                "  --emit anf       print the program in A-normal form (explicit evaluation order)\n"
@@ -42,6 +46,9 @@ void usage(std::FILE* out) {
                "  --emit loops     print each kernel's loop-level form\n"
                "  --emit llvm      print each kernel's optimized LLVM IR\n"
                "  --emit ptx       print each kernel's PTX (sm_90) and its launches (no GPU needed)\n"
+               "  --partition LIBS hand the parts of the program that libraries support to them (comma-separated,\n"
+               "                   in order of preference; README \"Partitioning\")\n"
+               "  --patterns FILE  a pattern file: composite patterns and supported calls (repeatable)\n"
                "  --no-prelude     do not add the prelude's definitions\n"
                "  --no-memory-plan give every kernel output its own storage (no sharing between temporaries)\n"
                "  --precompile     with -o: also store every CPU kernel's machine code for this CPU (a load on a\n"
@@ -102,7 +109,8 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string program, out, emit, paramsFile, devices = "cpu";
+  std::string program, out, emit, paramsFile, devices = "cpu", partitionLibs;
+  std::vector<std::string> patternFiles;
   bool prelude = true, planMemory = true, precompile = false;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
@@ -111,10 +119,12 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
-    } else if (a == "-o" || a == "--emit" || a == "--params" || a == "--device") {
+    } else if (a == "-o" || a == "--emit" || a == "--params" || a == "--device" || a == "--partition" || a == "--patterns") {
       const std::string* v = value();
       if (!v) return fail(2, "error: " + a + " needs a value");
       if (a == "-o") out = *v;
+      else if (a == "--partition") partitionLibs = *v;
+      else if (a == "--patterns") patternFiles.push_back(*v);
       else if (a == "--emit") emit = *v;
       else if (a == "--params") paramsFile = *v;
       else devices = *v;
@@ -137,9 +147,13 @@ int main(int argc, char** argv) {
     usage(stderr);
     return fail(2, "error: no program given");
   }
-  const std::vector<std::string> emits = {"ir", "parsed", "fused", "anf", "lifted", "devices", "bytecode", "memory", "kernels", "loops", "llvm", "ptx"};
-  if (!emit.empty() && std::find(emits.begin(), emits.end(), emit) == emits.end())
-    return fail(2, "error: --emit " + emit + " is not available (available: ir, parsed, fused, anf, lifted, devices, bytecode, memory, kernels, loops, llvm, ptx)");
+  const std::vector<std::string> emits = {"ir", "parsed", "composite", "annotated", "regions", "partitioned", "fused", "anf", "lifted",
+                                         "devices", "bytecode", "memory", "kernels", "loops", "llvm", "ptx"};
+  if (!emit.empty() && std::find(emits.begin(), emits.end(), emit) == emits.end()) {
+    std::string list;
+    for (const std::string& e : emits) list += (list.empty() ? "" : ", ") + e;
+    return fail(2, "error: --emit " + emit + " is not available (available: " + list + ")");
+  }
   if (emit.empty() && out.empty()) return fail(2, "error: nothing to do: give -o OUT or --emit WHAT");
   if (precompile && out.empty()) return fail(2, "error: --precompile needs -o OUT");
 
@@ -149,6 +163,7 @@ int main(int argc, char** argv) {
     copts.devices = kiln::tools::checkDevices(devices, false);
     copts.prelude = prelude;
     copts.planMemory = planMemory;
+    kiln::tools::setPartitionOptions(partitionLibs, patternFiles, copts);
     if (!paramsFile.empty()) copts.params = kiln::readNpz(paramsFile);
     std::string source;
     if (kiln::isOnnxPath(program)) {
@@ -183,6 +198,8 @@ int main(int argc, char** argv) {
       kiln::ir::PrintOptions typed;
       typed.showTypes = true;
       if (emit == "ir") return kiln::ir::printModule(*stages.typed, typed);
+      if (emit == "composite" || emit == "annotated" || emit == "regions" || emit == "partitioned")
+        return kiln::tools::partitionListing(stages, emit);
       if (emit == "fused") return kiln::ir::printModule(*stages.fused, typed);
       if (emit == "anf") return kiln::ir::printModule(*stages.anf, typed);
       if (emit == "lifted") return kiln::ir::printModule(*stages.lifted, typed);

@@ -8,7 +8,10 @@
 
 #include "bytecode/opcodes.h"
 #include "compiler/ir/printer.h"
+#include "compiler/frontend.h"
 #include "compiler/passes/device_placement.h"
+#include "compiler/pipeline.h"
+#include "kiln/compile.h"
 #include "device/cuda_driver.h"
 #include "kiln/error.h"
 #include "kiln/executable.h"
@@ -34,6 +37,46 @@ inline std::vector<Device> checkDevices(const std::string& list, bool toRun) {
     if (end == std::string::npos) break;
     start = end + 1;
   }
+  return out;
+}
+
+// --partition LIBS (comma-separated) and --patterns FILE...: the libraries to
+// partition for and the pattern files that describe them.
+inline void setPartitionOptions(const std::string& libs, const std::vector<std::string>& patternFiles, CompileOptions& o) {
+  size_t start = 0;
+  while (!libs.empty() && start <= libs.size()) {
+    size_t end = libs.find(',', start);
+    std::string name = libs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (name.empty()) throw Error("--partition needs library names separated by commas, got '" + libs + "'");
+    o.partition.push_back(name);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (o.partition.empty() && !patternFiles.empty()) throw Error("--patterns needs --partition LIBRARY");
+  for (const std::string& f : patternFiles) o.partitionPatterns.emplace_back(f, compiler::readSourceFile(f));
+}
+
+// --emit composite / annotated / regions / partitioned: a partitioning stage,
+// annotated calls marked with their library (and region), notes at the end.
+inline std::string partitionListing(const compiler::Stages& s, const std::string& emit) {
+  if (!s.partitioned) throw Error("--emit " + emit + " needs --partition LIBRARY");
+  ir::PrintOptions opts;
+  opts.showTypes = true;
+  if (emit == "annotated" || emit == "regions")
+    opts.callNote = [&](const ir::Expr* e) {
+      std::string d = s.regions.describe(e);
+      return emit == "annotated" ? d.substr(0, d.find(' ')) : d;
+    };
+  std::string out = ir::printModule(emit == "partitioned" ? *s.partitioned : *s.composite, opts);
+  if (emit == "regions") {
+    out += "\n// " + std::to_string(s.regions.regions.size()) + " region" + (s.regions.regions.size() == 1 ? "" : "s") + "\n";
+    for (size_t i = 0; i < s.regions.regions.size(); ++i) {
+      const partition::Region& r = s.regions.regions[i];
+      out += "//   region " + std::to_string(i) + ": " + r.library + " in @" + r.function + ", " + std::to_string(r.members.size()) +
+             " call" + (r.members.size() == 1 ? "" : "s") + "\n";
+    }
+  }
+  for (const std::string& n : s.partitionNotes) out += "// note: " + n + "\n";
   return out;
 }
 

@@ -55,6 +55,8 @@ void usage(std::FILE* out) {
                "  --max-depth N        call depth limit (default 1000000)\n"
                "  --memory-limit SIZE  most bytes each device's pool may hold (e.g. 512M, 2G); over it: error, exit 1\n"
                "  --no-memory-plan     (text programs) no storage sharing between temporaries, to compare peaks\n"
+               "  --partition LIBS     (text programs) hand what libraries support to them (README \"Partitioning\")\n"
+               "  --patterns FILE      a pattern file for --partition (repeatable)\n"
                "environment: KILN_CACHE_DIR (on-disk kernel cache), KILN_COMPILE_ON_LOAD=0 (compile each kernel at\n"
                "  its first call instead of all at load, in parallel), KILN_NUM_THREADS, KILN_CODEGEN_LIBRARY\n");
 }
@@ -194,6 +196,8 @@ int run(int argc, char** argv) {
   size_t maxDepth = 1'000'000;
   uint64_t memoryLimit = 0;
   bool planMemory = true;
+  std::string partitionLibs;
+  std::vector<std::string> patternFiles;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -221,6 +225,8 @@ int run(int argc, char** argv) {
     else if (a == "--max-depth") maxDepth = static_cast<size_t>(std::max(1, count()));
     else if (a == "--memory-limit") memoryLimit = parseByteSize(a, value());
     else if (a == "--no-memory-plan") planMemory = false;
+    else if (a == "--partition") partitionLibs = value();
+    else if (a == "--patterns") patternFiles.push_back(value());
     else if (a == "--profile") profile = true;
     else if (a == "--trace") traceFile = value();
     else if (a == "--stats") stats = true;
@@ -267,6 +273,8 @@ int run(int argc, char** argv) {
       for (const auto& d : ds) s += (s.empty() ? "" : ",") + d.toString();
       return s;
     };
+    if (!partitionLibs.empty() || !patternFiles.empty())
+      throw Usage("--partition applies when a program is compiled; " + program + " is an executable (partition with kilnc --partition)");
     if (deviceGiven && !(exe->devices().front() == deviceList.front()))
       throw Usage(program + " was compiled for --device " + listOf(exe->devices()) + "; recompile it with kilnc --device " + devices);
   } else {
@@ -274,6 +282,7 @@ int run(int argc, char** argv) {
     opts.devices = deviceList;
     opts.params = params;
     opts.planMemory = planMemory;
+    kiln::tools::setPartitionOptions(partitionLibs, patternFiles, opts);
     if (kiln::isOnnxPath(program)) {
       // Positional inputs name the graph's inputs in order; every input given is
       // offered to the import, which specializes the program to those it needs

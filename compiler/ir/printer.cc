@@ -247,6 +247,10 @@ class Printer {
         args(c->args);
         attributes(c->attrs, c->args.empty());
         out_ += ")";
+        if (opts_.callNote) {
+          std::string n = opts_.callNote(e);
+          if (!n.empty()) out_ += " /* " + n + " */";
+        }
         return;
       }
       case ExprKind::Let:

@@ -21,6 +21,9 @@ struct PrintOptions {
   // printed as `/* note */` after a parameter and `// note` after a binding or
   // a block's final expression. Empty: nothing printed.
   std::function<std::string(const Expr*)> note;
+  // A note on calls (kilnc --emit annotated: the library), printed as
+  // `/* note */` after the call. Empty: nothing printed.
+  std::function<std::string(const Expr*)> callNote;
 };
 
 std::string printModule(const Module& m, const PrintOptions& opts = {});

@@ -431,8 +431,10 @@ class Parser {
     popTypeParams(tm);
     Function* fn = b_.function(tps, params, ret, body, loc);
     fn->attrs = attrs;
-    // Primitive=1: a fused kernel as written (the fusion pass leaves it whole).
-    if (attrs && attrs->find("Primitive")) {
+    // Primitive=1: a fused kernel as written (the fusion pass leaves it whole),
+    // unless it is a function made for a library (`Compiler="..."`, by
+    // partitioning): the library, or Kiln as an ordinary function, runs that.
+    if (attrs && attrs->find("Primitive") && !attrs->find("Compiler")) {
       const ops::AttrValue* v = attrs->find("Primitive");
       fn->primitive = v->kind == ops::AttrValue::Kind::Int && v->i != 0;
     }

@@ -384,6 +384,7 @@ std::unique_ptr<Module> fuseOps(const Module& m, const FuseOptions& opts) {
     }
     Function* fn = Builder(m.arena()).function(g.fn->typeParams, g.fn->params, g.fn->resultAnnotation, body, g.fn->loc);
     fn->type = g.fn->type;
+    fn->attrs = g.fn->attrs;
     out->addFunction(g.var, fn, g.fromPrelude);
   }
   return out;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/executable.h"
@@ -31,6 +32,12 @@ struct CompileOptions {
   // always added for control flow, shapes and scalars. {cpu:1, cpu} runs the
   // tensor work on the second CPU device, with copies where values cross.
   std::vector<Device> devices{Device{}};
+  // Partitioning to external libraries (README "Partitioning"): the libraries
+  // regions go to, in order of preference, and pattern files (name, text) giving
+  // their composite patterns and the calls they support. A region of a library
+  // Kiln cannot call here runs on Kiln's own kernels. Empty: nothing partitioned.
+  std::vector<std::string> partition;
+  std::vector<std::pair<std::string, std::string>> partitionPatterns;
 };
 
 std::shared_ptr<const Executable> compile(std::string_view source, const std::string& file = "<input>",

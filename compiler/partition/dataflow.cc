@@ -1,0 +1,140 @@
+// FunctionDataflow and freeVariables: one iterative walk each (let chains may be long).
+#include "compiler/partition/dataflow.h"
+
+#include "compiler/ir/visit.h"
+
+namespace kiln::partition {
+
+using namespace ir;
+
+FunctionDataflow::FunctionDataflow(const Function* fn) {
+  struct Item {
+    const Expr* e;
+    int scope;
+    bool done;
+  };
+  int scopes = 0;
+  std::vector<Item> stack{{fn->body, 0, false}};
+  while (!stack.empty()) {
+    Item it = stack.back();
+    stack.pop_back();
+    const Expr* e = it.e;
+    if (it.done) {
+      if (e->kind == ExprKind::Call) calls_.push_back(static_cast<const Call*>(e));
+      continue;
+    }
+    if (e->kind == ExprKind::Var) {
+      ++varUses_[static_cast<const Var*>(e)];
+      continue;
+    }
+    if (++parents_[e] > 1) continue;  // shared: walked once
+    scope_[e] = it.scope;
+    stack.push_back({e, it.scope, true});
+    // Children pushed in reverse so they pop in evaluation order.
+    std::vector<Item> kids;
+    switch (e->kind) {
+      case ExprKind::Let: {
+        auto* l = static_cast<const Let*>(e);
+        lets_[l->var] = l;
+        kids = {{l->value, it.scope, false}, {l->body, it.scope, false}};
+        break;
+      }
+      case ExprKind::If: {
+        auto* i = static_cast<const If*>(e);
+        kids = {{i->cond, it.scope, false}, {i->thenBranch, ++scopes, false}, {i->elseBranch, ++scopes, false}};
+        break;
+      }
+      case ExprKind::Match: {
+        auto* m = static_cast<const Match*>(e);
+        kids.push_back({m->scrutinee, it.scope, false});
+        for (const Clause& c : m->clauses) kids.push_back({c.body, ++scopes, false});
+        break;
+      }
+      case ExprKind::Function:
+        if (!isPrimitiveFunction(e)) kids.push_back({static_cast<const Function*>(e)->body, ++scopes, false});
+        break;
+      case ExprKind::Call: {
+        // A composite's body is the library's business, not the program's: only its call is seen.
+        auto* c = static_cast<const Call*>(e);
+        bool composite = c->callee->kind == ExprKind::Function && static_cast<const Function*>(c->callee)->attrs &&
+                         static_cast<const Function*>(c->callee)->attrs->find("Composite");
+        forEachChild(e, [&](const Expr* x) {
+          if (!(composite && x == c->callee)) kids.push_back({x, it.scope, false});
+        });
+        break;
+      }
+      default: forEachChild(e, [&](const Expr* c) { kids.push_back({c, it.scope, false}); });
+    }
+    for (auto k = kids.rbegin(); k != kids.rend(); ++k) stack.push_back(*k);
+  }
+}
+
+int FunctionDataflow::scopeOf(const Expr* e) const {
+  auto it = scope_.find(e);
+  return it == scope_.end() ? -1 : it->second;
+}
+
+bool FunctionDataflow::singleParent(const Expr* e) const {
+  auto it = parents_.find(e);
+  return it != parents_.end() && it->second == 1;
+}
+
+const Expr* FunctionDataflow::movable(const Var* v, int scope) const {
+  auto l = lets_.find(v);
+  if (l == lets_.end() || scopeOf(l->second) != scope) return nullptr;
+  auto u = varUses_.find(v);
+  if (u == varUses_.end() || u->second != 1) return nullptr;
+  const Expr* value = l->second->value;
+  if (value->kind != ExprKind::Call && value->kind != ExprKind::Tuple && value->kind != ExprKind::TupleGet) return nullptr;
+  return singleParent(value) ? value : nullptr;
+}
+
+std::vector<const Var*> freeVariables(const Function* fn) {
+  std::unordered_set<const Var*> bound(fn->params.begin(), fn->params.end());
+  std::vector<const Var*> refs, out;
+  std::vector<const Pattern*> patterns;
+  std::unordered_set<const Expr*> seen;
+  std::vector<const Expr*> stack{fn->body};
+  while (!stack.empty()) {
+    const Expr* e = stack.back();
+    stack.pop_back();
+    if (e->kind == ExprKind::Var) {
+      refs.push_back(static_cast<const Var*>(e));
+      continue;
+    }
+    if (!seen.insert(e).second) continue;
+    switch (e->kind) {
+      case ExprKind::Let: bound.insert(static_cast<const Let*>(e)->var); break;
+      case ExprKind::Match:
+        for (const Clause& c : static_cast<const Match*>(e)->clauses) patterns.push_back(c.pattern);
+        break;
+      case ExprKind::Function:
+        for (const Var* p : static_cast<const Function*>(e)->params) bound.insert(p);
+        // A primitive function's body is closed over its own parameters: walk it too.
+        if (isPrimitiveFunction(e)) stack.push_back(static_cast<const Function*>(e)->body);
+        break;
+      case ExprKind::Call: {
+        auto* c = static_cast<const Call*>(e);
+        if (isPrimitiveFunction(c->callee)) stack.push_back(c->callee);
+        break;
+      }
+      default: break;
+    }
+    forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
+  }
+  while (!patterns.empty()) {
+    const Pattern* p = patterns.back();
+    patterns.pop_back();
+    if (p->kind == PatternKind::Var) bound.insert(static_cast<const PatternVar*>(p)->var);
+    else if (p->kind == PatternKind::Ctor)
+      for (const Pattern* q : static_cast<const PatternCtor*>(p)->args) patterns.push_back(q);
+    else if (p->kind == PatternKind::Tuple)
+      for (const Pattern* q : static_cast<const PatternTuple*>(p)->fields) patterns.push_back(q);
+  }
+  std::unordered_set<const Var*> reported;
+  for (const Var* v : refs)
+    if (!bound.count(v) && reported.insert(v).second) out.push_back(v);
+  return out;
+}
+
+}  // namespace kiln::partition

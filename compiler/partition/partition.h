@@ -1,0 +1,43 @@
+// Partitioning a program to external libraries, the four passes in order (as
+// TVM's BYOC flow): mergeComposite, annotateTargets, mergeCompilerRegions,
+// partitionGraph; and what Kiln does with a region no library here can take.
+//
+// Input: a type-checked module. Output: the stages, each printable with `kilnc
+// --emit composite|annotated|regions|partitioned`, and `lowered`, the module the
+// rest of the pipeline compiles: regions of libraries Kiln can call stay
+// `Compiler=` functions for that library; every other region stays a global
+// function that Kiln runs with its own kernels (noted in `notes`), its composite
+// calls inlined (each parameter a binding, so evaluation order is kept).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/module.h"
+#include "compiler/partition/pattern.h"
+#include "compiler/partition/regions.h"
+
+namespace kiln::partition {
+
+struct PartitionOptions {
+  std::vector<std::string> libraries;  // in order of preference
+  PatternTable patterns;               // composites and supports rules (others' libraries ignored)
+  // Whether Kiln can hand a region of this library to the library itself.
+  std::function<bool(const std::string&)> offloadable = [](const std::string&) { return false; };
+};
+
+struct PartitionStages {
+  std::unique_ptr<ir::Module> composite, partitioned, lowered;
+  RegionPlan plan;             // over `composite`
+  std::vector<std::string> notes;  // what stays on Kiln, and why
+};
+
+PartitionStages partitionModule(const ir::Module& typed, const PartitionOptions& options);
+
+// Composite calls replaced by their bodies, in every function except regions of
+// libraries `keep` names (which a library compiles whole).
+std::unique_ptr<ir::Module> inlineComposites(const ir::Module& m, const std::function<bool(const std::string&)>& keep);
+
+}  // namespace kiln::partition

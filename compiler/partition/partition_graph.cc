@@ -1,0 +1,122 @@
+// partitionGraph: regions become Compiler= global functions.
+#include "compiler/partition/partition_graph.h"
+
+#include <unordered_set>
+
+#include "compiler/ir/mutator.h"
+#include "compiler/partition/dataflow.h"
+#include "compiler/partition/rewrite_util.h"
+#include "kiln/error.h"
+
+namespace kiln::partition {
+
+using namespace ir;
+
+namespace {
+
+class RegionRewriter : public ExprMutator {
+ public:
+  RegionRewriter(const Module& m, Module& out, const RegionPlan& plan, std::unordered_set<std::string>& names)
+      : ExprMutator(m.arena()), m_(m), out_(out), a_(m.arena()), plan_(plan), names_(names) {}
+
+ protected:
+  const Expr* visit(const Expr* e) override {
+    if (e->kind == ExprKind::Let)
+      return rebuildLetChain(builder(), static_cast<const Let*>(e), [&](const Var* v) { return plan_.absorbed.count(v) > 0; },
+                             [&](const Expr* x) { return mutate(x); });
+    if (e->kind == ExprKind::Call) {
+      auto r = plan_.regionOf.find(static_cast<const Call*>(e));
+      if (r != plan_.regionOf.end() && plan_.regions[static_cast<size_t>(r->second)].root == e)
+        return regionCall(plan_.regions[static_cast<size_t>(r->second)], r->second);
+    }
+    return ExprMutator::visit(e);
+  }
+
+ private:
+  // The member of region `id` that `a` is (written in place or through a variable taken over), or null.
+  const Call* memberOf(const Expr* a, int id) const {
+    if (a->kind == ExprKind::Var) {
+      auto ab = plan_.absorbed.find(static_cast<const Var*>(a));
+      if (ab == plan_.absorbed.end()) return nullptr;
+      a = ab->second;
+    }
+    if (a->kind != ExprKind::Call) return nullptr;
+    auto r = plan_.regionOf.find(static_cast<const Call*>(a));
+    return r != plan_.regionOf.end() && r->second == id ? static_cast<const Call*>(a) : nullptr;
+  }
+
+  // A region's inputs; one per region being built (an input may hold another region).
+  struct Inputs {
+    std::unordered_map<const Expr*, const Expr*> params;  // original expression -> parameter
+    std::vector<const Var*> list;
+    std::vector<const Expr*> args;  // the rewritten expressions the call site passes
+  };
+
+  void collectInputs(const Call* c, int id, Inputs& in) {
+    if (c->callee->kind != ExprKind::Op && c->callee->kind != ExprKind::GlobalVar && c->callee->kind != ExprKind::Function)
+      input(c->callee, in);
+    for (const Expr* a : c->args) {
+      if (const Call* m = memberOf(a, id)) collectInputs(m, id, in);
+      else if (a->kind != ExprKind::Constant) input(a, in);  // a literal stays in the body
+    }
+  }
+
+  void input(const Expr* e, Inputs& in) {
+    if (in.params.count(e)) return;
+    std::string name = e->kind == ExprKind::Var ? std::string(static_cast<const Var*>(e)->name)
+                                                : "input" + std::to_string(in.list.size());
+    Var* p = builder().var(a_.str(name), e->type, e->loc);
+    p->type = e->type;
+    in.params[e] = p;
+    in.list.push_back(p);
+    in.args.push_back(mutate(e));
+  }
+
+  std::string freshName(const Region& r) {
+    for (int k = 0;; ++k) {
+      std::string n = r.library + "_" + r.function + "_" + std::to_string(k);
+      if (!m_.findFunction(n) && names_.insert(n).second) return n;
+    }
+  }
+
+  const Expr* regionCall(const Region& r, int id) {
+    Inputs in;
+    collectInputs(r.root, id, in);
+    const Expr* body = substituteGroup(builder(), r.root, in.params, plan_.absorbed);
+    std::string name = freshName(r);
+    auto* attrs = a_.own<ops::AttrMap>();
+    attrs->set("Primitive", ops::AttrValue::ofInt(1));
+    attrs->set("Compiler", ops::AttrValue::ofString(r.library));
+    attrs->set("global_symbol", ops::AttrValue::ofString(name));
+    Function* fn = makeFunction(builder(), in.list, body, attrs, r.root->loc);
+    std::vector<const Var*> free = freeVariables(fn);
+    if (!free.empty())
+      throw Error(m_.file(), r.root->loc, "internal error: partitioned function @" + name + " would use %" +
+                                              std::string(free[0]->name) + " without a parameter for it");
+    GlobalVar* gv = builder().globalVar(a_.str(name), r.root->loc);
+    gv->type = fn->type;
+    out_.addFunction(gv, fn);
+    return makeCall(builder(), gv, in.args, r.root);
+  }
+
+  const Module& m_;
+  Module& out_;
+  Arena& a_;
+  const RegionPlan& plan_;
+  std::unordered_set<std::string>& names_;
+};
+
+}  // namespace
+
+std::unique_ptr<Module> partitionGraph(const Module& m, const RegionPlan& plan) {
+  std::unordered_set<std::string> names;
+  return rebuildModule(m, [&](const GlobalFunction& g, Module& out) -> const Function* {
+    bool any = false;
+    for (const Region& r : plan.regions) any = any || r.function == g.var->name;
+    if (!any) return g.fn;
+    RegionRewriter rw(m, out, plan, names);
+    return withBody(Builder(m.arena()), g.fn, rw.mutate(g.fn->body));
+  });
+}
+
+}  // namespace kiln::partition
