@@ -3,6 +3,7 @@
 //   # a comment
 //   let conv = nn.conv2d(*, *)                       a named pattern: every mention is one node
 //   composite dnnl.conv2d_relu = nn.relu(add?(conv, *))
+//     | nn.relu(conv)                                a line beginning with | continues
 //   supports dnnl = nn.relu(*) | add(*, *)
 //   supports my_library = _(...) [attr match_key="my_library"]
 //
@@ -29,16 +30,16 @@ class PatternParser {
 
   void file() {
     for (skip(); pos_ < s_.size(); skip()) {
-      SourceLoc start = loc();
+      SourceLoc start = here();
       std::string kw = word("'composite', 'supports' or 'let'");
       if (kw == "let") {
-        SourceLoc nameAt = loc();
+        SourceLoc nameAt = here();
         std::string name = word("a pattern name");
         if (named_.count(name)) fail(nameAt, "pattern '" + name + "' is defined twice");
         expect('=');
         named_[name] = alt();
       } else if (kw == "composite") {
-        SourceLoc nameAt = loc();
+        SourceLoc nameAt = here();
         std::string name = word("a composite name (library.name)");
         size_t dot = name.find('.');
         if (dot == 0 || dot == std::string::npos || dot + 1 == name.size())
@@ -84,6 +85,11 @@ class PatternParser {
     ++pos_;
   }
   SourceLoc loc() const { return {line_, col_}; }
+  // Where the next token starts.
+  SourceLoc here() {
+    ws();
+    return loc();
+  }
   [[noreturn]] void fail(SourceLoc at, const std::string& msg) const { throw Error(file_, at, msg); }
 
   bool at(char c) {
@@ -107,9 +113,19 @@ class PatternParser {
     return std::string(s_.substr(b, pos_ - b));
   }
 
+  // A line that begins with `|` continues the alternatives above it.
+  bool nextLineContinues() {
+    size_t pos = pos_;
+    uint32_t line = line_, col = col_;
+    skip();
+    if (pos_ < s_.size() && s_[pos_] == '|') return true;
+    pos_ = pos, line_ = line, col_ = col;
+    return false;
+  }
+
   const PatternNode* alt() {
     const PatternNode* p = postfix();
-    while (accept('|')) p = a_.alt(p, postfix());
+    while (accept('|') || (nextLineContinues() && accept('|'))) p = a_.alt(p, postfix());
     return p;
   }
 
@@ -124,7 +140,7 @@ class PatternParser {
         --depth_;
       } else if (at('.')) {
         advance();
-        SourceLoc i = loc();
+        SourceLoc i = here();
         std::string n = word("a tuple field index after '.'");
         if (n.find_first_not_of("0123456789") != std::string::npos || n.size() > 9) fail(i, "expected a tuple field index after '.'");
         p = a_.tupleGet(p, std::stoll(n));
@@ -135,7 +151,7 @@ class PatternParser {
   }
 
   const PatternNode* constraint(const PatternNode* p) {
-    SourceLoc start = loc();
+    SourceLoc start = here();
     std::string kind = word("'attr', 'type', 'shape' or 'dtype'");
     if (kind == "attr") {
       ops::AttrMap attrs;
@@ -149,7 +165,7 @@ class PatternParser {
     if (kind == "dtype") return a_.hasDType(p, dtype());
     if (kind == "shape") return a_.hasType(p, std::nullopt, dims(), /*exact=*/false);
     if (kind == "type") {
-      SourceLoc w = loc();
+      SourceLoc w = here();
       if (word("Tensor") != "Tensor") fail(w, "expected Tensor[(dims), dtype]");
       expect('[');
       std::vector<int64_t> d = dims();
@@ -162,7 +178,7 @@ class PatternParser {
   }
 
   DType dtype() {
-    SourceLoc start = loc();
+    SourceLoc start = here();
     std::string n = word("a dtype");
     std::optional<DType> t = parseDType(n);
     if (!t) fail(start, "'" + n + "' is not a dtype");
@@ -177,7 +193,7 @@ class PatternParser {
       if (accept('?')) {
         d.push_back(ops::kAnyDim);
       } else {
-        SourceLoc start = loc();
+        SourceLoc start = here();
         std::string n = word("a dimension or ?");
         if (n.find_first_not_of("0123456789") != std::string::npos || n.size() > 15) fail(start, "expected a dimension or ?");
         d.push_back(std::stoll(n));
@@ -191,7 +207,7 @@ class PatternParser {
 
   ops::AttrValue value() {
     ws();
-    SourceLoc start = loc();
+    SourceLoc start = here();
     if (accept('"')) {
       std::string v;
       while (pos_ < s_.size() && s_[pos_] != '"' && s_[pos_] != '\n') {
@@ -255,7 +271,7 @@ class PatternParser {
 
   const PatternNode* primary() {
     ws();
-    SourceLoc start = loc();
+    SourceLoc start = here();
     if (accept('*')) return a_.wildcard();
     if (accept('(')) {
       ++depth_;
