@@ -4,8 +4,9 @@
 // Layout (little-endian):
 //   header, 32 bytes: magic "KILNEXE\0", u32 major, u32 minor, u64 payload bytes,
 //                     u64 checksum of the payload (64-bit FNV-1a over 8-byte words)
-//   payload: strings, devices, constructors, kernels, constants, functions, and
-//   (2.3) precompiled kernels, in that order. Devices are u32 words (kind << 16 | index); a function record
+//   payload: strings, devices, constructors, kernels, constants, functions,
+//   (2.3) precompiled kernels and (2.4) the external library of each library
+//   kernel (kernel index, name), in that order. Devices are u32 words (kind << 16 | index); a function record
 //   carries each parameter's device after its type.
 //   A constant's data starts at a 64-byte aligned file offset and is padded to a
 //   multiple of 64 bytes, so a mapped file serves tensors in place.
@@ -320,6 +321,14 @@ std::vector<uint8_t> Executable::serialize() const {
     w.u64(p.code.size());
     w.raw(p.code.data(), p.code.size());
   }
+  uint32_t libraryKernels = 0;
+  for (const auto& k : kernels_) libraryKernels += !k.function->library.empty();
+  w.u32(libraryKernels);
+  for (uint32_t k = 0; k < kernels_.size(); ++k)
+    if (!kernels_[k].function->library.empty()) {
+      w.u32(k);
+      w.str(kernels_[k].function->library);
+    }
   uint64_t payload = w.out.size() - kHeaderBytes;
   uint64_t sum = checksum(w.out.data() + kHeaderBytes, payload);
   std::memcpy(w.out.data() + 16, &payload, 8);
@@ -386,7 +395,11 @@ std::shared_ptr<const Executable> Executable::fromImage(std::shared_ptr<const vo
     contents.constructors.push_back(std::move(c));
   }
   uint32_t nk = r.count(16);
-  for (uint32_t i = 0; i < nk; ++i) contents.kernels.push_back(readKernel(r));
+  std::vector<std::shared_ptr<kernel_ir::FusedFunction>> kernels;  // still open for the library section
+  for (uint32_t i = 0; i < nk; ++i) {
+    kernels.push_back(readKernel(r));
+    contents.kernels.push_back(kernels.back());
+  }
   uint32_t nt = r.count(5);
   for (uint32_t i = 0; i < nt; ++i) {
     DType dt = readDType(r);
@@ -445,6 +458,17 @@ std::shared_ptr<const Executable> Executable::fromImage(std::shared_ptr<const vo
       const uint8_t* code = r.skip(static_cast<size_t>(bytes));
       p.code.assign(reinterpret_cast<const char*>(code), static_cast<size_t>(bytes));
       contents.precompiled.push_back(std::move(p));
+    }
+  }
+  if (minor >= 4) {
+    uint32_t nl = r.count(8);
+    for (uint32_t i = 0; i < nl; ++i) {
+      uint32_t k = r.u32();
+      if (k >= nk) throw Error("invalid executable: a library for a kernel that does not exist");
+      std::string lib = r.str();
+      if (lib.empty() || lib.size() > 64 || !kernels[k]->library.empty())
+        throw Error("invalid executable: bad library name for kernel " + std::to_string(k));
+      kernels[k]->library = std::move(lib);
     }
   }
   return build(std::move(contents), std::move(owner));

@@ -4,6 +4,7 @@
 #include "compiler/codegen/bytecode_emitter.h"
 #include "compiler/frontend.h"
 #include "compiler/partition/partition.h"
+#include "kernel_ir/library_support.h"
 #include "compiler/passes/fold_static_shapes.h"
 #include "compiler/passes/fuse_ops.h"
 #include "compiler/passes/hoist_projections.h"
@@ -23,6 +24,12 @@ Stages runPasses(std::string_view source, const std::string& file, const Compile
     if (!options.partition.empty()) {
       partition::PartitionOptions po;
       po.libraries = options.partition;
+      // A library runs on the host CPU: its regions go to it when the program computes there.
+      Device compute = options.devices.empty() ? Device{} : options.devices.front();
+      po.offloadable = [compute](const std::string& lib) {
+        const kernel_ir::LibrarySupport* l = kernel_ir::findLibrary(lib);
+        return l && l->available && compute.kind == Device::Kind::CPU;
+      };
       for (const auto& [name, text] : options.partitionPatterns)
         po.patterns.append(partition::parsePatternTable(text, name));
       partition::PartitionStages ps = partition::partitionModule(*folded, po);

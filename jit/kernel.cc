@@ -126,6 +126,13 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   }
   auto t0 = std::chrono::steady_clock::now();
   key_ = kernelKey(f_, device);
+  if (!f_.library.empty()) {
+    // An external library runs it: nothing to lower or compile.
+    library_ = makeLibraryKernel(f_, device);
+    for (uint32_t w : library_->weightInputs()) prepared_.push_back({w, loop::PreparedLayout::Constant, 0});
+    compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return;
+  }
   uint64_t hash = hashText(key_);
   // One symbol per key: loaded machine code is process-wide (object_loader.h),
   // so caches of different Runtimes asking for one key share it. A kernel kept
@@ -185,7 +192,7 @@ void CompiledKernel::compileForCpu(uint64_t hash, bool keepIR, const DiskCache* 
 }
 
 std::string CompiledKernel::sealedMachineCode() const {
-  if (device_.kind != Device::Kind::CPU) return "";
+  if (device_.kind != Device::Kind::CPU || library_) return "";
   const std::string* object = loadedKernelObject(symbol_);
   return object ? sealObject(key_, *object) : "";
 }
@@ -262,6 +269,10 @@ std::vector<Shape> CompiledKernel::shapesFor(TensorRefs inputs) const {
 
 void CompiledKernel::launch(TensorRefs inputs, TensorRefs outputs,
                             const std::vector<Shape>& shapes, std::span<const float* const> prepared) const {
+  if (library_) {
+    library_->run(inputs, outputs, shapes, prepared);
+    return;
+  }
   // Small fixed-size arrays cover almost every kernel without a heap allocation;
   // a kernel of static shapes passes the shape array it flattened once.
   boost::container::small_vector<int64_t, 64> flat;

@@ -31,6 +31,7 @@
 
 #include "jit/cuda_kernel.h"
 #include "jit/disk_cache.h"
+#include "jit/library_kernel.h"
 #include "jit/object_loader.h"
 #include "kernel_ir/fused_function.h"
 #include "kernel_ir/loop_ir.h"
@@ -111,6 +112,7 @@ class CompiledKernel {
   std::string ir_;
   KernelEntry entry_ = nullptr;                // on a CPU device
   std::shared_ptr<const GpuKernel> gpu_;       // on a GPU
+  std::shared_ptr<const LibraryKernel> library_;  // when an external library runs it (f_.library)
   double compileMillis_ = 0;
   Source source_ = Source::Compiled;
   std::string key_, symbol_;

@@ -99,6 +99,7 @@ uint64_t FusedFunction::contentHash() const {
     hashDesc(h, n.type);
   }
   for (int32_t o : outputs) hashMix(h, static_cast<uint64_t>(o));
+  if (!library.empty()) hashString(h, "library:" + library);
   h ^= h >> 30;
   h *= 0xbf58476d1ce4e5b9ull;
   h ^= h >> 27;
@@ -107,7 +108,7 @@ uint64_t FusedFunction::contentHash() const {
 }
 
 std::string FusedFunction::toString() const {
-  std::string s = "fn " + name + "(";
+  std::string s = (library.empty() ? "" : "/* " + library + " */ ") + "fn " + name + "(";
   for (size_t i = 0; i < params.size(); ++i)
     s += (i ? ", %" : "%") + std::to_string(i) + ": " + ops::descToString(params[i]);
   s += ") {\n";

@@ -37,6 +37,10 @@ struct FusedNode {
 
 struct FusedFunction {
   std::string name;
+  // The external library that runs this kernel (kernel_ir/library_support.h:
+  // "dnnl"), or "" for Kiln's own code generator. A library kernel is called as
+  // a compiled kernel is (destination passing); the runtime hands it to the library.
+  std::string library;
   std::vector<ops::TensorDesc> params;
   std::vector<FusedNode> nodes;
   std::vector<int32_t> outputs;  // value ids of the kernel's results, in order

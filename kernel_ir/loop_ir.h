@@ -72,7 +72,9 @@ enum class StmtKind : uint8_t { For, Store, Block, If, Gemm, Conv2d };
 
 // How a constant weight is prepared for the kernel that reads it: a GEMM's B
 // operand (jit::packGemmB) or a convolution's filters (jit::packConvFilter).
-enum class PreparedLayout : uint8_t { GemmB, ConvFilter };
+// Constant: no packing; marks an input as an executable constant (its own data),
+// for a library kernel that keeps work derived from it (jit/library_kernel.h).
+enum class PreparedLayout : uint8_t { GemmB, ConvFilter, Constant };
 
 struct GemmArgs {
   int32_t a = -1, b = -1, c = -1;       // buffers

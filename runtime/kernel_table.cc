@@ -102,6 +102,8 @@ const float* KernelTable::prepared(const Tensor& t, loop::PreparedLayout layout,
   if (found == weightConstants_.end()) return nullptr;
   const Tensor& c = exe_->constants()[found->second];
   if (t.shape() != c.shape() || t.dtype() != c.dtype()) return nullptr;
+  // A library keeps its own form of a constant: it only needs to know it is one.
+  if (layout == loop::PreparedLayout::Constant) return c.data<float>();
   // The packed form's two sizes and float count (-1: the constant does not fit the layout).
   const Shape& s = c.shape();
   bool gemm = layout == loop::PreparedLayout::GemmB, transB = param != 0;

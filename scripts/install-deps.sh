@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build llvm-19-dev libmimalloc-dev libboost-dev doctest-dev libdlpack-dev
           python3 python3-dev python3-numpy pybind11-dev
-          libonnx-dev libprotobuf-dev libonnx-testdata)
+          libonnx-dev libprotobuf-dev libonnx-testdata libdnnl-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -436,7 +436,10 @@ int run(int argc, char** argv) {
     for (size_t k : order) {
       if (!prof[k].calls) continue;
       std::string jit = "-";
-      if (exe->kernels()[k].kind == kiln::KernelKind::Compiled) {
+      const std::string& library = exe->kernels()[k].function->library;
+      if (!library.empty()) {
+        jit = "library " + library;  // an external library runs it: nothing compiled
+      } else if (exe->kernels()[k].kind == kiln::KernelKind::Compiled) {
         const auto& ck = vm.runtime().kernelTable(exe)->compiled(static_cast<uint32_t>(k), exe->devices().front());
         jit = ck.fromDiskCache() ? "disk cache" : ms(ck.compileMillis() * 1e6);
       } else {
@@ -444,7 +447,8 @@ int run(int argc, char** argv) {
       }
       char mean[32];
       std::snprintf(mean, sizeof mean, "%.2f us", static_cast<double>(prof[k].totalNanos) / static_cast<double>(prof[k].calls) / 1e3);
-      std::fprintf(stderr, "%-36s %8llu %12s %12s %6.1f%% %12s\n", exe->kernels()[k].function->name.c_str(),
+      std::string name = exe->kernels()[k].function->name + (library.empty() ? "" : " [" + library + "]");
+      std::fprintf(stderr, "%-36s %8llu %12s %12s %6.1f%% %12s\n", name.c_str(),
                    static_cast<unsigned long long>(prof[k].calls), ms(static_cast<double>(prof[k].totalNanos)).c_str(), mean,
                    total ? 100.0 * static_cast<double>(prof[k].totalNanos) / static_cast<double>(total) : 0.0, jit.c_str());
     }

@@ -2,11 +2,14 @@
 #include "compiler/partition/partition.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "compiler/ir/mutator.h"
 #include "compiler/partition/merge_composite.h"
 #include "compiler/partition/partition_graph.h"
 #include "compiler/partition/rewrite_util.h"
+#include "compiler/passes/to_fused_function.h"
+#include "kernel_ir/library_support.h"
 #include "kiln/error.h"
 
 namespace kiln::partition {
@@ -20,14 +23,45 @@ std::string compilerOf(const Function* fn) {
   return v && v->kind == ops::AttrValue::Kind::String ? v->s : "";
 }
 
-// `(fn (%p...) { body })(args)` -> `%p0 = arg0; ...; body` (graph bindings: the
-// fusion pass sees through them as through the call).
+// A region's body with its composites' bodies in their places (a library takes
+// the operators; composites only told the partitioner what goes together).
+const Expr* flatten(Builder& b, const Expr* e) {
+  if (e->kind != ExprKind::Call) return e;
+  auto* c = static_cast<const Call*>(e);
+  std::vector<const Expr*> args;
+  for (const Expr* a : c->args) args.push_back(flatten(b, a));
+  if (!compositeName(c).empty()) {
+    auto* fn = static_cast<const Function*>(c->callee);
+    std::unordered_map<const Expr*, const Expr*> params;
+    for (size_t i = 0; i < fn->params.size(); ++i) params[fn->params[i]] = args[i];
+    return substituteGroup(b, fn->body, params, {});
+  }
+  Call* n = b.call(c->callee, args, c->attrs, c->loc);
+  n->type = c->type;
+  return n;
+}
+
+// Composite calls inlined, and calls of offloaded regions replaced by their kernels.
+//   `(fn (%p...) { body })(args)` -> `%p0 = arg0; ...; body` (graph bindings: the
+//   fusion pass sees through them as through the call);
+//   `@dnnl_main_0(args)` -> `(fn (%p..., Primitive=1, Compiler="dnnl") { ... })(args)`,
+//   a kernel the fusion pass leaves whole and the library runs.
 class CompositeInliner : public ExprMutator {
  public:
-  explicit CompositeInliner(Arena& a) : ExprMutator(a) {}
+  CompositeInliner(Arena& a, const std::unordered_map<std::string_view, const Function*>& kernels)
+      : ExprMutator(a), kernels_(kernels) {}
 
  protected:
   const Expr* visit(const Expr* e) override {
+    if (e->kind == ExprKind::Call && static_cast<const Call*>(e)->callee->kind == ExprKind::GlobalVar) {
+      auto* c = static_cast<const Call*>(e);
+      auto k = kernels_.find(static_cast<const GlobalVar*>(c->callee)->name);
+      if (k != kernels_.end()) {
+        std::vector<const Expr*> args;
+        for (const Expr* a : c->args) args.push_back(mutate(a));
+        return typed(builder().call(k->second, args, nullptr, c->loc), c);
+      }
+    }
     if (e->kind == ExprKind::Call && !compositeName(static_cast<const Call*>(e)).empty()) {
       auto* c = static_cast<const Call*>(e);
       auto* fn = static_cast<const Function*>(c->callee);
@@ -43,17 +77,55 @@ class CompositeInliner : public ExprMutator {
     }
     return ExprMutator::visit(e);
   }
+
+ private:
+  const std::unordered_map<std::string_view, const Function*>& kernels_;
 };
+
+// The kernel a library runs for region @g, or null (with a note) when it does not take it.
+const Function* libraryKernel(Builder& b, const GlobalFunction& g, const std::string& lib, std::vector<std::string>& notes) {
+  Function* fn = makeFunction(b, std::vector<const Var*>(g.fn->params.begin(), g.fn->params.end()), flatten(b, g.fn->body),
+                              g.fn->attrs, g.fn->loc);
+  fn->primitive = true;
+  std::string why;
+  try {
+    const kernel_ir::LibrarySupport* support = kernel_ir::findLibrary(lib);
+    why = support ? support->unsupported(compiler::toFusedFunction(fn, std::string(g.var->name))) : "unknown library";
+  } catch (const Error& e) {
+    why = e.message();
+  }
+  if (why.empty()) return fn;
+  notes.push_back("@" + std::string(g.var->name) + " runs on Kiln's kernels: " + why);
+  return nullptr;
+}
 
 }  // namespace
 
-std::unique_ptr<Module> inlineComposites(const Module& m, const std::function<bool(const std::string&)>& keep) {
-  return rebuildModule(m, [&](const GlobalFunction& g) -> const Function* {
+std::unique_ptr<Module> lowerRegions(const Module& m, const std::function<bool(const std::string&)>& offloadable,
+                                     std::vector<std::string>& notes) {
+  Builder b(m.arena());
+  std::unordered_map<std::string_view, const Function*> kernels;
+  for (const GlobalFunction& g : m.functions()) {
     std::string lib = compilerOf(g.fn);
-    if ((!lib.empty() && keep(lib)) || g.fn->primitive) return g.fn;
-    CompositeInliner in(m.arena());
-    return withBody(Builder(m.arena()), g.fn, in.mutate(g.fn->body));
-  });
+    if (lib.empty()) continue;
+    if (!offloadable(lib)) {
+      notes.push_back("@" + std::string(g.var->name) + " runs on Kiln's kernels: Kiln cannot call the library '" + lib + "' here");
+    } else if (const Function* k = libraryKernel(b, g, lib, notes)) {
+      kernels[g.var->name] = k;
+    }
+  }
+  auto out = std::make_unique<Module>(m.arenaPtr(), m.file());
+  for (const auto& t : m.typeDefs()) out->addTypeDef(t.def, t.fromPrelude);
+  for (const GlobalFunction& g : m.functions()) {
+    if (kernels.count(g.var->name)) continue;  // its one call site holds its kernel now
+    if (g.fn->primitive) {
+      out->addFunction(g.var, g.fn, g.fromPrelude, g.lifted);
+      continue;
+    }
+    CompositeInliner in(m.arena(), kernels);
+    out->addFunction(g.var, withBody(b, g.fn, in.mutate(g.fn->body)), g.fromPrelude, g.lifted);
+  }
+  return out;
 }
 
 PartitionStages partitionModule(const Module& typed, const PartitionOptions& options) {
@@ -77,13 +149,7 @@ PartitionStages partitionModule(const Module& typed, const PartitionOptions& opt
   mergeCompilerRegions(*s.composite, s.plan);
   s.partitioned = partitionGraph(*s.composite, s.plan);
   s.notes = s.plan.notes;
-  for (const GlobalFunction& g : s.partitioned->functions()) {
-    std::string lib = compilerOf(g.fn);
-    if (!lib.empty() && !options.offloadable(lib))
-      s.notes.push_back("@" + std::string(g.var->name) + " runs on Kiln's kernels: Kiln cannot call the library '" + lib +
-                        "' here");
-  }
-  s.lowered = inlineComposites(*s.partitioned, options.offloadable);
+  s.lowered = lowerRegions(*s.partitioned, options.offloadable, s.notes);
   return s;
 }
 

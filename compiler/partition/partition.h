@@ -4,10 +4,9 @@
 //
 // Input: a type-checked module. Output: the stages, each printable with `kilnc
 // --emit composite|annotated|regions|partitioned`, and `lowered`, the module the
-// rest of the pipeline compiles: regions of libraries Kiln can call stay
-// `Compiler=` functions for that library; every other region stays a global
-// function that Kiln runs with its own kernels (noted in `notes`), its composite
-// calls inlined (each parameter a binding, so evaluation order is kept).
+// rest of the pipeline compiles: regions of libraries Kiln can call become
+// kernels for that library; every other region stays a global function that
+// Kiln runs with its own kernels (noted in `notes`): see lowerRegions.
 #pragma once
 
 #include <functional>
@@ -36,8 +35,13 @@ struct PartitionStages {
 
 PartitionStages partitionModule(const ir::Module& typed, const PartitionOptions& options);
 
-// Composite calls replaced by their bodies, in every function except regions of
-// libraries `keep` names (which a library compiles whole).
-std::unique_ptr<ir::Module> inlineComposites(const ir::Module& m, const std::function<bool(const std::string&)>& keep);
+// The module the rest of the pipeline compiles: each region of an `offloadable`
+// library that the library takes (kernel_ir/library_support.h) becomes a kernel
+// for it — a primitive function literal with `Compiler=`, its composites
+// flattened — at its one call site, and its global is dropped; every other
+// region stays a global function Kiln runs, noted with the reason. Composite
+// calls left anywhere are inlined (a binding per parameter, evaluation order kept).
+std::unique_ptr<ir::Module> lowerRegions(const ir::Module& m, const std::function<bool(const std::string&)>& offloadable,
+                                         std::vector<std::string>& notes);
 
 }  // namespace kiln::partition

@@ -37,10 +37,14 @@ KernelRef KernelTableBuilder::kernel(const ir::Function* prim) {
   if (auto it = byHash_.find(hash); it != byHash_.end()) {
     ref = it->second;
   } else {
-    f->name = "fused_" + (ops.empty() ? std::string("const") : ops);
+    // A library's kernel is named as its region is (`dnnl_main_0`), for profiles.
+    const ops::AttrValue* sym = prim->attrs ? prim->attrs->find("global_symbol") : nullptr;
+    f->name = !f->library.empty() && sym && sym->kind == ops::AttrValue::Kind::String ? sym->s
+                                                                                       : "fused_" + (ops.empty() ? std::string("const") : ops);
     if (!names_.insert(f->name).second) f->name += "_" + std::to_string(kernels_.size());
     KernelKind k = kernel_ir::kernelKind(*f);
-    CallKind kind = k == KernelKind::Dynamic ? CallKind::Dynamic
+    CallKind kind = !f->library.empty()       ? CallKind::Compiled
+                    : k == KernelKind::Dynamic ? CallKind::Dynamic
                     : k == KernelKind::Scalar ? CallKind::Scalar
                     : isReshapeOnly(*f)       ? CallKind::Reshape
                                               : CallKind::Compiled;

@@ -15,6 +15,9 @@ class Converter {
  public:
   Converter(const Function* fn, const std::string& name, const std::string& file) : fn_(fn), file_(file) {
     f_.name = name;
+    // A region made for a library (partition/partition.h) keeps its library.
+    const ops::AttrValue* lib = fn->attrs ? fn->attrs->find("Compiler") : nullptr;
+    if (lib && lib->kind == ops::AttrValue::Kind::String) f_.library = lib->s;
   }
 
   kernel_ir::FusedFunction run() {

@@ -89,7 +89,8 @@ class Executable {
   // 2.1: reference cells (the ref opcodes, TypeDesc::Kind::Ref).
   // 2.2: alloc_tensor_own.
   // 2.3: the precompiled section (machine code per kernel), after the functions.
-  static constexpr uint32_t kMinorVersion = 3;
+  // 2.4: the library section (which kernels an external library runs), last.
+  static constexpr uint32_t kMinorVersion = 4;
 
   // What an executable is made of, as the compiler emits it and the loader reads it.
   struct Contents {
