@@ -95,10 +95,12 @@ std::vector<DnnlStep> planDnnl(const FusedFunction& f) {
           const ops::TensorDesc& ot = f.typeOf(other);
           if (ot.dtype != DType::Float32) break;
           const ops::TensorDesc& out = f.typeOf(cur);
-          bool channelVector = cop == "nn.bias_add" ? ot.shape.size() == 1 && out.shape.size() > 1 &&
-                                                          ops::AttrReader(cop, cn.attrs).getInt("axis", 1) ==
-                                                              (conv ? 1 : static_cast<int64_t>(out.shape.size()) - 1) &&
-                                                          isChannelVector(out, ot, conv)
+          int64_t rank = static_cast<int64_t>(out.shape.size()), channel = conv ? 1 : rank - 1;
+          int64_t axis = ops::AttrReader(cop, cn.attrs).getInt("axis", 1);
+          if (axis < 0) axis += rank;
+          // nn.bias_add names its axis; add broadcasts from the right.
+          bool channelVector = cop == "nn.bias_add" ? ot.shape.size() == 1 && axis == channel && out.shape[static_cast<size_t>(channel)] != ops::kAnyDim &&
+                                                          ot.shape[0] == out.shape[static_cast<size_t>(channel)]
                                                     : isChannelVector(out, ot, conv);
           if (channelVector && !biased && s.post.empty()) {
             s.post.push_back({DnnlPostOp::Kind::Bias, c, other});

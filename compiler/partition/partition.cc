@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "compiler/ir/mutator.h"
+#include "compiler/partition/builtin_patterns.h"
 #include "compiler/partition/merge_composite.h"
 #include "compiler/partition/partition_graph.h"
 #include "compiler/partition/rewrite_util.h"
@@ -132,11 +133,18 @@ PartitionStages partitionModule(const Module& typed, const PartitionOptions& opt
   PartitionStages s;
   const std::vector<std::string>& libs = options.libraries;
   auto wanted = [&](const std::string& lib) { return std::find(libs.begin(), libs.end(), lib) != libs.end(); };
+  // The user's patterns, and Kiln's own for each library they say nothing of.
+  PatternTable table;
+  table.append(options.patterns);
+  std::vector<std::string> described = options.patterns.libraries();
+  for (const std::string& lib : libs)
+    if (std::find(described.begin(), described.end(), lib) == described.end())
+      if (std::optional<PatternTable> builtin = builtinPatterns(lib)) table.append(*builtin);
   std::vector<CompositePattern> composites;
-  for (const CompositePattern& c : options.patterns.composites)
+  for (const CompositePattern& c : table.composites)
     if (wanted(c.name.substr(0, c.name.find('.')))) composites.push_back(c);
   for (const std::string& lib : libs) {
-    bool known = std::any_of(options.patterns.supports.begin(), options.patterns.supports.end(),
+    bool known = std::any_of(table.supports.begin(), table.supports.end(),
                              [&](const SupportRule& r) { return r.library == lib; }) ||
                  std::any_of(composites.begin(), composites.end(),
                              [&](const CompositePattern& c) { return c.name.compare(0, lib.size() + 1, lib + ".") == 0; });
@@ -145,7 +153,7 @@ PartitionStages partitionModule(const Module& typed, const PartitionOptions& opt
                   "' (give a pattern file with `supports " + lib + " = ...` or `composite " + lib + ".name = ...`)");
   }
   s.composite = mergeComposite(typed, composites);
-  s.plan = annotateTargets(*s.composite, options.patterns, libs);
+  s.plan = annotateTargets(*s.composite, table, libs);
   mergeCompilerRegions(*s.composite, s.plan);
   s.partitioned = partitionGraph(*s.composite, s.plan);
   s.notes = s.plan.notes;

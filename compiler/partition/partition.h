@@ -22,7 +22,9 @@ namespace kiln::partition {
 
 struct PartitionOptions {
   std::vector<std::string> libraries;  // in order of preference
-  PatternTable patterns;               // composites and supports rules (others' libraries ignored)
+  // Composites and supports rules (others' libraries ignored); a library they
+  // say nothing of gets Kiln's own patterns for it (builtin_patterns.h).
+  PatternTable patterns;
   // Whether Kiln can hand a region of this library to the library itself.
   std::function<bool(const std::string&)> offloadable = [](const std::string&) { return false; };
 };
