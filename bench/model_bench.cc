@@ -4,13 +4,14 @@
 // Relay program with its weights bound as constants, check Kiln's result against
 // the double-precision reference, then time Kiln and ORT alternately (rounds of
 // a few runs each, so that both see the same stretch of machine time) and print
-// the median latencies, their ratio (below 1: Kiln is faster), and the workload's
+// the median latencies, their ratio (below 1: Kiln is faster), the same program
+// partitioned for oneDNN (`dnnl us`: what oneDNN takes runs there), and the workload's
 // physical floor measured in the same run: the time to stream its weights once
 // from where they live with a vector read loop, or its FLOPs at peak where that
 // is larger.
 //
 //   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR]
-// --check runs every workload once through Kiln against the reference and exits
+// --check runs every workload once through Kiln (and partitioned for oneDNN) against the reference and exits
 // non-zero on a mismatch (ctest runs this); no timing, no ORT. --dump writes
 // each workload as DIR/NAME.relay with NAME_weights.npz and NAME_inputs.npz, for
 // `vmrun DIR/NAME.relay --params ... --inputs ... --profile`.
@@ -28,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernel_ir/library_support.h"
 #include "kiln/compile.h"
 #include "kiln/error.h"
 #include "kiln/npy.h"
@@ -122,13 +124,15 @@ struct KilnModel {
 
   // The workload's Relay program, or (onnxFile given) the ONNX model ORT runs,
   // imported: its weights are initializers, its inputs the workload's, in order.
-  KilnModel(const Workload& w, int threads, const std::string& onnxFile = "") {
+  // `partition`: the Relay program partitioned for these libraries (oneDNN).
+  KilnModel(const Workload& w, int threads, const std::string& onnxFile = "", std::vector<std::string> partition = {}) {
     kiln::RuntimeOptions ro;
     ro.numThreads = threads;
     runtime = kiln::Runtime::create(ro);
     if (onnxFile.empty()) {
       kiln::CompileOptions co;
       for (const auto& [name, t] : w.weights) co.params[name] = t;
+      co.partition = std::move(partition);
       exe = kiln::compile(w.program, w.name + ".relay", co);
     } else {
       exe = kiln::compileOnnx(kiln::importOnnxFile(onnxFile));
@@ -178,6 +182,14 @@ int check(const std::vector<Workload>& all) {
       std::printf("%-10s %d thread%s  error %.2g, again %.2g  %s\n", w.name.c_str(), threads, threads > 1 ? "s" : " ", e, e2,
                   ok ? "ok" : "MISMATCH");
       failures += !ok;
+      if (kiln::kernel_ir::findLibrary("dnnl")->available) {
+        KilnModel d(w, threads, "", {"dnnl"});
+        double de = relativeError(d.run(), w.expected), de2 = relativeError(d.run(), w.expected);
+        bool dok = de <= kTolerance && de2 <= kTolerance;
+        std::printf("%-10s %d thread%s  partitioned for dnnl: error %.2g, again %.2g  %s\n", w.name.c_str(), threads,
+                    threads > 1 ? "s" : " ", de, de2, dok ? "ok" : "MISMATCH");
+        failures += !dok;
+      }
     }
   return failures == 0 ? 0 : 1;
 }
@@ -223,8 +235,11 @@ int main(int argc, char** argv) {
   double peak = fp32Peak();
   std::printf("FP32 peak %.0f GFLOP/s per core; medians of %d rounds, Kiln and ORT alternating\n\n", peak / 1e9, rounds);
   // kiln: the workload's Relay program; kiln-onnx: the ONNX file ORT runs, imported.
-  std::printf("%-10s %3s %10s %10s %7s %10s %7s %10s %8s  %s\n", "workload", "thr", "kiln us", "ort us", "k/ort", "k-onnx us",
-              "ko/ort", "floor us", "k/floor", "floor is");
+  // dnnl: the Relay program partitioned for oneDNN (--partition dnnl), when Kiln has it.
+  bool dnnl = kiln::kernel_ir::findLibrary("dnnl")->available;
+  if (!dnnl) std::printf("oneDNN: not run (this Kiln is built without it)\n");
+  std::printf("%-10s %3s %10s %10s %7s %10s %7s %10s %7s %10s %8s  %s\n", "workload", "thr", "kiln us", "ort us", "k/ort",
+              "k-onnx us", "ko/ort", "dnnl us", "d/ort", "floor us", "k/floor", "floor is");
   for (const Workload& w : all) {
     std::string dir = ort.unavailable().empty() && !w.onnxKind.empty() ? prepareOnnx(w, ort, root) : "";
     for (int threads : {1, 2}) {
@@ -250,6 +265,16 @@ int main(int argc, char** argv) {
           imported.reset();
         }
       }
+      // Kiln with oneDNN running what it takes (the rest on Kiln's kernels).
+      std::unique_ptr<KilnModel> partitioned;
+      if (dnnl) {
+        partitioned = std::make_unique<KilnModel>(w, threads, "", std::vector<std::string>{"dnnl"});
+        double e = relativeError(partitioned->run(), w.expected);
+        if (e > kTolerance) {
+          std::printf("%-10s %3d  Kiln's result partitioned for dnnl is wrong: relative error %.3g\n", w.name.c_str(), threads, e);
+          return 1;
+        }
+      }
       std::string ortError_;
       bool withOrt = !dir.empty() && ort.load(dir, threads, ortError_);
       if (!ortError_.empty()) std::fprintf(stderr, "%s: ORT: %s\n", w.name.c_str(), ortError_.c_str());
@@ -257,7 +282,7 @@ int main(int argc, char** argv) {
       auto t0 = Clock::now();
       m.run();
       int per = std::clamp(static_cast<int>(0.02 / std::max(1e-7, secondsSince(t0))), 1, 200);
-      std::vector<double> kiln, kilnOnnx, onnx, micros;
+      std::vector<double> kiln, kilnOnnx, kilnDnnl, onnx, micros;
       std::vector<float> out;
       for (int r = 0; r < rounds; ++r) {
         for (int i = 0; i < per; ++i) {
@@ -269,6 +294,11 @@ int main(int argc, char** argv) {
           auto s = Clock::now();
           imported->run();
           kilnOnnx.push_back(secondsSince(s) * 1e6);
+        }
+        for (int i = 0; partitioned && i < per; ++i) {
+          auto s = Clock::now();
+          partitioned->run();
+          kilnDnnl.push_back(secondsSince(s) * 1e6);
         }
         // Each runtime's idle threads spin for a while after a run (Kiln's 50 us,
         // ORT's longer): a pause before switching lets them sleep, so neither
@@ -289,7 +319,11 @@ int main(int argc, char** argv) {
       }
       Floor floor = floorOf(w, threads, peak);
       double k = median(kiln), o = median(onnx);
-      char ortCol[32] = "-", ratio[32] = "-", onnxCol[32] = "-", onnxRatio[32] = "-";
+      char ortCol[32] = "-", ratio[32] = "-", onnxCol[32] = "-", onnxRatio[32] = "-", dnnlCol[32] = "-", dnnlRatio[32] = "-";
+      if (!kilnDnnl.empty()) {
+        std::snprintf(dnnlCol, sizeof dnnlCol, "%.1f", median(kilnDnnl));
+        if (!onnx.empty()) std::snprintf(dnnlRatio, sizeof dnnlRatio, "%.2f", median(kilnDnnl) / o);
+      }
       if (!onnx.empty()) {
         std::snprintf(ortCol, sizeof ortCol, "%.1f", o);
         std::snprintf(ratio, sizeof ratio, "%.2f", k / o);
@@ -298,8 +332,8 @@ int main(int argc, char** argv) {
         std::snprintf(onnxCol, sizeof onnxCol, "%.1f", median(kilnOnnx));
         if (!onnx.empty()) std::snprintf(onnxRatio, sizeof onnxRatio, "%.2f", median(kilnOnnx) / o);
       }
-      std::printf("%-10s %3d %10.1f %10s %7s %10s %7s %10.1f %8.2f  %s\n", w.name.c_str(), threads, k, ortCol, ratio, onnxCol,
-                  onnxRatio, floor.seconds * 1e6, k / (floor.seconds * 1e6), floor.what);
+      std::printf("%-10s %3d %10.1f %10s %7s %10s %7s %10s %7s %10.1f %8.2f  %s\n", w.name.c_str(), threads, k, ortCol, ratio,
+                  onnxCol, onnxRatio, dnnlCol, dnnlRatio, floor.seconds * 1e6, k / (floor.seconds * 1e6), floor.what);
       std::fflush(stdout);
     }
   }

@@ -10,8 +10,8 @@
 //   carries each parameter's device after its type.
 //   A constant's data starts at a 64-byte aligned file offset and is padded to a
 //   multiple of 64 bytes, so a mapped file serves tensors in place.
-// Minor versions only append fields at the end of the payload; a loader ignores a
-// tail it does not know and refuses a different major version.
+// Minor versions only append sections at the end of the payload; a loader reads
+// every minor version up to its own and refuses a newer one and another major.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -375,6 +375,11 @@ std::shared_ptr<const Executable> Executable::fromImage(std::shared_ptr<const vo
   if (major != kMajorVersion)
     throw Error("executable has format version " + std::to_string(major) + "." + std::to_string(minor) +
                 "; this Kiln reads version " + std::to_string(kMajorVersion) + ".x");
+  // kiln/executable.h: any minor version up to this loader's own (a newer one may
+  // mean something this loader would misread).
+  if (minor > kMinorVersion)
+    throw Error("executable has format version " + std::to_string(major) + "." + std::to_string(minor) +
+                "; this Kiln reads versions up to " + std::to_string(kMajorVersion) + "." + std::to_string(kMinorVersion));
   if (payload != bytes.size() - kHeaderBytes) throw Error("invalid executable: truncated or padded file");
   if (checksum(bytes.data() + kHeaderBytes, payload) != sum) throw Error("invalid executable: checksum mismatch");
 
@@ -471,6 +476,8 @@ std::shared_ptr<const Executable> Executable::fromImage(std::shared_ptr<const vo
       kernels[k]->library = std::move(lib);
     }
   }
+  // A file has exactly the sections of its version: nothing may follow.
+  if (r.remaining() != 0) throw Error("invalid executable: bytes after the last section");
   return build(std::move(contents), std::move(owner));
 }
 

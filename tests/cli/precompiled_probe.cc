@@ -17,6 +17,7 @@
 #include "jit/host_cpu.h"
 #include "kiln/compile.h"
 #include "kiln/error.h"
+#include "kernel_ir/fused_function.h"
 #include "kiln/executable.h"
 #include "kiln/runtime.h"
 #include "kiln/vm.h"
@@ -71,10 +72,13 @@ int rewrite(const std::string& in, const std::string& out, F change) {
 int hostile(const std::string& path) {
   auto exe = kiln::Executable::load(path);
   std::vector<uint8_t> image = exe->serialize();
-  // The section is the payload's tail: u32 count, then per kernel u32 kernel,
-  // u32 device, u64 length, the bytes.
+  // The section is the payload's tail but for the library section after it:
+  // u32 count, then per kernel u32 kernel, u32 device, u64 length, the bytes.
   size_t tail = 4;
   for (const auto& p : exe->precompiled()) tail += 16 + p.code.size();
+  tail += 4;  // the library section: no library kernels here
+  for (const auto& k : exe->kernels())
+    if (!k.function->library.empty()) return std::fprintf(stderr, "%s has library kernels\n", path.c_str()), 1;
   size_t first = image.size() - tail + 4;
   int refused = 0, cases = 0;
   auto expectRefused = [&](const char* what, std::vector<uint8_t> bad) {
