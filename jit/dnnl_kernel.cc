@@ -63,12 +63,9 @@ dnnl::algorithm eltwiseAlg(DnnlPostOp::Kind k) {
   switch (k) {
     case DnnlPostOp::Kind::Relu: return dnnl::algorithm::eltwise_relu;
     case DnnlPostOp::Kind::Sigmoid: return dnnl::algorithm::eltwise_logistic;
+    case DnnlPostOp::Kind::Gelu: return dnnl::algorithm::eltwise_gelu_erf;
     default: return dnnl::algorithm::eltwise_tanh;
   }
-}
-
-DnnlPostOp::Kind eltwiseOf(const std::string& op) {
-  return op == "nn.relu" ? DnnlPostOp::Kind::Relu : op == "sigmoid" ? DnnlPostOp::Kind::Sigmoid : DnnlPostOp::Kind::Tanh;
 }
 
 // One step made for one set of shapes.
@@ -222,7 +219,7 @@ class DnnlKernel final : public LibraryKernel {
       }
       case DnnlStep::Kind::Eltwise: {
         m.src = m.dst = m.userSrc = m.userDst = plain(out);
-        dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, eltwiseAlg(eltwiseOf(a.op->name)), m.src, 0.f, 0.f);
+        dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, eltwiseAlg(st.post[0].kind), m.src, 0.f, 0.f);
         m.prim = dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(d, cpuEngine()));
         break;
       }
@@ -271,7 +268,7 @@ class DnnlKernel final : public LibraryKernel {
     std::vector<memory> keep;
     std::unordered_map<int, memory> args;
     if (st.kind == DnnlStep::Kind::Eltwise) {
-      args = {{DNNL_ARG_SRC, memory(m.src, cpuEngine(), ptr(a.inputs[0]))}, {DNNL_ARG_DST, memory(m.dst, cpuEngine(), out)}};
+      args = {{DNNL_ARG_SRC, memory(m.src, cpuEngine(), ptr(st.post[0].operand))}, {DNNL_ARG_DST, memory(m.dst, cpuEngine(), out)}};
       m.prim.execute(s, args);
       return;
     }

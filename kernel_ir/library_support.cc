@@ -2,6 +2,7 @@
 #include "kernel_ir/library_support.h"
 
 #include <array>
+#include <cmath>
 
 #include "kiln/error.h"
 #include "kernel_ir/shape_util.h"
@@ -32,6 +33,49 @@ bool isChannelVector(const ops::TensorDesc& out, const ops::TensorDesc& b, bool 
   return static_cast<int64_t>(out.shape.size()) - static_cast<int64_t>(b.shape.size()) + at == static_cast<int64_t>(channel);
 }
 
+bool near(const FusedNode& n, double want) { return n.isConstant() && std::fabs(n.floatValue - want) < 1e-4 * std::fabs(want); }
+
+// Where each value is used.
+using Consumers = std::vector<std::vector<int32_t>>;
+
+// The other operand of binary node `n` when one of its operands is `v`.
+int32_t otherOperand(const FusedNode& n, int32_t v) {
+  if (n.inputs.size() != 2) return -1;
+  return n.inputs[0] == v ? n.inputs[1] : n.inputs[1] == v ? n.inputs[0] : -1;
+}
+
+// GELU of `x`: x / sqrt(2) (or x * 0.7071) -> erf -> + 1 -> x * that -> * 0.5,
+// every intermediate used once. Returns the value of the final multiply and the
+// nodes (and literals) it consists of, or -1.
+int32_t matchGelu(const FusedFunction& f, int32_t x, const Consumers& uses, const std::vector<bool>& isOutput,
+                  std::vector<int32_t>& parts) {
+  auto only = [&](int32_t v) -> int32_t {
+    return uses[static_cast<size_t>(v)].size() == 1 && !isOutput[static_cast<size_t>(v)] ? uses[static_cast<size_t>(v)][0] : -1;
+  };
+  auto op = [&](int32_t v, const char* name) { return v >= 0 && !f.isParam(v) && !f.node(v).isConstant() && f.node(v).op->name == name; };
+  const auto& xs = uses[static_cast<size_t>(x)];
+  if (xs.size() != 2) return -1;
+  for (int k = 0; k < 2; ++k) {
+    int32_t scale = xs[static_cast<size_t>(k)], mul = xs[static_cast<size_t>(1 - k)];
+    int32_t c1 = op(scale, "divide") && f.node(scale).inputs[0] == x ? f.node(scale).inputs[1]
+                 : op(scale, "multiply")                              ? otherOperand(f.node(scale), x)
+                                                                      : -1;
+    if (c1 < 0 || f.isParam(c1) || !near(f.node(c1), op(scale, "divide") ? std::sqrt(2.0) : std::sqrt(0.5))) continue;
+    int32_t erf = only(scale);
+    if (!op(erf, "erf")) continue;
+    int32_t plus = only(erf);
+    int32_t one = op(plus, "add") ? otherOperand(f.node(plus), erf) : -1;
+    if (one < 0 || f.isParam(one) || !near(f.node(one), 1.0)) continue;
+    if (!op(mul, "multiply") || otherOperand(f.node(mul), x) != plus || only(plus) != mul) continue;
+    int32_t half = only(mul);
+    int32_t c3 = op(half, "multiply") ? otherOperand(f.node(half), mul) : -1;
+    if (c3 < 0 || f.isParam(c3) || !near(f.node(c3), 0.5)) continue;
+    parts = {scale, c1, erf, plus, one, mul, half, c3};
+    return half;
+  }
+  return -1;
+}
+
 void requireF32(const FusedFunction& f, const ops::TensorDesc& t, const std::string& what) {
   if (t.dtype != DType::Float32) throw Error("dnnl runs float32 only; " + what + " of " + f.name + " is " + std::string(dtypeName(t.dtype)));
 }
@@ -53,11 +97,13 @@ std::vector<DnnlStep> planDnnl(const FusedFunction& f) {
   size_t np = f.params.size();
   std::vector<int> uses(f.numValues(), 0);
   std::vector<int32_t> consumer(f.numValues(), -1);
+  Consumers consumers(f.numValues());
   std::vector<bool> isOutput(f.numValues(), false);
   for (size_t i = 0; i < f.nodes.size(); ++i)
     for (int32_t in : f.nodes[i].inputs) {
       ++uses[static_cast<size_t>(in)];
       consumer[static_cast<size_t>(in)] = static_cast<int32_t>(np + i);
+      consumers[static_cast<size_t>(in)].push_back(static_cast<int32_t>(np + i));
     }
   for (int32_t o : f.outputs) {
     ++uses[static_cast<size_t>(o)];
@@ -65,12 +111,15 @@ std::vector<DnnlStep> planDnnl(const FusedFunction& f) {
     if (f.isParam(o)) throw Error("dnnl: " + f.name + " returns a parameter unchanged");
   }
   std::vector<bool> taken(f.numValues(), false);
+  auto takeAll = [&](const std::vector<int32_t>& parts) {
+    for (int32_t p : parts) taken[static_cast<size_t>(p)] = true;
+  };
   std::vector<DnnlStep> steps;
   for (size_t i = 0; i < f.nodes.size(); ++i) {
     int32_t v = static_cast<int32_t>(np + i);
     if (taken[static_cast<size_t>(v)]) continue;
     const FusedNode& n = f.nodes[i];
-    if (n.isConstant()) throw Error("dnnl: " + f.name + " has a literal operand (dnnl takes tensors)");
+    if (n.isConstant()) continue;  // a GELU's literal (checked below)
     requireF32(f, n.type, n.op->name);
     const std::string& op = n.op->name;
     if (isAnchor(op)) {
@@ -82,7 +131,16 @@ std::vector<DnnlStep> planDnnl(const FusedFunction& f) {
       // Follow the chain of element-wise work that only this result feeds.
       int32_t cur = v;
       bool biased = false;
-      while (uses[static_cast<size_t>(cur)] == 1 && !isOutput[static_cast<size_t>(cur)]) {
+      for (;;) {
+        std::vector<int32_t> gelu;
+        int32_t g = isOutput[static_cast<size_t>(cur)] ? -1 : matchGelu(f, cur, consumers, isOutput, gelu);
+        if (g >= 0) {
+          s.post.push_back({DnnlPostOp::Kind::Gelu, g, -1});
+          takeAll(gelu);
+          cur = g;
+          continue;
+        }
+        if (uses[static_cast<size_t>(cur)] != 1 || isOutput[static_cast<size_t>(cur)]) break;
         int32_t c = consumer[static_cast<size_t>(cur)];
         const FusedNode& cn = f.node(c);
         if (cn.isConstant() || cn.type.dtype != DType::Float32) break;
@@ -118,7 +176,15 @@ std::vector<DnnlStep> planDnnl(const FusedFunction& f) {
       }
       steps.push_back(std::move(s));
     } else if (isEltwise(op)) {
-      steps.push_back({DnnlStep::Kind::Eltwise, v, {}});
+      steps.push_back({DnnlStep::Kind::Eltwise, v, {{eltwiseKind(op), v, n.inputs[0]}}});
+    } else if (std::vector<int32_t> gelu; (op == "divide" || op == "multiply") &&
+                                          matchGelu(f, n.inputs[0], consumers, isOutput, gelu) >= 0 && gelu[0] == v) {
+      steps.push_back({DnnlStep::Kind::Eltwise, v, {{DnnlPostOp::Kind::Gelu, gelu[6], n.inputs[0]}}});
+      takeAll(gelu);
+    } else if (std::vector<int32_t> gelu2; op == "multiply" && n.inputs.size() == 2 &&
+                                           matchGelu(f, n.inputs[1], consumers, isOutput, gelu2) >= 0 && gelu2[0] == v) {
+      steps.push_back({DnnlStep::Kind::Eltwise, v, {{DnnlPostOp::Kind::Gelu, gelu2[6], n.inputs[1]}}});
+      takeAll(gelu2);
     } else if (op == "add") {
       const ops::TensorDesc& a = f.typeOf(n.inputs[0]);
       const ops::TensorDesc& b = f.typeOf(n.inputs[1]);
@@ -128,6 +194,9 @@ std::vector<DnnlStep> planDnnl(const FusedFunction& f) {
       throw Error("dnnl does not run " + op + " (in " + f.name + ")");
     }
   }
+  for (size_t i = 0; i < f.nodes.size(); ++i)
+    if (f.nodes[i].isConstant() && !taken[np + i])
+      throw Error("dnnl: " + f.name + " has a literal operand (dnnl takes tensors)");
   return steps;
 }
 

@@ -7,7 +7,7 @@ namespace kiln::partition {
 namespace {
 
 // Composites first, largest first: a product or convolution, its bias, an
-// activation; then what oneDNN takes one call at a time.
+// activation; GELU (its five operators); then what oneDNN takes one call at a time.
 constexpr const char* kDnnl = R"(# oneDNN (dnnl): products and convolutions with their bias and activation
 let conv = nn.conv2d(*, *)
 let conv_bias = nn.bias_add(conv, *) | add(conv, *) | conv
@@ -27,6 +27,9 @@ composite dnnl.matmul_bias_relu = nn.relu(matmul_bias)
 composite dnnl.matmul_bias_sigmoid = sigmoid(matmul_bias)
 composite dnnl.matmul_bias_tanh = tanh(matmul_bias)
 composite dnnl.matmul_bias = add(matmul, *)
+# GELU as TVM's patterns write it: x * (1 + erf(x / sqrt(2))) * 0.5
+let gx = *
+composite dnnl.gelu = multiply(multiply(gx, add(erf(divide(gx, const) | multiply(gx, const)), const)), const)
 supports dnnl = (nn.conv2d(*, *) | nn.dense(*, *) | nn.matmul(*, *)) [dtype float32]
 supports dnnl = (nn.relu(*) | sigmoid(*) | tanh(*) | add(*, *)) [dtype float32]
 )";

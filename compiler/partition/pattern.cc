@@ -2,6 +2,7 @@
 #include "compiler/partition/pattern.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "kiln/error.h"
 #include "ops/registry.h"
@@ -210,6 +211,12 @@ class Matcher {
     out_.bound = std::move(s.bound);
   }
 
+  static bool commutative(const Expr* callee) {
+    if (callee->kind != ExprKind::Op) return false;
+    const std::string& n = static_cast<const OpRef*>(callee)->op->name;
+    return n == "add" || n == "multiply" || n == "maximum" || n == "minimum" || n == "logical_and" || n == "logical_or";
+  }
+
   static bool isPrimitive(const Expr* e) {
     return e->kind == ExprKind::Function && static_cast<const Function*>(e)->primitive;
   }
@@ -238,6 +245,14 @@ class Matcher {
         size_t want = p->children.size() - 1;
         if (p->restArgs ? c->args.size() < want : c->args.size() != want) return false;
         if (!match(p->children[0], c->callee, false)) return false;
+        // A commutative operator's two operands match in either order (as TVM's matcher does).
+        if (want == 2 && !p->restArgs && c->args.size() == 2 && commutative(c->callee)) {
+          Saved s = save();
+          if (match(p->children[1], c->args[0], false) && match(p->children[2], c->args[1], false)) break;
+          restore(s);
+          if (match(p->children[1], c->args[1], false) && match(p->children[2], c->args[0], false)) break;
+          return false;
+        }
         for (size_t i = 0; i < c->args.size(); ++i) {
           if (i < want) {
             if (!match(p->children[i + 1], c->args[i], false)) return false;
@@ -280,9 +295,35 @@ bool matchPattern(const PatternNode* p, const Expr* e, const VarResolver& resolv
   out = PatternMatch{};
   out.root = e;
   Matcher m(resolve, interiorOk, out);
-  if (m.match(p, e, true)) return true;
-  out = PatternMatch{};
-  return false;
+  if (!m.match(p, e, true)) {
+    out = PatternMatch{};
+    return false;
+  }
+  // Inputs in the order the program evaluates them (operands matched in swapped
+  // order were found the other way round): left to right through the group.
+  std::unordered_set<const Expr*> isInput(out.inputs.begin(), out.inputs.end()), interior(out.interior.begin(), out.interior.end());
+  std::unordered_map<const Var*, const Expr*> through;
+  for (const Var* v : out.absorbed) through[v] = resolve(v);
+  std::vector<const Expr*> ordered;
+  std::function<void(const Expr*)> walk = [&](const Expr* x) {
+    if (isInput.count(x)) {
+      if (std::find(ordered.begin(), ordered.end(), x) == ordered.end()) ordered.push_back(x);
+      return;
+    }
+    if (x->kind == ExprKind::Var && through.count(static_cast<const Var*>(x))) x = through[static_cast<const Var*>(x)];
+    if (!interior.count(x)) return;  // a literal, an operator, a global
+    if (x->kind == ExprKind::Call) {
+      walk(static_cast<const Call*>(x)->callee);
+      for (const Expr* a : static_cast<const Call*>(x)->args) walk(a);
+    } else if (x->kind == ExprKind::Tuple) {
+      for (const Expr* f : static_cast<const Tuple*>(x)->fields) walk(f);
+    } else if (x->kind == ExprKind::TupleGet) {
+      walk(static_cast<const TupleGet*>(x)->tuple);
+    }
+  };
+  walk(out.root);
+  if (ordered.size() == out.inputs.size()) out.inputs = std::move(ordered);
+  return true;
 }
 
 std::string partitionedFromPattern(const PatternMatch& m) {

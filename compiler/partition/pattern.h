@@ -10,7 +10,9 @@
 //   AnyCallee       a callee that is not an operator or constructor: a global,
 //                   a variable, a closure, a function literal
 //   Global(name)    the global function `@name` (a callee)
-//   Call(callee, args, rest)  a call; `rest`: more arguments may follow (`...`)
+//   Call(callee, args, rest)  a call; `rest`: more arguments may follow (`...`);
+//                   the two operands of a commutative operator (add, multiply,
+//                   maximum, minimum, logical and/or) match in either order
 //   Alt(a, b)       a, else b (`a | b`); `optional` is Alt(op(x), x)
 //   Tuple(fields), TupleGet(tuple, index; -1 any)
 //   Constant        a literal

@@ -86,6 +86,14 @@ TEST_CASE("dnnl: dense, matmul and their bias, activations and added tensors at 
   agree(R"(def @main(%x: Tensor[(3, 7), float32], %w: Tensor[(9, 7), float32], %r: Tensor[(3, 9), float32]) {
     sigmoid(tanh(add(nn.dense(%x, %w), %r))) })",
         {random({3, 7}, 4), random({9, 7}, 5), random({3, 9}, 6)}, 1);
+  // GELU (TVM's erf form, with a division or a multiplication) after a biased product, and alone.
+  agree(R"(def @main(%x: Tensor[(3, 16), float32], %w: Tensor[(8, 16), float32], %b: Tensor[(8), float32]) {
+    %1 = add(nn.dense(%x, %w), %b);
+    %2 = multiply(multiply(%1, add(erf(divide(%1, 1.41421356f)), 1f)), 0.5f);
+    multiply(multiply(%2, add(erf(multiply(0.70710678f, %2)), 1f)), 0.5f) })",
+        {random({3, 16}, 32), random({8, 16}, 33), random({8}, 34)}, 1);
+  agree(R"(def @main(%x: Tensor[(2, 5), float32]) { multiply(0.5f, multiply(add(1f, erf(divide(%x, 1.41421356f))), %x)) })",
+        {random({2, 5}, 35)}, 1);
   // nn.matmul in each transposition, with a bias.
   for (const char* t : {"transpose_a=False, transpose_b=False", "transpose_a=True, transpose_b=False",
                         "transpose_a=False, transpose_b=True", "transpose_a=True, transpose_b=True"}) {
@@ -122,6 +130,11 @@ TEST_CASE("dnnl: convolutions with strides, padding, dilation, groups, bias, act
                       std::to_string(cv.o) + "), float32]) { nn.relu(nn.bias_add(nn.conv2d(%x, %w, " + cv.attrs + "), %b)) }";
     agree(src, {random({1, cv.c, cv.h, cv.w}, 12), random({cv.o, cv.c / cv.groups, 3, 3}, 13), random({cv.o}, 14)}, 1);
   }
+  // GELU after a convolution.
+  agree(R"(def @main(%x: Tensor[(1, 4, 6, 6), float32], %w: Tensor[(5, 4, 3, 3), float32]) {
+    %0 = nn.conv2d(%x, %w);
+    multiply(multiply(%0, add(erf(divide(%0, 1.41421356f)), 1f)), 0.5f) })",
+        {random({1, 4, 6, 6}, 36), random({5, 4, 3, 3}, 37)}, 1);
   // A residual add of the output's shape (a post-op read in the plain layout), then sigmoid.
   agree(R"(def @main(%x: Tensor[(2, 4, 8, 8), float32], %w: Tensor[(4, 4, 3, 3), float32]) {
     sigmoid(add(nn.conv2d(%x, %w, padding=[1, 1, 1, 1]), %x)) })",

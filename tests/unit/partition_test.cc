@@ -79,6 +79,19 @@ TEST_CASE("patterns: wildcards, shared nodes, operators, alternatives, optional,
   CHECK(ir::printExpr(pm.inputs[2]) == "%w");
   CHECK(partitionedFromPattern(pm) == "add_nn.dense_nn.relu_");
 
+  // A commutative operator's operands match in either order; inputs stay in evaluation order.
+  const ir::Call* denseCall = findCall(*m, "nn.dense");
+  REQUIRE(matches(a.opCall("nn.dense", {a.wildcard(), a.wildcard()}), denseCall, *m));
+  PatternMatch swapped;
+  REQUIRE(matches(a.opCall("add", {a.wildcard(), a.wildcard()}), addXY, *m, &swapped));
+  auto m2 = test::check("def @main(%x: Tensor[(2), float32], %y: Tensor[(2), float32]) { add(tanh(%x), %y) }");
+  PatternMatch pm2;
+  REQUIRE(matches(a.opCall("add", {a.wildcard(), a.opCall("tanh", {a.wildcard()})}), findCall(*m2, "add"), *m2, &pm2));
+  REQUIRE(pm2.inputs.size() == 2);
+  CHECK(ir::printExpr(pm2.inputs[0]) == "%x");
+  CHECK(ir::printExpr(pm2.inputs[1]) == "%y");
+  CHECK_FALSE(matches(a.opCall("subtract", {a.wildcard(), a.opCall("tanh", {a.wildcard()})}), findCall(*m2, "add"), *m2));
+
   // Alternatives and optional operators.
   const PatternNode* dense = a.opCall("nn.dense", {a.wildcard(), a.wildcard()});
   const PatternNode* opt = a.optional(dense, [&](const PatternNode* p) { return a.opCall("nn.relu", {p}); });
