@@ -6,8 +6,8 @@
 // its blocked layouts and reorder into and out of them, except where an added
 // tensor must be read in the plain layout. A weight that is an executable
 // constant is reordered into the primitive's layout once and kept with the
-// primitive. oneDNN runs its own OpenMP threads; each call asks for as many as
-// Kiln's pool has.
+// primitive. oneDNN runs its own OpenMP threads: a step large enough to share
+// gets as many as Kiln's pool has, a small one runs on the calling thread.
 #include <omp.h>
 
 #include <map>
@@ -19,6 +19,7 @@
 #include "jit/library_kernel.h"
 #include "kernel_ir/library_support.h"
 #include "kernel_ir/shape_util.h"
+#include "kernel_ir/op.h"
 #include "kiln/error.h"
 
 namespace kiln::jit {
@@ -31,6 +32,8 @@ using kernel_ir::DnnlStep;
 using kernel_ir::FusedFunction;
 using Tag = memory::format_tag;
 constexpr memory::data_type kF32 = memory::data_type::f32;
+// Below this many FLOPs (about 10 us on one core here) a step runs on one thread.
+constexpr double kParallelFlops = 2e6;
 
 dnnl::engine& cpuEngine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -76,6 +79,7 @@ struct Made {
   std::vector<std::pair<int32_t, memory::desc>> binary;  // Add post-ops: operand value, its desc
   bool hasBias = false;
   bool swapped = false;  // Binary: the operands' order reversed (the broadcast one second)
+  double flops = 0;      // the step's work, for how many threads it gets
   std::mutex mu;
   std::unordered_map<const void*, memory> constWeights;  // constant data -> reordered once
 };
@@ -83,29 +87,54 @@ struct Made {
 class DnnlKernel final : public LibraryKernel {
  public:
   explicit DnnlKernel(const FusedFunction& f)
-      : f_(f), steps_(kernel_ir::planDnnl(f)), weights_(kernel_ir::findLibrary("dnnl")->weightInputs(f)) {}
+      : f_(f), steps_(kernel_ir::planDnnl(f)), weights_(kernel_ir::findLibrary("dnnl")->weightInputs(f)) {
+    // A convolution's result read only as the data of later convolutions of this
+    // kernel stays in the layout oneDNN chose for it: no reorder out and back in.
+    keepLayout_.assign(f_.numValues(), false);
+    std::vector<int> convData(f_.numValues(), 0), uses(f_.numValues(), 0);
+    for (const auto& n : f_.nodes)
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        ++uses[static_cast<size_t>(n.inputs[k])];
+        if (k == 0 && !n.isConstant() && n.op->name == "nn.conv2d" && n.inputs[1] != n.inputs[0]) ++convData[static_cast<size_t>(n.inputs[0])];
+      }
+    for (int32_t o : f_.outputs) ++uses[static_cast<size_t>(o)];
+    for (const DnnlStep& st : steps_) {
+      size_t r = static_cast<size_t>(st.result());
+      keepLayout_[r] = st.kind == DnnlStep::Kind::Conv2d && uses[r] > 0 && uses[r] == convData[r];
+    }
+  }
 
   const std::vector<uint32_t>& weightInputs() const override { return weights_; }
 
   void run(std::span<const Tensor* const> inputs, std::span<const Tensor* const> outputs, const std::vector<Shape>& shapes,
            std::span<const float* const> prepared) const override {
     try {
-      omp_set_num_threads(device::currentThreads());
+      int threads = device::currentThreads();
       dnnl::stream stream(cpuEngine());
-      // Every value's data: parameters, outputs, and temporaries for the rest.
+      // Every value's data: parameters, outputs, and temporaries for the rest;
+      // and its layout when that is oneDNN's (empty: plain, as Kiln's tensors lie).
       std::vector<void*> data(f_.numValues(), nullptr);
+      std::vector<memory::desc> layout(f_.numValues());
       std::vector<Tensor> temps;
       for (size_t i = 0; i < inputs.size(); ++i) data[i] = inputs[i]->data();
       for (size_t i = 0; i < outputs.size(); ++i) data[static_cast<size_t>(f_.outputs[i])] = outputs[i]->data();
       for (size_t s = 0; s < steps_.size(); ++s) {
         const DnnlStep& st = steps_[s];
-        int32_t r = st.result();
-        if (!data[static_cast<size_t>(r)]) {
-          temps.push_back(Tensor::empty(DType::Float32, shapes[static_cast<size_t>(r)]));
-          data[static_cast<size_t>(r)] = temps.back().data();
-        }
+        size_t r = static_cast<size_t>(st.result());
         Made& m = made(s, shapes);
-        execute(st, m, data, prepared, stream);
+        if (keepLayout_[r] && m.dst != m.userDst) {
+          layout[r] = m.dst;
+          temps.push_back(Tensor::empty(DType::Float32, {static_cast<int64_t>(m.dst.get_size() / sizeof(float)) + 1}));
+          data[r] = temps.back().data();
+        } else if (!data[r]) {
+          temps.push_back(Tensor::empty(DType::Float32, shapes[r]));
+          data[r] = temps.back().data();
+        }
+        // OpenMP's team for work worth sharing; small steps (a batch-1 product, a
+        // lone activation) stay on this thread: waking a team costs more than
+        // they take, and its spinning threads would contend with Kiln's pool.
+        omp_set_num_threads(m.flops >= kParallelFlops ? threads : 1);
+        execute(st, m, data, layout, prepared, stream);
       }
       stream.wait();
     } catch (const dnnl::error& e) {
@@ -180,6 +209,7 @@ class DnnlKernel final : public LibraryKernel {
         m.src = m.userSrc;
         m.dst = m.userDst;
         m.weights = memory::desc({k, n}, kF32, Tag::any);
+        m.flops = 2.0 * static_cast<double>(rows) * static_cast<double>(k) * static_cast<double>(n);
         if (bias) m.bias = memory::desc({1, n}, kF32, Tag::ab);
         dnnl::matmul::desc d = bias ? dnnl::matmul::desc(m.src, m.weights, m.bias, m.dst) : dnnl::matmul::desc(m.src, m.weights, m.dst);
         dnnl::matmul::primitive_desc pd(d, attr, cpuEngine());
@@ -202,6 +232,7 @@ class DnnlKernel final : public LibraryKernel {
         m.src = memory::desc(dimsOf(x), kF32, plainOut ? Tag::nchw : Tag::any);
         m.dst = memory::desc(dimsOf(out), kF32, plainOut ? Tag::nchw : Tag::any);
         m.weights = memory::desc(wd, kF32, Tag::any);
+        m.flops = 2.0 * static_cast<double>(ops::numElements(out)) * static_cast<double>(w[1] * w[2] * w[3]);
         if (bias) m.bias = memory::desc({out[1]}, kF32, Tag::a);
         memory::dims strides{win.strides[0], win.strides[1]}, dil{win.dilation[0] - 1, win.dilation[1] - 1};
         memory::dims padL{win.pad[0], win.pad[1]}, padR{win.pad[2], win.pad[3]};
@@ -260,8 +291,8 @@ class DnnlKernel final : public LibraryKernel {
     return r;
   }
 
-  void execute(const DnnlStep& st, Made& m, std::vector<void*>& data, std::span<const float* const> prepared,
-               dnnl::stream& s) const {
+  void execute(const DnnlStep& st, Made& m, std::vector<void*>& data, const std::vector<memory::desc>& layout,
+               std::span<const float* const> prepared, dnnl::stream& s) const {
     const kernel_ir::FusedNode& a = f_.node(st.anchor);
     auto ptr = [&](int32_t v) { return data[static_cast<size_t>(v)]; };
     void* out = ptr(st.result());
@@ -280,7 +311,8 @@ class DnnlKernel final : public LibraryKernel {
       m.prim.execute(s, args);
       return;
     }
-    args[DNNL_ARG_SRC] = input(m.userSrc, m.src, ptr(a.inputs[0]), s, keep);
+    const memory::desc& srcLayout = layout[static_cast<size_t>(a.inputs[0])];
+    args[DNNL_ARG_SRC] = input(srcLayout.data.ndims ? srcLayout : m.userSrc, m.src, ptr(a.inputs[0]), s, keep);
     int32_t w = a.inputs[1];
     const float* constant = constantWeight(w, prepared);
     if (constant && m.weights != m.userWeights) {
@@ -302,8 +334,10 @@ class DnnlKernel final : public LibraryKernel {
           memory(m.binary[b].second, cpuEngine(), ptr(m.binary[b].first));
       ++b;
     }
-    bool reorderOut = m.dst != m.userDst;
-    memory dst = reorderOut ? memory(m.dst, cpuEngine()) : memory(m.userDst, cpuEngine(), out);
+    // Into the output as it must lie, or (kept in oneDNN's layout) as the primitive writes it.
+    bool kept = layout[static_cast<size_t>(st.result())].data.ndims != 0;
+    bool reorderOut = !kept && m.dst != m.userDst;
+    memory dst = kept ? memory(m.dst, cpuEngine(), out) : reorderOut ? memory(m.dst, cpuEngine()) : memory(m.userDst, cpuEngine(), out);
     args[DNNL_ARG_DST] = dst;
     m.prim.execute(s, args);
     if (reorderOut) {
@@ -316,6 +350,7 @@ class DnnlKernel final : public LibraryKernel {
 
   FusedFunction f_;
   std::vector<DnnlStep> steps_;
+  std::vector<bool> keepLayout_;  // per value
   std::vector<uint32_t> weights_;
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, std::unique_ptr<Made>> made_;
