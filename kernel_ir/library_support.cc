@@ -78,6 +78,9 @@ int32_t matchGelu(const FusedFunction& f, int32_t x, const Consumers& uses, cons
 
 void requireF32(const FusedFunction& f, const ops::TensorDesc& t, const std::string& what) {
   if (t.dtype != DType::Float32) throw Error("dnnl runs float32 only; " + what + " of " + f.name + " is " + std::string(dtypeName(t.dtype)));
+  // oneDNN's memory has 1 to 12 dimensions; Kiln keeps scalars on the host.
+  if (t.shape.empty() || t.shape.size() > 5)
+    throw Error("dnnl takes tensors of rank 1 to 5; " + what + " of " + f.name + " has rank " + std::to_string(t.shape.size()));
 }
 
 void checkAnchorAttrs(const FusedNode& n) {
@@ -149,7 +152,9 @@ std::vector<DnnlStep> planDnnl(const FusedFunction& f) {
           s.post.push_back({eltwiseKind(cop), c, -1});
         } else if (cop == "add" || cop == "nn.bias_add") {
           int32_t other = cn.inputs[0] == cur ? cn.inputs[1] : cn.inputs[0];
-          if (other == cur) break;
+          // The operand must exist when the step runs: a parameter, or made by an
+          // earlier step (steps run in the order of their anchors).
+          if (other == cur || (!f.isParam(other) && other > v)) break;
           const ops::TensorDesc& ot = f.typeOf(other);
           if (ot.dtype != DType::Float32) break;
           const ops::TensorDesc& out = f.typeOf(cur);

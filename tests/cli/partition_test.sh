@@ -55,6 +55,17 @@ else
   check "the profile names the library of each library kernel" grep -q "^dnnl_main_0 \[dnnl\] .* library dnnl" "$tmp/prof"
 fi
 
+# Every sample partitioned for oneDNN (what it takes runs there, the rest on
+# Kiln) prints its expected result, within float tolerance.
+cd "$src"
+for prog in samples/*.relay; do
+  run=$(sed -n 's|^// RUN: \(.*\)$|\1|p' "$prog" | head -1)
+  sed -n 's|^// EXPECT: \(.*\)$|\1|p' "$prog" | head -1 > "$tmp/expect"
+  eval "\"$vmrun\" \"$prog\" --partition dnnl $run" > "$tmp/got" 2> "$tmp/err"
+  check "$(basename "$prog") partitioned for dnnl prints its expected result" close "$tmp/got" "$tmp/expect"
+done
+cd - > /dev/null
+
 # Bad requests.
 "$kilnc" "$data/let_library_calls.relay" --partition nolib --emit partitioned 2> "$tmp/err"; rc=$?
 check "a library no pattern names: exit 2" test $rc -eq 2

@@ -86,6 +86,13 @@ TEST_CASE("dnnl: dense, matmul and their bias, activations and added tensors at 
   agree(R"(def @main(%x: Tensor[(3, 7), float32], %w: Tensor[(9, 7), float32], %r: Tensor[(3, 9), float32]) {
     sigmoid(tanh(add(nn.dense(%x, %w), %r))) })",
         {random({3, 7}, 4), random({9, 7}, 5), random({3, 9}, 6)}, 1);
+  // Two products summed (an LSTM gate): the add waits for the second product, whichever comes first.
+  agree(R"(def @main(%x: Tensor[(1, 8), float32], %w: Tensor[(64, 8), float32], %h: Tensor[(1, 16), float32], %u: Tensor[(64, 16), float32]) {
+    tanh(add(nn.dense(%x, %w), nn.dense(%h, %u))) })",
+        {random({1, 8}, 38), random({64, 8}, 39), random({1, 16}, 40), random({64, 16}, 41)}, 1);
+  agree(R"(def @main(%x: Tensor[(1, 8), float32], %w: Tensor[(64, 8), float32], %h: Tensor[(1, 16), float32], %u: Tensor[(64, 16), float32]) {
+    tanh(add(nn.dense(%h, %u), nn.dense(%x, %w))) })",
+        {random({1, 8}, 38), random({64, 8}, 39), random({1, 16}, 40), random({64, 16}, 41)}, 1);
   // GELU (TVM's erf form, with a division or a multiplication) after a biased product, and alone.
   agree(R"(def @main(%x: Tensor[(3, 16), float32], %w: Tensor[(8, 16), float32], %b: Tensor[(8), float32]) {
     %1 = add(nn.dense(%x, %w), %b);
@@ -182,6 +189,12 @@ TEST_CASE("dnnl: a region dnnl cannot take stays on Kiln with a note; a failure 
   REQUIRE(s.partitionNotes.size() == 1);
   CHECK(s.partitionNotes[0] == "@dnnl_main_0 runs on Kiln's kernels: dnnl: dnnl_main_0 has a literal operand (dnnl takes tensors)");
   agree(lit, {random({4}, 27)}, 0);
+
+  // Scalars (rank 0) stay on Kiln's host path.
+  std::string scalar = "def @main(%x: float32, %y: float32) { add(%x, %y) }";
+  s = compiler::runPasses(scalar, "scalar.relay", o);
+  REQUIRE(s.partitionNotes.size() == 1);
+  CHECK(s.partitionNotes[0].find("dnnl takes tensors of rank 1 to 5") != std::string::npos);
 
   // Both operands broadcast at run time: oneDNN broadcasts one.
   auto exe = compileWith("def @main(%a: Tensor[(?, ?), float32], %b: Tensor[(?, ?), float32]) { sigmoid(add(%a, %b)) }", true);

@@ -2,9 +2,11 @@
 // nested expressions; `if`, `match` over lists, closures, a recursive global)
 // partitioned with random supported sets and composite patterns. Every result
 // has no free variable in any function, prints to text that type-checks, and
-// computes bit for bit what the unpartitioned program computes.
+// computes bit for bit what the unpartitioned program computes. The same
+// programs partitioned for oneDNN compute the same values within float tolerance.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/partition/dataflow.h"
 #include "compiler/pipeline.h"
+#include "kernel_ir/library_support.h"
 #include "kiln/compile.h"
 #include "kiln/vm.h"
 #include "test_util.h"
@@ -204,4 +207,27 @@ TEST_CASE("partition: 240 generated programs, randomly partitioned, have no free
   CHECK(styles[0] > 50);
   CHECK(styles[1] > 50);
   CHECK(styles[2] > 50);
+}
+
+TEST_CASE("partition: 120 generated programs partitioned for oneDNN compute what Kiln computes (float tolerance)" *
+          doctest::skip(!kernel_ir::findLibrary("dnnl")->available)) {
+  Rng r{0xd11dull};
+  int libraryKernels = 0;
+  for (int n = 0; n < 120; ++n) {
+    ProgramGen gen(r.next() * 2654435761ull + static_cast<uint64_t>(n));
+    std::string src = gen.program();
+    CAPTURE(src);
+    CompileOptions o;
+    o.partition = {"dnnl"};
+    compiler::Stages part = compiler::runPasses(src, "gen.relay", o);
+    auto exe = compiler::emit(part, o);
+    for (const KernelInfo& k : exe->kernels()) libraryKernels += k.function->library == "dnnl";
+    Tensor want = run(compiler::runPasses(src, "gen.relay", {})), got = run(part);
+    REQUIRE(want.nbytes() == got.nbytes());
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      float w = want.data<float>()[i], g = got.data<float>()[i];
+      CHECK_MESSAGE(std::fabs(w - g) <= 1e-4f * (1.0f + std::fabs(w)), "element " << i << ": " << g << " vs " << w);
+    }
+  }
+  CHECK(libraryKernels > 100);
 }
