@@ -1,9 +1,12 @@
 // forEachChild: the direct subexpressions of an expression, in evaluation order
-// (and opCall: an expression as a call of a named operator).
+// (and opCall: an expression as a call of a named operator; forEachPatternVar:
+// the variables a match pattern binds).
 // Passes that walk the IR with an explicit stack (so deep programs cost no C++
 // stack) use it instead of repeating the per-kind switch. The bodies of primitive
 // functions (kernels) are not children: they hold only operator calls.
 #pragma once
+
+#include <vector>
 
 #include "compiler/ir/expr.h"
 
@@ -19,6 +22,21 @@ inline const Call* opCall(const Expr* e, std::string_view name) {
   auto* c = static_cast<const Call*>(e);
   if (c->callee->kind != ExprKind::Op || static_cast<const OpRef*>(c->callee)->op->name != name) return nullptr;
   return c;
+}
+
+// Every variable a match pattern binds (iteratively: patterns may nest deeply).
+template <class F>
+void forEachPatternVar(const Pattern* root, F&& f) {
+  std::vector<const Pattern*> patterns{root};
+  while (!patterns.empty()) {
+    const Pattern* p = patterns.back();
+    patterns.pop_back();
+    if (p->kind == PatternKind::Var) f(static_cast<const PatternVar*>(p)->var);
+    else if (p->kind == PatternKind::Ctor)
+      for (const Pattern* q : static_cast<const PatternCtor*>(p)->args) patterns.push_back(q);
+    else if (p->kind == PatternKind::Tuple)
+      for (const Pattern* q : static_cast<const PatternTuple*>(p)->fields) patterns.push_back(q);
+  }
 }
 
 template <class F>

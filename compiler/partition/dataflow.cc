@@ -122,15 +122,7 @@ std::vector<const Var*> freeVariables(const Function* fn) {
     }
     forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
   }
-  while (!patterns.empty()) {
-    const Pattern* p = patterns.back();
-    patterns.pop_back();
-    if (p->kind == PatternKind::Var) bound.insert(static_cast<const PatternVar*>(p)->var);
-    else if (p->kind == PatternKind::Ctor)
-      for (const Pattern* q : static_cast<const PatternCtor*>(p)->args) patterns.push_back(q);
-    else if (p->kind == PatternKind::Tuple)
-      for (const Pattern* q : static_cast<const PatternTuple*>(p)->fields) patterns.push_back(q);
-  }
+  for (const Pattern* p : patterns) forEachPatternVar(p, [&](const Var* v) { bound.insert(v); });
   std::unordered_set<const Var*> reported;
   for (const Var* v : refs)
     if (!bound.count(v) && reported.insert(v).second) out.push_back(v);

@@ -63,15 +63,7 @@ struct FunctionScan {
       }
       forEachChild(e, push);
     }
-    while (!patterns.empty()) {
-      const Pattern* p = patterns.back();
-      patterns.pop_back();
-      if (p->kind == PatternKind::Var) bound.insert(static_cast<const PatternVar*>(p)->var);
-      else if (p->kind == PatternKind::Ctor)
-        for (const Pattern* q : static_cast<const PatternCtor*>(p)->args) patterns.push_back(q);
-      else if (p->kind == PatternKind::Tuple)
-        for (const Pattern* q : static_cast<const PatternTuple*>(p)->fields) patterns.push_back(q);
-    }
+    for (const Pattern* p : patterns) forEachPatternVar(p, [&](const Var* v) { bound.insert(v); });
   }
 
   // What a let-bound variable names (followed through lets), else `e`.
