@@ -1,6 +1,8 @@
 // FunctionDataflow and freeVariables: one iterative walk each (let chains may be long).
 #include "compiler/partition/dataflow.h"
 
+#include <algorithm>
+
 #include "compiler/ir/visit.h"
 
 namespace kiln::partition {
@@ -12,6 +14,7 @@ FunctionDataflow::FunctionDataflow(const Function* fn) {
     const Expr* e;
     int scope;
     bool done;
+    const Call* user = nullptr;  // the call whose argument this is
   };
   int scopes = 0;
   std::vector<Item> stack{{fn->body, 0, false}};
@@ -25,9 +28,11 @@ FunctionDataflow::FunctionDataflow(const Function* fn) {
     }
     if (e->kind == ExprKind::Var) {
       ++varUses_[static_cast<const Var*>(e)];
+      if (it.user) varArgUsers_[static_cast<const Var*>(e)].push_back(it.user);
       continue;
     }
     if (++parents_[e] > 1) continue;  // shared: walked once
+    if (it.user) argUser_[e] = it.user;
     scope_[e] = it.scope;
     stack.push_back({e, it.scope, true});
     // Children pushed in reverse so they pop in evaluation order.
@@ -36,6 +41,7 @@ FunctionDataflow::FunctionDataflow(const Function* fn) {
       case ExprKind::Let: {
         auto* l = static_cast<const Let*>(e);
         lets_[l->var] = l;
+        boundBy_[l->value] = l->var;
         kids = {{l->value, it.scope, false}, {l->body, it.scope, false}};
         break;
       }
@@ -59,7 +65,7 @@ FunctionDataflow::FunctionDataflow(const Function* fn) {
         bool composite = c->callee->kind == ExprKind::Function && static_cast<const Function*>(c->callee)->attrs &&
                          static_cast<const Function*>(c->callee)->attrs->find("Composite");
         forEachChild(e, [&](const Expr* x) {
-          if (!(composite && x == c->callee)) kids.push_back({x, it.scope, false});
+          if (!(composite && x == c->callee)) kids.push_back({x, it.scope, false, x == c->callee ? nullptr : c});
         });
         break;
       }
@@ -87,6 +93,29 @@ const Expr* FunctionDataflow::movable(const Var* v, int scope) const {
   const Expr* value = l->second->value;
   if (value->kind != ExprKind::Call && value->kind != ExprKind::Tuple && value->kind != ExprKind::TupleGet) return nullptr;
   return singleParent(value) ? value : nullptr;
+}
+
+std::vector<const Call*> FunctionDataflow::callUsers(const Call* x, int scope, const Var** via) const {
+  *via = nullptr;
+  std::vector<const Call*> users;
+  if (!singleParent(x) || scopeOf(x) != scope) return users;
+  auto b = boundBy_.find(x);
+  if (b != boundBy_.end()) {
+    const Var* v = b->second;
+    auto l = lets_.find(v);
+    auto refs = varArgUsers_.find(v);
+    auto n = varUses_.find(v);
+    if (l == lets_.end() || scopeOf(l->second) != scope || refs == varArgUsers_.end() || n == varUses_.end() ||
+        refs->second.size() != static_cast<size_t>(n->second))
+      return users;  // some reference is not an argument of a call
+    *via = v;
+    for (const Call* u : refs->second)
+      if (std::find(users.begin(), users.end(), u) == users.end()) users.push_back(u);
+    return users;
+  }
+  auto u = argUser_.find(x);
+  if (u != argUser_.end()) users.push_back(u->second);
+  return users;
 }
 
 std::vector<const Var*> freeVariables(const Function* fn) {

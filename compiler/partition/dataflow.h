@@ -32,6 +32,10 @@ class FunctionDataflow {
   bool singleParent(const ir::Expr* e) const;
   // The value of `v`'s let when a group in `scope` may take it over, else null.
   const ir::Expr* movable(const ir::Var* v, int scope) const;
+  // The calls that use call `x`'s value, when `x` lies in `scope` and every use
+  // is as an argument of a call — written in place, or through the variable of a
+  // let in `scope` (then `*via`); each call once. Empty when some use is not.
+  std::vector<const ir::Call*> callUsers(const ir::Call* x, int scope, const ir::Var** via) const;
 
  private:
   std::vector<const ir::Call*> calls_;
@@ -39,6 +43,9 @@ class FunctionDataflow {
   std::unordered_map<const ir::Expr*, int> parents_;
   std::unordered_map<const ir::Var*, int> varUses_;
   std::unordered_map<const ir::Var*, const ir::Let*> lets_;
+  std::unordered_map<const ir::Expr*, const ir::Var*> boundBy_;                 // a let's value -> its variable
+  std::unordered_map<const ir::Var*, std::vector<const ir::Call*>> varArgUsers_;  // references as call arguments
+  std::unordered_map<const ir::Expr*, const ir::Call*> argUser_;                // written as an argument of this call
 };
 
 // Variables referenced in `fn` (its nested functions included) and bound

@@ -27,6 +27,12 @@ std::string compilerOf(const Function* fn) {
 // A region's body with its composites' bodies in their places (a library takes
 // the operators; composites only told the partitioner what goes together).
 const Expr* flatten(Builder& b, const Expr* e) {
+  if (e->kind == ExprKind::Let) {
+    auto* l = static_cast<const Let*>(e);
+    Let* n = b.let(l->var, flatten(b, l->value), flatten(b, l->body), l->graphStyle, l->loc);
+    n->type = l->type;
+    return n;
+  }
   if (e->kind != ExprKind::Call) return e;
   auto* c = static_cast<const Call*>(e);
   std::vector<const Expr*> args;

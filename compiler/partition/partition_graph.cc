@@ -1,6 +1,7 @@
 // partitionGraph: regions become Compiler= global functions.
 #include "compiler/partition/partition_graph.h"
 
+#include <functional>
 #include <unordered_set>
 
 #include "compiler/ir/mutator.h"
@@ -50,15 +51,55 @@ class RegionRewriter : public ExprMutator {
     std::unordered_map<const Expr*, const Expr*> params;  // original expression -> parameter
     std::vector<const Var*> list;
     std::vector<const Expr*> args;  // the rewritten expressions the call site passes
+    std::unordered_set<const Call*> seen;  // members visited (a region is a DAG: one may feed several)
   };
 
   void collectInputs(const Call* c, int id, Inputs& in) {
+    if (!in.seen.insert(c).second) return;
     if (c->callee->kind != ExprKind::Op && c->callee->kind != ExprKind::GlobalVar && c->callee->kind != ExprKind::Function)
       input(c->callee, in);
     for (const Expr* a : c->args) {
       if (const Call* m = memberOf(a, id)) collectInputs(m, id, in);
       else if (a->kind != ExprKind::Constant) input(a, in);  // a literal stays in the body
     }
+  }
+
+  // The region's body over its parameters. A member that feeds several others is
+  // computed once, bound by a graph binding (`%0 = ...`), in evaluation order.
+  const Expr* regionBody(const Region& r, int id, const Inputs& in) {
+    std::unordered_map<const Call*, int> uses;
+    for (const Call* m : r.members)
+      for (const Expr* a : m->args)
+        if (const Call* x = memberOf(a, id)) ++uses[x];
+    std::unordered_map<const Expr*, const Expr*> done;
+    std::vector<std::pair<const Var*, const Expr*>> bindings;
+    std::function<const Expr*(const Expr*)> build = [&](const Expr* e) -> const Expr* {
+      auto p = in.params.find(e);
+      if (p != in.params.end()) return p->second;
+      const Call* m = memberOf(e, id);
+      if (!m) return e;  // a literal
+      if (auto d = done.find(m); d != done.end()) return d->second;
+      std::vector<const Expr*> args;
+      for (const Expr* a : m->args) args.push_back(build(a));
+      auto pc = in.params.find(m->callee);
+      Call* c = builder().call(pc == in.params.end() ? m->callee : pc->second, args, m->attrs, m->loc);
+      c->type = m->type;
+      const Expr* result = c;
+      if (uses[m] > 1) {
+        Var* v = builder().var(a_.str(std::to_string(bindings.size())), nullptr, m->loc);
+        v->type = m->type;
+        bindings.emplace_back(v, c);
+        result = v;
+      }
+      return done[m] = result;
+    };
+    const Expr* body = build(r.root);
+    for (size_t i = bindings.size(); i-- > 0;) {
+      Let* l = builder().let(bindings[i].first, bindings[i].second, body, /*graphStyle=*/true, r.root->loc);
+      l->type = body->type;
+      body = l;
+    }
+    return body;
   }
 
   void input(const Expr* e, Inputs& in) {
@@ -82,7 +123,7 @@ class RegionRewriter : public ExprMutator {
   const Expr* regionCall(const Region& r, int id) {
     Inputs in;
     collectInputs(r.root, id, in);
-    const Expr* body = substituteGroup(builder(), r.root, in.params, plan_.absorbed);
+    const Expr* body = regionBody(r, id, in);
     std::string name = freshName(r);
     auto* attrs = a_.own<ops::AttrMap>();
     attrs->set("Primitive", ops::AttrValue::ofInt(1));

@@ -10,7 +10,8 @@
 // arguments of its calls that are not members, callees computed by the program),
 // each once, in the order the program evaluated them; the call site passes
 // exactly those, so the new function has no free variables (checked: a
-// violation is an internal error, not a wrong program). Lets the region took
+// violation is an internal error, not a wrong program). A member feeding several
+// others is computed once, bound by a graph binding in the body. Lets the region took
 // over are dropped; every other binding stays where it was, and a region's
 // result bound by a let keeps its variable. The function is not a Kiln kernel
 // (`primitive` is false): a library runs it, or Kiln runs it as an ordinary

@@ -105,45 +105,63 @@ void mergeCompilerRegions(const Module& m, RegionPlan& plan) {
   for (const GlobalFunction& g : m.functions()) {
     if (!partitionable(g)) continue;
     FunctionDataflow df(g.fn);
-    std::unordered_map<const Call*, const Call*> consumer;  // member -> the member using it
     std::vector<const Call*> annotated;
     for (const Call* c : df.calls())
       if (plan.library.count(c)) annotated.push_back(c);
-    for (const Call* c : annotated) {
-      if (!movableCall(c)) continue;
-      const std::string& lib = plan.library[c];
-      int scope = df.scopeOf(c);
-      for (const Expr* a : c->args) {
-        const Expr* x = a;
+    // Union-find over the annotated calls; each set is a region.
+    std::unordered_map<const Call*, const Call*> parent;
+    for (const Call* c : annotated) parent[c] = c;
+    std::function<const Call*(const Call*)> find = [&](const Call* c) {
+      while (parent[c] != c) c = parent[c] = parent[parent[c]];
+      return c;
+    };
+    // A region's root is its one member used outside it; x (the root of its own
+    // region) joins the region R of its users when every use of x is by a member
+    // of R, all of one library, operators or composites, in x's scope. Walking
+    // backwards (users first) settles chains and diamonds in one pass; repeat
+    // until nothing joins.
+    std::unordered_map<const Call*, bool> isRoot;
+    for (const Call* c : annotated) isRoot[c] = true;
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (auto it = annotated.rbegin(); it != annotated.rend(); ++it) {
+        const Call* x = *it;
+        if (!isRoot[x] || !movableCall(x)) continue;
+        const std::string& lib = plan.library[x];
+        int scope = df.scopeOf(x);
         const Var* via = nullptr;
-        if (a->kind == ExprKind::Var) {
-          via = static_cast<const Var*>(a);
-          x = df.movable(via, scope);
-          if (!x) continue;
+        std::vector<const Call*> users = df.callUsers(x, scope, &via);
+        if (users.empty()) continue;
+        const Call* region = nullptr;
+        bool ok = true;
+        for (const Call* u : users) {
+          auto ul = plan.library.find(u);
+          if (ul == plan.library.end() || ul->second != lib || !movableCall(u) || df.scopeOf(u) != scope ||
+              (region && find(u) != region)) {
+            ok = false;
+            break;
+          }
+          region = find(u);
         }
-        if (x->kind != ExprKind::Call) continue;
-        auto* xc = static_cast<const Call*>(x);
-        auto xl = plan.library.find(xc);
-        if (xl == plan.library.end() || xl->second != lib || !movableCall(xc)) continue;
-        if (!df.singleParent(xc) || df.scopeOf(xc) != scope || consumer.count(xc)) continue;
-        consumer[xc] = c;
-        if (via) plan.absorbed[via] = xc;
+        if (!ok || region == find(x)) continue;
+        parent[find(x)] = region;
+        isRoot[x] = false;
+        if (via) plan.absorbed[via] = x;
+        changed = true;
       }
     }
     // Regions in the order their roots are evaluated; members in evaluation order.
-    std::unordered_map<const Call*, int> idOfRoot;
+    std::unordered_map<const Call*, int> idOfSet;
     for (const Call* c : annotated) {
-      if (consumer.count(c)) continue;
-      idOfRoot[c] = static_cast<int>(plan.regions.size());
+      if (!isRoot[c]) continue;
+      idOfSet[find(c)] = static_cast<int>(plan.regions.size());
       plan.regions.push_back(Region{plan.library[c], std::string(g.var->name), c, {}});
     }
-    // A consumer is evaluated after what it consumes: walking backwards, its
-    // region is known before its arguments' are.
-    for (auto it = annotated.rbegin(); it != annotated.rend(); ++it) {
-      auto cs = consumer.find(*it);
-      plan.regionOf[*it] = cs == consumer.end() ? idOfRoot.at(*it) : plan.regionOf.at(cs->second);
+    for (const Call* c : annotated) {
+      int id = idOfSet.at(find(c));
+      plan.regionOf[c] = id;
+      plan.regions[static_cast<size_t>(id)].members.push_back(c);
     }
-    for (const Call* c : annotated) plan.regions[static_cast<size_t>(plan.regionOf[c])].members.push_back(c);
   }
 }
 

@@ -9,17 +9,20 @@
 // function's body: a library function is monomorphic), and calls in prelude
 // functions are never annotated; a supported call left out is noted.
 //
-// Regions: an annotated call joins the region of an argument's call when both go
-// to the same library, both are operators or composites (no effects: moving one
-// changes nothing that can be observed), the argument's call is used by this call
-// alone, and both lie in one scope (dataflow.h) — the argument written in place,
-// or a variable whose single-use let (graph binding or `let`) the region takes
-// over. A region is thus a tree of calls with one output, its root: it cannot
-// form a cycle with the code around it, and every value it needs from outside is
-// an input. Calls of functions (a global, a closure) are regions of one call,
-// evaluated where they were, so effects keep their order; a variable binding
-// a region's result is never part of a region: later code and other regions
-// use it through the variable.
+// Regions: an annotated call x joins the region of the calls that use it when
+// every use of x is an argument of a member of that one region — written in
+// place, or through the variable of a `let` (or graph binding) the region then
+// takes over — and all of them go to the same library, are operators or
+// composites (no effects: moving one changes nothing that can be observed), and
+// lie in x's scope (dataflow.h). Chains, diamonds and residual connections thus
+// become one region. A region has one output, its root (the one member used
+// outside it); every other member is used only inside, so no path leaves the
+// region and comes back (no cycle with the code around it), and every value it
+// needs from outside is an input. A value also used outside stays an input of
+// the regions that use it (a region is not split into several outputs). Calls of
+// functions (a global, a closure) are regions of one call, evaluated where they
+// were, so effects keep their order; a variable binding a region's result is
+// never part of a region: later code and other regions use it through the variable.
 //
 // The plan refers to the nodes of the module it was made for.
 #pragma once

@@ -152,6 +152,14 @@ TEST_CASE("dnnl: convolutions with strides, padding, dilation, groups, bias, act
     %1 = nn.conv2d(%0, %w2);
     tanh(add(%1, %v)) })",
         {random({1, 3, 8, 8}, 17), random({8, 3, 3, 3}, 18), random({8, 8, 1, 1}, 19), random({8, 1, 1}, 20)}, 1);
+  // A residual block (its input used by the first convolution and the add) and a
+  // diamond after it: one region, one kernel.
+  agree(R"(def @main(%x: Tensor[(2, 4, 6, 6), float32], %w: Tensor[(4, 4, 3, 3), float32], %w2: Tensor[(4, 4, 3, 3), float32]) {
+    %0 = nn.relu(%x);
+    %1 = nn.relu(nn.conv2d(%0, %w, padding=[1, 1, 1, 1]));
+    %2 = add(nn.conv2d(%1, %w2, padding=[1, 1, 1, 1]), %0);
+    add(tanh(%2), sigmoid(%2)) })",
+        {random({2, 4, 6, 6}, 42), random({4, 4, 3, 3}, 43), random({4, 4, 3, 3}, 44)}, 1);
   agree(R"(def @main(%x: Tensor[(5, 6), float32], %v: Tensor[(6), float32]) { tanh(add(%v, %x)) })",
         {random({5, 6}, 21), random({6}, 22)}, 1);
 }

@@ -304,6 +304,29 @@ def @main(%x: Tensor[(1, 8), float32], %w1: Tensor[(8, 8), float32], %b: Tensor[
   CHECK(comp.find("PartitionedFromPattern=\"nn.dense_add_\"") != std::string::npos);
   CHECK(comp.find("%2 = nn.relu(%1)") != std::string::npos);
 
+  // A value every use of which is inside the region belongs to it (a diamond, a
+  // residual connection), computed once: a graph binding in the region's body.
+  const char* diamond = R"(
+def @main(%x: Tensor[(4), float32]) {
+  let %a = tanh(%x);
+  %1 = sigmoid(%a);
+  %2 = nn.relu(%a);
+  add(%1, %2)
+}
+)";
+  s = partitioned(diamond, {"lib"}, "supports lib = tanh(*) | sigmoid(*) | nn.relu(*) | add(*, *)\n");
+  REQUIRE(s.regions.regions.size() == 1);
+  CHECK(s.regions.regions[0].members.size() == 4);
+  std::string text = ir::printModule(*s.partitioned);
+  CHECK(text.find("  %0 = tanh(%x);\n  add(sigmoid(%0), nn.relu(%0))") != std::string::npos);
+  CHECK_NOTHROW(test::check(text));
+  std::vector<Value> one{Value(filled({4}, 0.3f))};
+  CHECK(runMain(s, one) == runMain(compiler::runPasses(diamond, "t.relay", {}), one));
+  // Used outside too, it stays the region's input: the result also returns %a.
+  s = partitioned("def @main(%x: Tensor[(4), float32]) { let %a = tanh(%x); (add(sigmoid(%a), %a), %a) }", {"lib"},
+                  "supports lib = tanh(*) | sigmoid(*) | add(*, *)\n");
+  CHECK(s.regions.regions.size() == 2);
+
   // A region never crosses a branch: the tanh before the `if` and the sigmoid inside it are two regions.
   const char* branch = R"(
 def @main(%x: Tensor[(4), float32], %c: bool) {
