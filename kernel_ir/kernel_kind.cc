@@ -16,7 +16,7 @@ bool isDynamicKernel(const FusedFunction& f) {
 }
 
 KernelKind kernelKind(const FusedFunction& f) {
-  if (!f.library.empty()) return KernelKind::Compiled;  // the library runs it, as compiled code is called
+  if (!f.library.empty()) return KernelKind::Library;
   if (isDynamicKernel(f)) return KernelKind::Dynamic;
   if (ScalarKernel::tryBuild(f)) return KernelKind::Scalar;
   return KernelKind::Compiled;

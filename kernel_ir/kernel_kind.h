@@ -11,8 +11,9 @@ namespace kiln::kernel_ir {
 // True when `f` is one data-dependent operator over parameters and constants.
 bool isDynamicKernel(const FusedFunction& f);
 
-// Dynamic when isDynamicKernel; Scalar when a host-scalar evaluator can be built
-// for it (kernel_ir/scalar_kernel.h); Compiled otherwise.
+// Library when `f` names an external library; Dynamic when isDynamicKernel;
+// Scalar when a host-scalar evaluator can be built for it
+// (kernel_ir/scalar_kernel.h); Compiled otherwise.
 KernelKind kernelKind(const FusedFunction& f);
 
 }  // namespace kiln::kernel_ir

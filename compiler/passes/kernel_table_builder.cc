@@ -43,7 +43,7 @@ KernelRef KernelTableBuilder::kernel(const ir::Function* prim) {
                                                                                        : "fused_" + (ops.empty() ? std::string("const") : ops);
     if (!names_.insert(f->name).second) f->name += "_" + std::to_string(kernels_.size());
     KernelKind k = kernel_ir::kernelKind(*f);
-    CallKind kind = !f->library.empty()       ? CallKind::Compiled
+    CallKind kind = k == KernelKind::Library   ? CallKind::Compiled  // the same call as compiled code
                     : k == KernelKind::Dynamic ? CallKind::Dynamic
                     : k == KernelKind::Scalar ? CallKind::Scalar
                     : isReshapeOnly(*f)       ? CallKind::Reshape

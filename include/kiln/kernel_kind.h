@@ -13,6 +13,8 @@ enum class KernelKind : uint8_t {
   Compiled,  // JIT-compiled loops, destination passing
   Scalar,    // only element-wise operators on 0-d tensors: evaluated on host scalars
   Dynamic,   // a data-dependent operator (arange, argwhere, dyn.*): run natively
+  Library,   // an external library runs it (its FusedFunction names the library, e.g. dnnl);
+             // called as a compiled kernel is (destination passing, the same instruction)
 };
 
 }  // namespace kiln

@@ -33,7 +33,10 @@ Tensor random(std::vector<int64_t> shape, uint32_t seed) {
 // Library kernels in an executable.
 int dnnlKernels(const Executable& exe) {
   int n = 0;
-  for (const KernelInfo& k : exe.kernels()) n += k.function->library == "dnnl";
+  for (const KernelInfo& k : exe.kernels()) {
+    n += k.function->library == "dnnl";
+    CHECK((k.kind == KernelKind::Library) == !k.function->library.empty());  // a kernel kind of its own
+  }
   return n;
 }
 
