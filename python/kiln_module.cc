@@ -304,11 +304,20 @@ std::vector<kiln::Device> parseDevices(const std::optional<std::vector<std::stri
 }
 
 PyExecutable compileProgram(py::object source, std::optional<py::dict> params,
-                            std::optional<std::vector<std::string>> devices, bool fuse, bool prelude) {
+                            std::optional<std::vector<std::string>> devices, bool fuse, bool prelude,
+                            std::optional<std::vector<std::string>> partition, std::optional<std::vector<std::string>> patterns) {
   kiln::CompileOptions options;
   options.fuse = fuse;
   options.prelude = prelude;
   options.devices = parseDevices(devices);
+  if (partition) options.partition = *partition;
+  // A pattern table's text, or the path of a pattern file.
+  if (patterns)
+    for (const std::string& p : *patterns) {
+      bool text = p.find('\n') != std::string::npos || p.find('=') != std::string::npos;
+      std::string body = text ? p : std::string(py::str(py::module_::import("pathlib").attr("Path")(p).attr("read_text")()));
+      options.partitionPatterns.emplace_back(text ? "<patterns>" : p, std::move(body));
+    }
   if (params)
     for (auto [name, value] : *params) {
       // Constants are copied into the executable: a compact copy is what it keeps.
@@ -442,9 +451,11 @@ PYBIND11_MODULE(_kiln, m) {
       .def("__repr__", [](const PyTensor& t) { return "kiln.Tensor(" + t.tensor.toString(16) + ")"; });
 
   m.def("compile", &compileProgram, py::arg("program"), py::arg("params") = py::none(), py::arg("devices") = py::none(),
-        py::arg("fuse") = true, py::arg("prelude") = true,
-        "compile(program, params=None, devices=None, fuse=True, prelude=True): Relay text, or the path of a "
-        ".relay file, to an Executable; params binds main's parameters (by name) to numpy arrays as weights");
+        py::arg("fuse") = true, py::arg("prelude") = true, py::arg("partition") = py::none(), py::arg("patterns") = py::none(),
+        "compile(program, params=None, devices=None, fuse=True, prelude=True, partition=None, patterns=None): Relay "
+        "text, or the path of a .relay file, to an Executable; params binds main's parameters (by name) to numpy arrays "
+        "as weights; partition names libraries to hand what they support to (['dnnl']), patterns gives pattern tables "
+        "(their text, or pattern files' paths)");
   m.def("load", [](const std::string& path) {
     py::gil_scoped_release unlocked;
     return PyExecutable{kiln::Executable::load(path)};

@@ -162,6 +162,18 @@ class Errors(unittest.TestCase):
             with self.assertRaises(kiln.Error):
                 kiln.compile(PROGRAMS, devices=["tpu"])
 
+    def test_partitioned_for_a_library(self):
+        # Regions of a library Kiln cannot call run on Kiln's kernels: same result.
+        src = ("def @main(%x: Tensor[(2, 3), float32]) { let %a = tanh(%x); let %b = nn.relu(%a); add(%b, %a) }")
+        x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+        want = kiln.compile(src).vm().invoke("main", x)
+        got = kiln.compile(src, partition=["mylib"], patterns=["supports mylib = tanh(*) | nn.relu(*) | add(*, *)"]).vm().invoke("main", x)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        with self.assertRaisesRegex(kiln.Error, "no patterns name the library 'nolib'"):
+            kiln.compile(src, partition=["nolib"])
+        with self.assertRaisesRegex(kiln.Error, "<patterns>:1:24: error: expected"):
+            kiln.compile(src, partition=["mylib"], patterns=["supports mylib = tanh(*"])
+
     def test_save_and_load(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "p.kx")
