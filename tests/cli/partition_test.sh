@@ -32,7 +32,9 @@ cnn=("$src/samples/cnn.relay" --params "$src/samples/cnn_weights.npz")
 check "cnn: convolutions with their bias and ReLU become dnnl composites" grep -q 'Composite="dnnl.conv2d_bias_relu"' "$tmp/cnn.part"
 "$vmrun" "${cnn[@]}" --input 1x3x32x32xf32=random > "$tmp/cnn.plain"
 "$vmrun" "${cnn[@]}" --partition dnnl --input 1x3x32x32xf32=random > "$tmp/cnn.dnnl" 2> "$tmp/err"
-check "cnn partitioned for dnnl exits 0" test $? -eq 0
+rc=$?
+check "cnn partitioned for dnnl exits 0" test $rc -eq 0
+test $rc -eq 0 || { echo "exit status $rc:"; cat "$tmp/err"; }
 check "cnn partitioned for dnnl gives the plain result" close "$tmp/cnn.dnnl" "$tmp/cnn.plain"
 "$kilnc" "${cnn[@]}" --partition dnnl -o "$tmp/cnn.kx"
 "$vmrun" "$tmp/cnn.kx" --input 1x3x32x32xf32=random --profile > "$tmp/cnn.saved" 2> "$tmp/prof"
