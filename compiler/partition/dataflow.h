@@ -5,11 +5,12 @@
 // Scopes: a function body is one scope; each `if` branch, `match` clause and
 // function literal opens a new one. A group never spans scopes, so nothing moves
 // into or out of a branch or a closure.
-// Taking over a let: `let %v = call; ...` may move into the group that uses %v
+// Taking over a let: `let %v = call; ...` may move into a composite that uses %v
 // when %v is used exactly once, in the same scope, and the bound call is used by
-// nothing else. Its binding is then dropped and the call evaluated where the
-// group is; groups hold only calls that cannot have effects (operators and
-// composites), so this changes no order that can be observed.
+// nothing else (movable); into a region when every reference to %v is an
+// argument of that region's calls (callUsers). Its binding is then dropped and
+// the call evaluated where the group is; groups hold only calls that cannot have
+// effects (operators and composites), so this changes no order that can be observed.
 #pragma once
 
 #include <unordered_map>
