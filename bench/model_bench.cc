@@ -10,7 +10,9 @@
 // from where they live with a vector read loop, or its FLOPs at peak where that
 // is larger.
 //
-//   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR]
+//   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR] [--tuning-log FILE]
+// --tuning-log adds `tuned us`: the Relay program with kiln-tune's schedules from
+// FILE, timed in the same rounds, and `t/k`, its time over the default schedules'.
 // --check runs every workload once through Kiln (and partitioned for oneDNN) against the reference and exits
 // non-zero on a mismatch (ctest runs this); no timing, no ORT. --dump writes
 // each workload as DIR/NAME.relay with NAME_weights.npz and NAME_inputs.npz, for
@@ -125,9 +127,12 @@ struct KilnModel {
   // The workload's Relay program, or (onnxFile given) the ONNX model ORT runs,
   // imported: its weights are initializers, its inputs the workload's, in order.
   // `partition`: the Relay program partitioned for these libraries (oneDNN).
-  KilnModel(const Workload& w, int threads, const std::string& onnxFile = "", std::vector<std::string> partition = {}) {
+  // `tuningLog`: kernels compiled with the schedules kiln-tune recorded there.
+  KilnModel(const Workload& w, int threads, const std::string& onnxFile = "", std::vector<std::string> partition = {},
+            const std::string& tuningLog = "") {
     kiln::RuntimeOptions ro;
     ro.numThreads = threads;
+    ro.tuningLog = tuningLog;
     runtime = kiln::Runtime::create(ro);
     if (onnxFile.empty()) {
       kiln::CompileOptions co;
@@ -200,16 +205,17 @@ int main(int argc, char** argv) {
   std::string only;
   int rounds = 15;
   bool checkOnly = false, noOrt = false;
-  std::string dump;
+  std::string dump, tuningLog;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--check") checkOnly = true;
     else if (a == "--no-ort") noOrt = true;
     else if (a == "--dump" && i + 1 < argc) dump = argv[++i];
+    else if (a == "--tuning-log" && i + 1 < argc) tuningLog = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR]\n");
+      std::fprintf(stderr, "usage: model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR] [--tuning-log FILE]\n");
       return 2;
     }
   }
@@ -238,8 +244,10 @@ int main(int argc, char** argv) {
   // dnnl: the Relay program partitioned for oneDNN (--partition dnnl), when Kiln has it.
   bool dnnl = kiln::kernel_ir::findLibrary("dnnl")->available;
   if (!dnnl) std::printf("oneDNN: not run (this Kiln is built without it)\n");
-  std::printf("%-10s %3s %10s %10s %7s %10s %7s %10s %7s %10s %8s  %s\n", "workload", "thr", "kiln us", "ort us", "k/ort",
-              "k-onnx us", "ko/ort", "dnnl us", "d/ort", "floor us", "k/floor", "floor is");
+  // tuned: the Relay program with the schedules of --tuning-log (kiln-tune), beside the default's.
+  if (!tuningLog.empty()) std::printf("tuned: kernels compiled with the schedules of %s\n", tuningLog.c_str());
+  std::printf("%-10s %3s %10s %10s %7s %10s %7s %10s %7s %10s %7s %10s %8s  %s\n", "workload", "thr", "kiln us", "ort us", "k/ort",
+              "k-onnx us", "ko/ort", "dnnl us", "d/ort", "tuned us", "t/k", "floor us", "k/floor", "floor is");
   for (const Workload& w : all) {
     std::string dir = ort.unavailable().empty() && !w.onnxKind.empty() ? prepareOnnx(w, ort, root) : "";
     for (int threads : {1, 2}) {
@@ -265,6 +273,15 @@ int main(int argc, char** argv) {
           imported.reset();
         }
       }
+      std::unique_ptr<KilnModel> tuned;
+      if (!tuningLog.empty()) {
+        tuned = std::make_unique<KilnModel>(w, threads, "", std::vector<std::string>{}, tuningLog);
+        double e = relativeError(tuned->run(), w.expected);
+        if (e > kTolerance) {
+          std::printf("%-10s %3d  Kiln's result with tuned schedules is wrong: relative error %.3g\n", w.name.c_str(), threads, e);
+          return 1;
+        }
+      }
       // Kiln with oneDNN running what it takes (the rest on Kiln's kernels).
       std::unique_ptr<KilnModel> partitioned;
       if (dnnl) {
@@ -282,7 +299,7 @@ int main(int argc, char** argv) {
       auto t0 = Clock::now();
       m.run();
       int per = std::clamp(static_cast<int>(0.02 / std::max(1e-7, secondsSince(t0))), 1, 200);
-      std::vector<double> kiln, kilnOnnx, kilnDnnl, onnx, micros;
+      std::vector<double> kiln, kilnOnnx, kilnDnnl, kilnTuned, onnx, micros;
       std::vector<float> out;
       for (int r = 0; r < rounds; ++r) {
         for (int i = 0; i < per; ++i) {
@@ -294,6 +311,11 @@ int main(int argc, char** argv) {
           auto s = Clock::now();
           imported->run();
           kilnOnnx.push_back(secondsSince(s) * 1e6);
+        }
+        for (int i = 0; tuned && i < per; ++i) {
+          auto s = Clock::now();
+          tuned->run();
+          kilnTuned.push_back(secondsSince(s) * 1e6);
         }
         for (int i = 0; partitioned && i < per; ++i) {
           auto s = Clock::now();
@@ -320,6 +342,11 @@ int main(int argc, char** argv) {
       Floor floor = floorOf(w, threads, peak);
       double k = median(kiln), o = median(onnx);
       char ortCol[32] = "-", ratio[32] = "-", onnxCol[32] = "-", onnxRatio[32] = "-", dnnlCol[32] = "-", dnnlRatio[32] = "-";
+      char tunedCol[32] = "-", tunedRatio[32] = "-";
+      if (!kilnTuned.empty()) {
+        std::snprintf(tunedCol, sizeof tunedCol, "%.1f", median(kilnTuned));
+        std::snprintf(tunedRatio, sizeof tunedRatio, "%.2f", median(kilnTuned) / k);
+      }
       if (!kilnDnnl.empty()) {
         std::snprintf(dnnlCol, sizeof dnnlCol, "%.1f", median(kilnDnnl));
         if (!onnx.empty()) std::snprintf(dnnlRatio, sizeof dnnlRatio, "%.2f", median(kilnDnnl) / o);
@@ -332,8 +359,9 @@ int main(int argc, char** argv) {
         std::snprintf(onnxCol, sizeof onnxCol, "%.1f", median(kilnOnnx));
         if (!onnx.empty()) std::snprintf(onnxRatio, sizeof onnxRatio, "%.2f", median(kilnOnnx) / o);
       }
-      std::printf("%-10s %3d %10.1f %10s %7s %10s %7s %10s %7s %10.1f %8.2f  %s\n", w.name.c_str(), threads, k, ortCol, ratio,
-                  onnxCol, onnxRatio, dnnlCol, dnnlRatio, floor.seconds * 1e6, k / (floor.seconds * 1e6), floor.what);
+      std::printf("%-10s %3d %10.1f %10s %7s %10s %7s %10s %7s %10s %7s %10.1f %8.2f  %s\n", w.name.c_str(), threads, k, ortCol,
+                  ratio, onnxCol, onnxRatio, dnnlCol, dnnlRatio, tunedCol, tunedRatio, floor.seconds * 1e6,
+                  k / (floor.seconds * 1e6), floor.what);
       std::fflush(stdout);
     }
   }

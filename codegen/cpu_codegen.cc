@@ -10,6 +10,7 @@
 
 #include "codegen/loop_emitter.h"
 #include "device/thread_pool.h"
+#include "jit/gemm.h"
 
 namespace kiln::jit {
 
@@ -102,10 +103,20 @@ class CpuCodegen final : public LoopEmitter {
   void emitParallel(const loop::StmtNode& s) override {
     llvm::Value* extent = emitExpr(s.extent);
     llvm::Value* work = b_.CreateMul(extent, bodyWork(s.body));
+    // The schedule's grain scales the work the pool compares with its threshold
+    // (a grain shift of g: only loops of kMinParallelWork << g elements share).
+    const loop::Schedule& sched = k_.schedule;
+    if (sched.grainShift > 0) work = b_.CreateAShr(work, b_.getInt64(sched.grainShift));
+    if (sched.grainShift < 0) work = b_.CreateShl(work, b_.getInt64(-sched.grainShift));
     // Work known now and below the pool's threshold: the loop would always run
     // inline, so it is emitted inline, and with a static trip count the
     // vectorized loop needs no remainder (half the code of a small element-wise
-    // kernel, which compiles in half the time).
+    // kernel, which compiles in half the time). So is every loop of a schedule
+    // that shares nothing.
+    if (!sched.parallel) {
+      emitInnerFor(s, loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::NoVectorize);
+      return;
+    }
     if (auto* known = llvm::dyn_cast<llvm::ConstantInt>(work); known && known->getSExtValue() < device::kMinParallelWork) {
       emitInnerFor(s, loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::NoVectorize);
       return;
@@ -303,7 +314,8 @@ class CpuCodegen final : public LoopEmitter {
     auto at = [&](int32_t buffer, ExprId offset) {
       return b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(buffer)), emitExpr(offset));
     };
-    int64_t flags = (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0);
+    int64_t flags = (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0) |
+                    (k_.schedule.parallel ? 0 : jit::kGemmFlagSerial);
     if (g.bias >= 0 || g.relu) {
       // The product finishes C itself: bias per column, then ReLU (jit::GemmPost).
       llvm::FunctionCallee post = m_->getOrInsertFunction(
@@ -345,7 +357,8 @@ class CpuCodegen final : public LoopEmitter {
     llvm::Value* packed = c.packedW >= 0 ? static_cast<llvm::Value*>(buffer(c.packedW))
                                          : llvm::ConstantPointerNull::get(b_.getPtrTy());
     llvm::Value* bias = c.bias >= 0 ? static_cast<llvm::Value*>(buffer(c.bias)) : llvm::ConstantPointerNull::get(b_.getPtrTy());
-    b_.CreateCall(conv, {dims, buffer(c.x), buffer(c.w), packed, buffer(c.out), bias, b_.getInt64(c.relu ? 1 : 0)});
+    b_.CreateCall(conv, {dims, buffer(c.x), buffer(c.w), packed, buffer(c.out), bias,
+                         b_.getInt64((c.relu ? 1 : 0) | (k_.schedule.parallel ? 0 : 2))});
   }
 
   llvm::Value* libmCall(const char* name, llvm::Value* x) override {

@@ -219,22 +219,52 @@ class LoopEmitter {
       auto* trips = llvm::dyn_cast<llvm::ConstantInt>(extent);
       if (trips && trips->getSExtValue() <= kMaxTripsToKeepRolled)
         ops.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")}));
+      if (k_.schedule.vectorWidth > 0)
+        ops.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"),
+                                               llvm::ConstantAsMetadata::get(b_.getInt32(k_.schedule.vectorWidth))}));
+      if (k_.schedule.interleave > 1)
+        ops.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.interleave.count"),
+                                               llvm::ConstantAsMetadata::get(b_.getInt32(k_.schedule.interleave))}));
       auto* loopID = llvm::MDNode::getDistinct(ctx_, ops);
       loopID->replaceOperandWith(0, loopID);
       back->setMetadata(llvm::LLVMContext::MD_loop, loopID);
     } else if (hint != LoopHint::Auto) {
+      const loop::Schedule& sched = k_.schedule;
+      bool vectorize = hint == LoopHint::Vectorize;
       llvm::MDNode* enable = llvm::MDNode::get(
           ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
-                 llvm::ConstantAsMetadata::get(hint == LoopHint::Vectorize ? b_.getTrue() : b_.getFalse())});
+                 llvm::ConstantAsMetadata::get(vectorize ? b_.getTrue() : b_.getFalse())});
       llvm::MDNode* progress = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
-      // One vector iteration per loop trip: interleaving multiplies code (and compile
-      // time) for little gain in loops that are bound by memory or by math.
+      // One vector iteration per loop trip unless the schedule says otherwise:
+      // interleaving multiplies code (and compile time) for little gain in loops
+      // that are bound by memory or by math.
       llvm::MDNode* interleave = llvm::MDNode::get(
-          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.interleave.count"), llvm::ConstantAsMetadata::get(b_.getInt32(1))});
+          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.interleave.count"),
+                 llvm::ConstantAsMetadata::get(b_.getInt32(vectorize ? sched.interleave : 1))});
       // No unrolling either: a short static trip count would otherwise be unrolled
-      // into several copies of the (math-heavy) vector body.
-      llvm::MDNode* noUnroll = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")});
-      auto* loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, enable, progress, interleave, noUnroll});
+      // into several copies of the (math-heavy) vector body. A schedule may unroll
+      // a serial loop.
+      llvm::MDNode* unroll =
+          !vectorize && sched.unroll > 1
+              ? llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.count"),
+                                         llvm::ConstantAsMetadata::get(b_.getInt32(sched.unroll))})
+              : llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")});
+      llvm::SmallVector<llvm::Metadata*, 6> ops{nullptr, enable, progress, interleave, unroll};
+      if (vectorize && sched.vectorWidth > 0)
+        ops.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"),
+                                               llvm::ConstantAsMetadata::get(b_.getInt32(sched.vectorWidth))}));
+      auto* loopID = llvm::MDNode::getDistinct(ctx_, ops);
+      loopID->replaceOperandWith(0, loopID);
+      back->setMetadata(llvm::LLVMContext::MD_loop, loopID);
+    } else if (!hasInnerLoops && loopHints() && k_.schedule.unroll > 0) {
+      // An innermost loop left to LLVM (a reduction's): the schedule's unroll count.
+      llvm::MDNode* unroll =
+          k_.schedule.unroll > 1
+              ? llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.count"),
+                                         llvm::ConstantAsMetadata::get(b_.getInt32(k_.schedule.unroll))})
+              : llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")});
+      llvm::MDNode* progress = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
+      auto* loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, progress, unroll});
       loopID->replaceOperandWith(0, loopID);
       back->setMetadata(llvm::LLVMContext::MD_loop, loopID);
     }

@@ -19,6 +19,8 @@ namespace kiln::device {
 namespace {
 
 thread_local bool tInTask = false;
+// Set by SerialScope: this thread's parallel loops run inline.
+thread_local bool tSerial = false;
 std::atomic<int64_t> gJobsRun{0};
 
 // Workers that have just finished a job spin for a while before sleeping, and so
@@ -255,7 +257,7 @@ thread_local ThreadPool* tCurrent = nullptr;
 
 // Whether a loop is worth sharing out: enough work, and not already inside a
 // task (nested loops run inline, so a pool never waits on itself).
-bool worthSharing(int64_t n, int64_t work) { return n > 1 && work >= kMinParallelWork && !tInTask; }
+bool worthSharing(int64_t n, int64_t work) { return n > 1 && work >= kMinParallelWork && !tInTask && !tSerial; }
 
 }  // namespace
 
@@ -325,6 +327,9 @@ void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffer
   if (tCurrent) tCurrent->parallelFor(n, work, task, buffers, shapes, affine);
   else ThreadPool::processDefault()->parallelFor(n, work, task, buffers, shapes, affine);
 }
+
+SerialScope::SerialScope(bool serial) : previous_(tSerial) { tSerial = previous_ || serial; }
+SerialScope::~SerialScope() { tSerial = previous_; }
 
 }  // namespace kiln::device
 

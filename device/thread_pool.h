@@ -89,6 +89,20 @@ void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffer
 // compile-time constant below it as a plain loop: no task function, no call.
 constexpr int64_t kMinParallelWork = 1 << 15;
 
+// While one lives, parallelFor on this thread runs every loop inline: what a
+// kernel whose schedule shares nothing (loop::Schedule::parallel) asks for
+// around a runtime GEMM or convolution. Scopes nest.
+class SerialScope {
+ public:
+  explicit SerialScope(bool serial = true);
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // How many parallelFor calls the pool has shared out since the process started
 // (the rest ran inline): what a test or a profile reads to see kernels go wide.
 int64_t parallelJobsRun();

@@ -58,7 +58,7 @@ class CodegenBackend {
 };
 
 // Bumped whenever CodegenBackend or the types it passes change.
-constexpr int kCodegenAbiVersion = 2;
+constexpr int kCodegenAbiVersion = 3;
 
 // The code generator, loaded on first use: $KILN_CODEGEN_LIBRARY, else
 // libkiln_codegen.so beside the runtime library, else the installed one. Throws

@@ -358,8 +358,10 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
 }  // namespace kiln::jit
 
 extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out,
-                             const float* bias, int64_t relu) {
+                             const float* bias, int64_t flags) {
   kiln::jit::Conv2dDims d;
   std::memcpy(&d, dims, sizeof d);
-  kiln::jit::sconv2d(d, x, w, packedW, out, kiln::jit::ConvPostOps{bias, relu != 0});
+  // Bit 0 of `flags`: ReLU; bit 1: on the calling thread alone.
+  kiln::device::SerialScope serial((flags & 2) != 0);
+  kiln::jit::sconv2d(d, x, w, packedW, out, kiln::jit::ConvPostOps{bias, (flags & 1) != 0});
 }

@@ -52,6 +52,7 @@ bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t 
 }  // namespace kiln::jit
 
 // The entry point JIT kernels call: `dims` holds the 16 fields of Conv2dDims;
-// `packedW` and `bias` may be null; `relu` is 0 or 1 (ConvPostOps).
+// `packedW` and `bias` may be null; `flags` bit 0 is ReLU (ConvPostOps), bit 1
+// runs it on the calling thread alone (loop::Schedule::parallel).
 extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out,
-                             const float* bias, int64_t relu);
+                             const float* bias, int64_t flags);

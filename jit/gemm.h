@@ -56,9 +56,13 @@ bool packedBMatches(const float* packed, int64_t k, int64_t n);
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
                  bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post = {});
 
+// Flags bit 4 of the entry points below: run on the calling thread alone (a
+// schedule that shares nothing, loop::Schedule::parallel).
+constexpr int64_t kGemmFlagSerial = 16;
+
 }  // namespace kiln::jit
 
-// The entry point JIT kernels call; flags: bit 0 transA, bit 1 transB, bit 2 accumulate.
+// The entry point JIT kernels call; flags: bit 0 transA, bit 1 transB, bit 2 accumulate, bit 4 serial.
 // The same with a prepacked B (null: none).
 extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                                   const float* packed, float* c, int64_t ldc, int64_t flags);

@@ -8,6 +8,7 @@
 
 #include "device/cuda_driver.h"
 #include "kernel_ir/lower.h"
+#include "kernel_ir/schedule.h"
 #include "jit/codegen_backend.h"
 #include "jit/gpu_plan.h"
 #include "jit/host_cpu.h"
@@ -89,7 +90,7 @@ constexpr int kCodegenVersion = 12;
 // The PTX architecture a GPU gets (its own, capped at what LLVM generates).
 int ptxArchitecture(Device device) { return std::min(cudaComputeCapability(device), kMaxPtxSm); }
 
-std::string kernelKey(const FusedFunction& f, Device device) {
+std::string kernelKey(const FusedFunction& f, Device device, const loop::Schedule& schedule) {
   FusedFunction unnamed = f;
   unnamed.name.clear();
   std::string target;
@@ -101,14 +102,25 @@ std::string kernelKey(const FusedFunction& f, Device device) {
   } else {
     target = hostCpuFingerprint();
   }
+  // The default schedule adds nothing: keys (and disk caches) of untuned kernels stay as they were.
+  std::string scheduled = schedule.isDefault() ? "" : "|schedule=" + schedule.toString();
   return unnamed.toString() + "|" + device.toString() + "|" + target + "|llvm" + KILN_LLVM_VERSION + "|codegen" +
-         std::to_string(kCodegenVersion);
+         std::to_string(kCodegenVersion) + scheduled;
 }
 }  // namespace
 
 CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, const DiskCache* disk,
-                               std::string_view precompiled)
-    : f_(std::move(f)), device_(device) {
+                               std::string_view precompiled, const loop::Schedule& schedule,
+                               std::shared_ptr<const TuningLog> tuned)
+    : f_(std::move(f)), device_(device), disk_(disk) {
+  // Schedules are the CPU code generator's; other devices compile the default.
+  if (device.kind == Device::Kind::CPU && f_.library.empty()) {
+    schedule_ = schedule;
+    if (tuned && tuned->hasTask(taskKey(f_))) {
+      tuned_ = std::move(tuned);
+      task_ = taskKey(f_);
+    }
+  }
   if (device.isGpu()) {
     std::string why = cudaUnavailableReason(device);
     if (!why.empty()) throw Error("kernel " + f_.name + ": " + why);
@@ -125,7 +137,7 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
     for (const Shape& s : *staticShapes_) staticFlat_.insert(staticFlat_.end(), s.begin(), s.end());
   }
   auto t0 = std::chrono::steady_clock::now();
-  key_ = kernelKey(f_, device);
+  key_ = kernelKey(f_, device, schedule_);
   if (!f_.library.empty()) {
     // An external library runs it: nothing to lower or compile.
     library_ = makeLibraryKernel(f_, device);
@@ -139,7 +151,8 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   // with its IR is a separate compile under its own name.
   symbol_ = "kiln_" + hex(hash) + (keepIR ? "_ir" : "");
   bool cpu = device.kind == Device::Kind::CPU;
-  loops_ = lowerToLoops(f_, {.directConv = cpu, .gemmPostOps = cpu});
+  loops_ = lowerToLoops(f_, {.directConv = cpu && schedule_.directConv, .gemmPostOps = cpu});
+  if (cpu) loop::applySchedule(loops_, schedule_);
   // Only CPU GEMMs read prepacked operands; a GPU kernel gets null pointers.
   if (device.kind == Device::Kind::CPU)
     for (const loop::BufferDecl& b : loops_.buffers)
@@ -246,6 +259,20 @@ const std::vector<Shape>& CompiledKernel::checkedShapes(TensorRefs inputs, std::
   }
   storage = shapesFor(inputs);  // the general path, with its precise errors
   return storage;
+}
+
+const CompiledKernel& CompiledKernel::variantFor(TensorRefs inputs) const {
+  if (!tuned_) return *this;
+  if (inputs.size() != f_.params.size()) return *this;  // the call's own check reports it
+  boost::container::small_vector<Shape, 8> shapes;
+  for (const Tensor* t : inputs) shapes.push_back(t->defined() ? t->shape() : Shape{});
+  std::optional<loop::Schedule> s = tuned_->lookup(task_, std::span<const Shape>(shapes.data(), shapes.size()));
+  if (!s || *s == schedule_) return *this;
+  std::string text = s->toString();
+  std::lock_guard<std::mutex> lock(variants_->mu);
+  std::shared_ptr<const CompiledKernel>& v = variants_->bySchedule[text];
+  if (!v) v = std::make_shared<const CompiledKernel>(f_, device_, false, disk_, std::string_view(), *s);
+  return *v;
 }
 
 std::vector<Shape> CompiledKernel::shapesFor(TensorRefs inputs) const {
@@ -387,6 +414,16 @@ void KernelCache::setDiskCacheDir(const std::string& dir) {
   disk_ = dir.empty() ? nullptr : std::make_unique<DiskCache>(dir);
 }
 
+void KernelCache::setTuningLog(std::shared_ptr<const TuningLog> log) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tuning_ = std::move(log);
+}
+
+std::shared_ptr<const TuningLog> KernelCache::tuningLog() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tuning_;
+}
+
 std::string KernelCache::diskCacheDir() const {
   std::lock_guard<std::mutex> lock(diskMu_);
   return disk_ ? disk_->dir() : "";
@@ -395,13 +432,39 @@ std::string KernelCache::diskCacheDir() const {
 std::shared_ptr<const CompiledKernel> CompiledKernel::boundTo(Device device) const {
   auto k = std::make_shared<CompiledKernel>(*this);
   k->device_ = device;
+  k->variants_ = std::make_shared<Variants>();  // tuned variants are compiled per device
   return k;
 }
 
 std::shared_ptr<const CompiledKernel> KernelCache::get(const FusedFunction& f, Device device, bool keepIR,
                                                        std::string_view precompiled) {
   // The whole content, not just its hash, so a hash collision can never alias two kernels.
-  std::string key = kernelKey(f, device) + (keepIR ? "|ir" : "");
+  // A tuning log's schedule for this kernel: for its static shapes now, or per
+  // call for a kernel with `?` dimensions (CompiledKernel::variantFor).
+  loop::Schedule schedule;
+  std::shared_ptr<const TuningLog> tuning;
+  if (device.kind == Device::Kind::CPU && device.index == 0 && f.library.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tuning = tuning_;
+  }
+  if (tuning) {
+    std::string task = taskKey(f);
+    if (tuning->hasTask(task)) {
+      std::vector<Shape> shapes;
+      bool allStatic = true;
+      for (const auto& p : f.params) {
+        for (int64_t d : p.shape) allStatic &= d >= 0;
+        shapes.emplace_back(p.shape.begin(), p.shape.end());
+      }
+      if (allStatic) {
+        if (auto s = tuning->lookup(task, shapes)) schedule = *s;
+        tuning = nullptr;
+      }
+    } else {
+      tuning = nullptr;
+    }
+  }
+  std::string key = kernelKey(f, device, schedule) + (keepIR ? "|ir" : "") + (tuning ? "|tuned-variants" : "");
   std::promise<std::shared_ptr<const CompiledKernel>> promise;
   std::shared_future<std::shared_ptr<const CompiledKernel>> future;
   bool compileHere = false;
@@ -431,7 +494,10 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const FusedFunction& f, D
           std::lock_guard<std::mutex> lock(diskMu_);
           disk = disk_.get();
         }
-        kernel = std::make_shared<const CompiledKernel>(f, device, keepIR, disk, precompiled);
+        // The executable's precompiled code is the default schedule's.
+        kernel = std::make_shared<const CompiledKernel>(f, device, keepIR, disk,
+                                                        schedule.isDefault() ? precompiled : std::string_view(),
+                                                        schedule, tuning);
         if (kernel->source() == CompiledKernel::Source::DiskCache) ++diskHits_;
         if (kernel->source() == CompiledKernel::Source::Precompiled) ++precompiledHits_;
         if (kernel->source() == CompiledKernel::Source::Compiled) ++codegens_;

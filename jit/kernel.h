@@ -33,6 +33,7 @@
 #include "jit/disk_cache.h"
 #include "jit/library_kernel.h"
 #include "jit/object_loader.h"
+#include "jit/tuning_log.h"
 #include "kernel_ir/fused_function.h"
 #include "kernel_ir/loop_ir.h"
 #include "kiln/tensor.h"
@@ -42,8 +43,12 @@ namespace kiln::jit {
 class CompiledKernel {
  public:
   // `precompiled`: a sealed object for this kernel (sealObject), used when it matches.
+  // `schedule`: how to compile it (a CPU kernel; kernel_ir/schedule.h). `tuned`:
+  // a tuning log with records for this kernel's `?` shapes; each call then runs
+  // the variant compiled with the schedule of the nearest tuned shape.
   CompiledKernel(kernel_ir::FusedFunction f, Device device, bool keepIR, const DiskCache* disk = nullptr,
-                 std::string_view precompiled = {});
+                 std::string_view precompiled = {}, const loop::Schedule& schedule = {},
+                 std::shared_ptr<const TuningLog> tuned = nullptr);
   // Where the machine code came from.
   enum class Source : uint8_t { Compiled, Loaded, DiskCache, Precompiled };
   Source source() const { return source_; }
@@ -57,6 +62,7 @@ class CompiledKernel {
   std::shared_ptr<const CompiledKernel> boundTo(Device device) const;
 
   const kernel_ir::FusedFunction& function() const { return f_; }
+  const loop::Schedule& schedule() const { return schedule_; }
   Device device() const { return device_; }
   const loop::LoopKernel& loops() const { return loops_; }
   const std::string& optimizedIR() const { return ir_; }  // CPU: LLVM IR; GPU: PTX (when kept)
@@ -76,6 +82,9 @@ class CompiledKernel {
            std::span<const float* const> prepared = {}) const;
   // The same over tensors the caller holds elsewhere (a VM's registers): no copies.
   using TensorRefs = std::span<const Tensor* const>;
+  // The kernel that runs these inputs: this one, or the variant compiled for the
+  // nearest tuned shape when a tuning log covers this kernel's `?` shapes.
+  const CompiledKernel& variantFor(TensorRefs inputs) const;
   void run(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared = {}) const;
 
   // Inputs this kernel reads faster when given prepacked: float32 matrices used
@@ -109,6 +118,17 @@ class CompiledKernel {
   std::optional<std::vector<Shape>> staticShapes_;
   std::vector<int64_t> staticFlat_;  // staticShapes_ flattened: the kernel's shape array
 
+  loop::Schedule schedule_;
+  // Tuned variants of a kernel with `?` dimensions, by schedule text; made on first use.
+  std::shared_ptr<const TuningLog> tuned_;
+  std::string task_;
+  const DiskCache* disk_ = nullptr;
+  struct Variants {
+    std::mutex mu;
+    std::unordered_map<std::string, std::shared_ptr<const CompiledKernel>> bySchedule;
+  };
+  std::shared_ptr<Variants> variants_ = std::make_shared<Variants>();
+
   std::string ir_;
   KernelEntry entry_ = nullptr;                // on a CPU device
   std::shared_ptr<const GpuKernel> gpu_;       // on a GPU
@@ -137,6 +157,11 @@ class KernelCache {
   size_t codegens() const { return codegens_; }  // compiled by the code generator (LLVM)
   double kernelMillis() const { return kernelMillis_.load(); }  // making kernels, summed over threads
 
+  // The tuning log whose schedules kernels compiled from now on use (null: none);
+  // its records for other CPUs were already set aside (TuningLog::notes).
+  void setTuningLog(std::shared_ptr<const TuningLog> log);
+  std::shared_ptr<const TuningLog> tuningLog() const;
+
   // The on-disk cache directory ("" disables it). Defaults to $KILN_CACHE_DIR.
   void setDiskCacheDir(const std::string& dir);
   std::string diskCacheDir() const;
@@ -144,9 +169,10 @@ class KernelCache {
  private:
   friend class CompiledKernel;
   std::unique_ptr<DiskCache> disk_;
+  std::shared_ptr<const TuningLog> tuning_;  // guarded by mu_
   std::atomic<size_t> diskHits_{0};
   mutable std::mutex diskMu_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> kernels_;
   std::atomic<size_t> hits_{0}, compiles_{0}, precompiledHits_{0}, codegens_{0};
   std::atomic<double> kernelMillis_{0};

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kiln/dtype.h"
+#include "kernel_ir/schedule.h"
 
 namespace kiln::loop {
 
@@ -150,6 +151,9 @@ struct LoopKernel {
   std::vector<ExprId> reduceExtents;
   int32_t numVars = 0;
   StmtId body = -1;
+  // How the code generator compiles it (kernel_ir/schedule.h); its loop-nest
+  // part has already been applied to the statements above.
+  Schedule schedule;
 
   const ExprNode& expr(ExprId id) const { return exprs[static_cast<size_t>(id)]; }
   const StmtNode& stmt(StmtId id) const { return stmts[static_cast<size_t>(id)]; }

@@ -104,10 +104,25 @@ const float* KernelTable::prepared(const Tensor& t, loop::PreparedLayout layout,
   if (t.shape() != c.shape() || t.dtype() != c.dtype()) return nullptr;
   // A library keeps its own form of a constant: it only needs to know it is one.
   if (layout == loop::PreparedLayout::Constant) return c.data<float>();
+  PreparedKey key{found->second, layout, param};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = prepared_.find(key); it != prepared_.end()) return it->second.data<float>();
+  // Packing under the lock: it happens once per weight and layout, and
+  // concurrent first calls must not pack (and hold) two copies.
+  MemoryPools& pools = pools_ ? *pools_ : MemoryPools::processDefault();
+  Tensor packed = packWeight(c, layout, param, pools.forDevice(Device{}));
+  if (!packed.defined()) return nullptr;
+  preparedStats_.count++;
+  preparedStats_.bytes += packed.nbytes();
+  return prepared_.emplace(key, std::move(packed)).first->second.data<float>();
+}
+
+Tensor packWeight(const Tensor& c, loop::PreparedLayout layout, int64_t param, PooledAllocator& pool) {
   // The packed form's two sizes and float count (-1: the constant does not fit the layout).
   const Shape& s = c.shape();
   bool gemm = layout == loop::PreparedLayout::GemmB, transB = param != 0;
   int64_t floats = -1, d0 = 0, d1 = 0;  // GemmB: k, n; ConvFilter: filters, weights per filter
+  if (c.dtype() != DType::Float32 || layout == loop::PreparedLayout::Constant) return Tensor();
   if (gemm && s.size() == 2) {
     d0 = transB ? s[1] : s[0];
     d1 = transB ? s[0] : s[1];
@@ -117,20 +132,12 @@ const float* KernelTable::prepared(const Tensor& t, loop::PreparedLayout layout,
     d1 = s[1] * s[2] * s[3];
     floats = jit::packedConvFilterFloats(d0, d1, param);
   }
-  if (floats < 0) return nullptr;
-  PreparedKey key{found->second, layout, param};
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = prepared_.find(key); it != prepared_.end()) return it->second.data<float>();
-  // Packing under the lock: it happens once per weight and layout, and
-  // concurrent first calls must not pack (and hold) two copies.
+  if (floats < 0) return Tensor();
   std::array<int64_t, 1> shape{floats};
-  MemoryPools& pools = pools_ ? *pools_ : MemoryPools::processDefault();
-  Tensor packed = allocateTensor(pools.forDevice(Device{}), DType::Float32, shape);
+  Tensor packed = allocateTensor(pool, DType::Float32, shape);
   if (gemm) jit::packGemmB(c.data<float>(), s[1], transB, d0, d1, packed.data<float>());
   else jit::packConvFilter(c.data<float>(), d0, d1, param, packed.data<float>());
-  preparedStats_.count++;
-  preparedStats_.bytes += packed.nbytes();
-  return prepared_.emplace(key, std::move(packed)).first->second.data<float>();
+  return packed;
 }
 
 KernelTable::PreparedStats KernelTable::preparedStats() const {

@@ -100,4 +100,8 @@ class KernelTable {
   PreparedStats preparedStats_;
 };
 
+// A float32 constant `c` packed in `layout` (as KernelTable::prepared packs it),
+// from `pool`; an undefined tensor when it does not fit the layout.
+Tensor packWeight(const Tensor& c, loop::PreparedLayout layout, int64_t param, PooledAllocator& pool);
+
 }  // namespace kiln::runtime

@@ -33,6 +33,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment() {
   RuntimeOptions o;
   if (const char* dir = std::getenv("KILN_CACHE_DIR")) o.kernelCacheDir = dir;
   if (const char* c = std::getenv("KILN_COMPILE_ON_LOAD")) o.compileOnLoad = std::string(c) != "0";
+  if (const char* t = std::getenv("KILN_TUNING_LOG")) o.tuningLog = t;
   return o;
 }
 
@@ -42,6 +43,8 @@ Runtime::~Runtime() = default;
 std::shared_ptr<Runtime> Runtime::create(RuntimeOptions options) {
   auto s = std::make_unique<State>();
   s->cache = std::make_shared<jit::KernelCache>(options.kernelCacheDir);
+  if (!options.tuningLog.empty())
+    s->cache->setTuningLog(std::make_shared<const jit::TuningLog>(jit::TuningLog::load(options.tuningLog)));
   if (options.numThreads > 0) s->pool = std::make_shared<device::ThreadPool>(options.numThreads);
   s->pools = std::make_shared<MemoryPools>(options.memoryLimit);
   s->options = std::move(options);
@@ -53,6 +56,9 @@ std::shared_ptr<Runtime> Runtime::processDefault() {
     auto s = std::make_unique<State>();
     s->options = RuntimeOptions::fromEnvironment();
     s->cache = std::shared_ptr<jit::KernelCache>(&jit::KernelCache::global(), [](jit::KernelCache*) {});
+    // A malformed $KILN_TUNING_LOG is reported at the first use of the default Runtime.
+    if (!s->options.tuningLog.empty())
+      s->cache->setTuningLog(std::make_shared<const jit::TuningLog>(jit::TuningLog::load(s->options.tuningLog)));
     s->pools = std::make_shared<MemoryPools>(s->options.memoryLimit);
     return std::shared_ptr<Runtime>(new Runtime(std::move(s)));
   }();
@@ -60,6 +66,11 @@ std::shared_ptr<Runtime> Runtime::processDefault() {
 }
 
 const RuntimeOptions& Runtime::options() const { return state_->options; }
+
+std::vector<std::string> Runtime::tuningNotes() const {
+  auto log = state_->cache->tuningLog();
+  return log ? log->notes() : std::vector<std::string>{};
+}
 
 RuntimeStats Runtime::stats() const {
   RuntimeStats r;

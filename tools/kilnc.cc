@@ -14,6 +14,7 @@
 #include "kiln/npy.h"
 #include "kiln/onnx.h"
 #include "tools/tool_util.h"
+#include "tune/tasks.h"
 #include "compiler/ir/printer.h"
 #include "compiler/passes/fuse_ops.h"
 #include "compiler/passes/to_fused_function.h"
@@ -46,6 +47,10 @@ void usage(std::FILE* out) {
                "  --emit loops     print each kernel's loop-level form\n"
                "  --emit llvm      print each kernel's optimized LLVM IR\n"
                "  --emit ptx       print each kernel's PTX (sm_90) and its launches (no GPU needed)\n"
+               "  --emit tasks     list the kernels worth tuning (kiln-tune): task key, operators, shapes, weight;\n"
+               "                   and how many were left out, and why\n"
+               "  --shapes FILE    with --emit tasks: shapes recorded by vmrun --record-shapes (for `?` dimensions)\n"
+               "  --dims LO:HI     with --emit tasks: without a record, `?` dimensions at the powers of two LO..HI\n"
                "  --partition LIBS hand the parts of the program that libraries support to them (comma-separated,\n"
                "                   in order of preference; README \"Partitioning\")\n"
                "  --patterns FILE  a pattern file: composite patterns and supported calls (repeatable)\n"
@@ -109,7 +114,7 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string program, out, emit, paramsFile, devices = "cpu", partitionLibs;
+  std::string program, out, emit, paramsFile, devices = "cpu", partitionLibs, shapesFile, dims;
   std::vector<std::string> patternFiles;
   bool prelude = true, planMemory = true, precompile = false;
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -119,10 +124,13 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
-    } else if (a == "-o" || a == "--emit" || a == "--params" || a == "--device" || a == "--partition" || a == "--patterns") {
+    } else if (a == "-o" || a == "--emit" || a == "--params" || a == "--device" || a == "--partition" || a == "--patterns" ||
+               a == "--shapes" || a == "--dims") {
       const std::string* v = value();
       if (!v) return fail(2, "error: " + a + " needs a value");
       if (a == "-o") out = *v;
+      else if (a == "--shapes") shapesFile = *v;
+      else if (a == "--dims") dims = *v;
       else if (a == "--partition") partitionLibs = *v;
       else if (a == "--patterns") patternFiles.push_back(*v);
       else if (a == "--emit") emit = *v;
@@ -148,7 +156,7 @@ int main(int argc, char** argv) {
     return fail(2, "error: no program given");
   }
   const std::vector<std::string> emits = {"ir", "parsed", "composite", "annotated", "regions", "partitioned", "fused", "anf", "lifted",
-                                         "devices", "bytecode", "memory", "kernels", "loops", "llvm", "ptx"};
+                                         "devices", "bytecode", "memory", "kernels", "loops", "llvm", "ptx", "tasks"};
   if (!emit.empty() && std::find(emits.begin(), emits.end(), emit) == emits.end()) {
     std::string list;
     for (const std::string& e : emits) list += (list.empty() ? "" : ", ") + e;
@@ -191,7 +199,22 @@ int main(int argc, char** argv) {
     }
     kiln::compiler::Stages stages = kiln::compiler::runPasses(source, program, copts);
     std::shared_ptr<const kiln::Executable> exe;
-    if (!out.empty() || emit == "bytecode" || emit == "memory") exe = kiln::compiler::emit(stages, copts);
+    if (!out.empty() || emit == "bytecode" || emit == "memory" || emit == "tasks") exe = kiln::compiler::emit(stages, copts);
+    kiln::tune::ExtractOptions extract;
+    if (emit == "tasks") {
+      if (!shapesFile.empty()) extract.records = kiln::tune::readShapeRecords(shapesFile);
+      if (!dims.empty()) {
+        size_t colon = dims.find(':');
+        char* end = nullptr;
+        extract.minDim = std::strtoll(dims.c_str(), &end, 10);
+        bool ok = colon != std::string::npos && end == dims.c_str() + colon;
+        if (ok) extract.maxDim = std::strtoll(dims.c_str() + colon + 1, &end, 10);
+        ok = ok && *end == 0 && extract.minDim >= 1 && extract.minDim <= extract.maxDim && extract.maxDim <= (int64_t(1) << 30);
+        if (!ok) return fail(2, "error: --dims needs LO:HI with 1 <= LO <= HI <= 2^30, got '" + dims + "'");
+      }
+    } else if (!shapesFile.empty() || !dims.empty()) {
+      return fail(2, "error: --shapes and --dims go with --emit tasks");
+    }
     // --emit memory: the memory pass's decisions, then the instructions that carry them out.
     std::string memoryPlan = emit == "memory" ? kiln::compiler::printMemoryPlan(stages, copts) : "";
     std::string text = kiln::compiler::onCompilerStack([&]() -> std::string {
@@ -206,6 +229,7 @@ int main(int argc, char** argv) {
       if (emit == "devices") return kiln::tools::devicesListing(stages.placed);
       if (emit == "bytecode") return exe->disassemble();
       if (emit == "memory") return memoryPlan + kiln::tools::memoryListing(*exe);
+      if (emit == "tasks") return kiln::tune::extractTasks(*exe, extract).toString();
       if (emit.empty()) return "";
       return describeKernels(*stages.fused, emit);
     });

@@ -27,6 +27,7 @@
 #include "kiln/npy.h"
 #include "kiln/vm.h"
 #include "tools/tool_util.h"
+#include "tune/tasks.h"
 
 namespace {
 
@@ -57,8 +58,12 @@ void usage(std::FILE* out) {
                "  --no-memory-plan     (text programs) no storage sharing between temporaries, to compare peaks\n"
                "  --partition LIBS     (text programs) hand what libraries support to them (README \"Partitioning\")\n"
                "  --patterns FILE      a pattern file for --partition (repeatable)\n"
+               "  --record-shapes FILE write each kernel's input shapes, calls and time in this run, for kilnc\n"
+               "                       --emit tasks --shapes FILE and kiln-tune --shapes FILE\n"
+               "  --tuning-log FILE    compile kernels with the schedules kiln-tune found (records of another CPU\n"
+               "                       are ignored, with a note)\n"
                "environment: KILN_CACHE_DIR (on-disk kernel cache), KILN_COMPILE_ON_LOAD=0 (compile each kernel at\n"
-               "  its first call instead of all at load, in parallel), KILN_NUM_THREADS, KILN_CODEGEN_LIBRARY\n");
+               "  its first call instead of all at load, in parallel), KILN_NUM_THREADS, KILN_CODEGEN_LIBRARY, KILN_TUNING_LOG\n");
 }
 
 struct Usage : Error {
@@ -187,8 +192,30 @@ void writeTrace(const std::string& path, const std::vector<kiln::TraceEvent>& ev
   f << "], \"displayTimeUnit\": \"ms\"}\n";
 }
 
+// --record-shapes: one line per kernel and input shapes (tune/tasks.h), compiled kernels only.
+void writeShapeRecords(const std::string& path, const kiln::Executable& exe, const std::vector<kiln::KernelProfile>& prof,
+                       const std::string& program) {
+  std::ofstream f(path);
+  if (!f) throw Usage("cannot write '" + path + "'");
+  f << "# kiln shape record of " << program << "\n";
+  for (size_t k = 0; k < prof.size() && k < exe.kernels().size(); ++k) {
+    if (exe.kernels()[k].kind != kiln::KernelKind::Compiled) continue;
+    for (const auto& [shapes, figures] : prof[k].byShape) {
+      kiln::tune::ShapeRecord r;
+      r.kernel = exe.kernels()[k].function->name;
+      r.task = kiln::jit::taskKey(*exe.kernels()[k].function);
+      r.shapes = *kiln::jit::parseShapes(shapes);
+      r.calls = figures.calls;
+      r.totalMicros = static_cast<double>(figures.totalNanos) / 1e3;
+      f << kiln::tune::formatShapeRecord(r) << "\n";
+    }
+  }
+  if (!f) throw Usage("cannot write '" + path + "'");
+}
+
 int run(int argc, char** argv) {
   std::string program, function = "main", inputsFile, paramsFile, devices = "cpu", outputFile, traceFile;
+  std::string recordShapesFile, tuningLogFile;
   bool deviceGiven = false;
   std::vector<std::string> inputSpecs;
   int repeat = 0, warmup = 0;
@@ -228,6 +255,8 @@ int run(int argc, char** argv) {
     else if (a == "--partition") partitionLibs = value();
     else if (a == "--patterns") patternFiles.push_back(value());
     else if (a == "--profile") profile = true;
+    else if (a == "--record-shapes") recordShapesFile = value();
+    else if (a == "--tuning-log") tuningLogFile = value();
     else if (a == "--trace") traceFile = value();
     else if (a == "--stats") stats = true;
     else if (a == "--print-bytecode") printBytecode = true;
@@ -381,6 +410,16 @@ int run(int argc, char** argv) {
     if (!bound[p])
       throw Usage("missing input for parameter '" + fn->paramNames[p] + "' (" + fn->paramTypes[p].toString() + ") of @" + function);
 
+  if (!tuningLogFile.empty()) {
+    std::shared_ptr<const kiln::jit::TuningLog> log;
+    try {
+      log = std::make_shared<const kiln::jit::TuningLog>(kiln::jit::TuningLog::load(tuningLogFile));
+    } catch (const Error& e) {
+      throw Usage(e.message());
+    }
+    for (const std::string& note : log->notes()) std::fprintf(stderr, "note: %s: %s\n", tuningLogFile.c_str(), note.c_str());
+    kiln::jit::KernelCache::global().setTuningLog(log);
+  }
   kiln::VMOptions vmo;
   vmo.maxCallDepth = maxDepth;
   vmo.memoryLimit = memoryLimit;
@@ -392,6 +431,7 @@ int run(int argc, char** argv) {
     throw Usage(e.message());
   }
   if (profile || !traceFile.empty()) vm.enableProfiling(!traceFile.empty());
+  if (!recordShapesFile.empty()) vm.enableShapeRecording();
   if (stats) vm.enableMemoryTrace();
 
   Value result;
@@ -454,6 +494,7 @@ int run(int argc, char** argv) {
     }
   }
   if (!traceFile.empty()) writeTrace(traceFile, vm.trace());
+  if (!recordShapesFile.empty()) writeShapeRecords(recordShapesFile, *exe, vm.kernelProfile(), program);
   if (stats) {
     auto m = vm.memoryStats();
     auto& cache = kiln::jit::KernelCache::global();

@@ -41,7 +41,8 @@ void BoundKernels::prepared(uint32_t k, const jit::CompiledKernel& kernel, std::
       continue;
     }
     const Tensor& t = *ins[wanted[i].input];
-    if (t.data() != slots[i].data) slots[i] = {t.data(), table_->prepared(t, wanted[i].layout, wanted[i].param)};
+    if (t.data() != slots[i].data || slots[i].layout != wanted[i].layout || slots[i].param != wanted[i].param)
+      slots[i] = {t.data(), table_->prepared(t, wanted[i].layout, wanted[i].param), wanted[i].layout, wanted[i].param};
     out[i] = slots[i].packed;
   }
 }

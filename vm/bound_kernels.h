@@ -43,9 +43,12 @@ class BoundKernels {
   std::vector<const jit::CompiledKernel*> cpu_;
   std::unordered_map<uint64_t, const jit::CompiledKernel*> other_;  // (kernel << 32 | device)
   std::vector<const kernel_ir::ScalarKernel*> scalar_;
+  // A tuned variant of a kernel may want another layout of the same input.
   struct PreparedSlot {
     const void* data = nullptr;
     const float* packed = nullptr;
+    loop::PreparedLayout layout = loop::PreparedLayout::GemmB;
+    int64_t param = 0;
   };
   std::vector<std::vector<PreparedSlot>> prepared_;  // per kernel, per prepared input
 };

@@ -269,12 +269,14 @@ dispatch:
     };
     refer(o.list<1>(), ins, inRefs, "kernel input");
     refer(o.list<2>(), outs, outRefs, "kernel output");
-    const jit::CompiledKernel& kernel = kernels.on(k, outRefs.empty() ? Device{} : outRefs[0]->device());
+    jit::CompiledKernel::TensorRefs inSpan(inRefs.data(), inRefs.size()), outSpan(outRefs.data(), outRefs.size());
+    // A tuning log may give a kernel with `?` dimensions a variant per shape.
+    const jit::CompiledKernel& kernel =
+        kernels.on(k, outRefs.empty() ? Device{} : outRefs[0]->device()).variantFor(inSpan);
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     // On a GPU the launch returns at once: events around it measure the kernel.
     device::CudaStream* timed = profiling_ && kernel.device().isGpu() ? &streams_->on(kernel.device()) : nullptr;
     if (timed) timed->timeBegin();
-    jit::CompiledKernel::TensorRefs inSpan(inRefs.data(), inRefs.size()), outSpan(outRefs.data(), outRefs.size());
     // A constant weight reaches its GEMM packed once (runtime/kernel_table.h).
     const float* prepared[8];
     size_t numPrepared = std::min<size_t>(kernel.preparedInputs().size(), 8);
@@ -286,6 +288,13 @@ dispatch:
       if (tracing_) trace_.push_back({"launch " + exe.kernels()[k].function->name, t0, nowNanos() - t0});
     } else if (profiling_) {
       recordKernel(k, t0);
+    }
+    if (recordingShapes_) [[unlikely]] {
+      std::vector<Shape> shapes;
+      for (const Tensor* t : inRefs) shapes.push_back(t->shape());
+      KernelShapeProfile& byShape = profile_[k].byShape[jit::formatShapes(shapes)];
+      byShape.calls++;
+      if (!timed) byShape.totalNanos += nowNanos() - t0;
     }
     if (trace)
       for (const Tensor* t : inRefs) trace->read(*t);

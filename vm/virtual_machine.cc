@@ -38,6 +38,11 @@ void VirtualMachine::enableProfiling(bool trace) {
   tracing_ = trace;
 }
 
+void VirtualMachine::enableShapeRecording() {
+  profiling_ = true;
+  recordingShapes_ = true;
+}
+
 VMMemoryStats VirtualMachine::memoryStats() const { return memory_->stats(); }
 
 Value VirtualMachine::copyTo(const Value& v, Device device) {

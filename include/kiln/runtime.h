@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/memory.h"
 
@@ -54,8 +55,12 @@ struct RuntimeOptions {
   // Make every kernel of an executable when the Runtime first sees it (its first
   // VM), in parallel on the pool, instead of one by one at each kernel's first call.
   bool compileOnLoad = true;
+  // A tuning log (jit/tuning_log.h, written by kiln-tune) whose schedules the
+  // kernels use; "": none. A malformed log is a kiln::Error naming its line;
+  // records measured on another CPU are ignored (tuningNotes() says so).
+  std::string tuningLog;
 
-  // What the default Runtime uses: KILN_CACHE_DIR, KILN_COMPILE_ON_LOAD (0: off);
+  // What the default Runtime uses: KILN_CACHE_DIR, KILN_COMPILE_ON_LOAD (0: off), KILN_TUNING_LOG;
   // threads from the default pool.
   static RuntimeOptions fromEnvironment();
 };
@@ -89,6 +94,8 @@ class Runtime {
 
   const RuntimeOptions& options() const;
   RuntimeStats stats() const;
+  // What loading the tuning log set aside (records of another CPU), one line each.
+  std::vector<std::string> tuningNotes() const;
   // Why CUDA cannot be used in this process ("" when it can).
   std::string cudaUnavailableReason() const;
 

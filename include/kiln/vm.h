@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -59,9 +60,16 @@ struct VMOptions {
 
 // Per-kernel run-time figures, collected when profiling is on. Kernels on a GPU
 // count GPU time, measured with CUDA events around their launches.
+struct KernelShapeProfile {
+  uint64_t calls = 0;
+  uint64_t totalNanos = 0;
+};
 struct KernelProfile {
   uint64_t calls = 0;
   uint64_t totalNanos = 0;
+  // With enableShapeRecording(): the same figures by the inputs' shapes
+  // ("1x128;1024x128": `;` between inputs, `x` between dimensions, "scalar" for rank 0).
+  std::map<std::string, KernelShapeProfile> byShape;
 };
 
 // One span of a Chrome trace: a kernel call or a top-level invocation.
@@ -114,6 +122,9 @@ class VirtualMachine {
   // Profiling: per-kernel calls and time; with `trace`, also one event per kernel call.
   void enableProfiling(bool trace = false);
   const std::vector<KernelProfile>& kernelProfile() const { return profile_; }
+  // Profiling that also keeps each kernel's calls and time by input shapes
+  // (KernelProfile::byShape): what `vmrun --record-shapes` saves for the tuner.
+  void enableShapeRecording();
   const std::vector<TraceEvent>& trace() const { return trace_; }
   VMMemoryStats memoryStats() const;
 
@@ -146,7 +157,7 @@ class VirtualMachine {
   std::vector<Value> constants_;                       // executable constants as values (cpu)
   std::unordered_map<uint64_t, Value> deviceConstants_;  // (constant, device) -> copy on that device
   std::unique_ptr<vm::BoundKernels> kernels_;          // into the runtime's kernel table
-  bool profiling_ = false, tracing_ = false;
+  bool profiling_ = false, tracing_ = false, recordingShapes_ = false;
   std::vector<KernelProfile> profile_;
   std::vector<TraceEvent> trace_;
   std::chrono::steady_clock::time_point epoch_;

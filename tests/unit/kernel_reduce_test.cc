@@ -305,7 +305,8 @@ TEST_CASE("a global mean over short rows is vectorized along the rows, not acros
       test::fusedFrom("def @main(%x: Tensor[(1, 64, 32, 32), float32]) { mean(%x, axis=[2, 3]) }"), {}, true);
   const std::string& ir = k->optimizedIR();
   CHECK(ir.find("gather") == std::string::npos);
-  CHECK(ir.find("load <16 x float>") != std::string::npos);
+  // Whole vectors of the machine's width: 16 floats with AVX-512, 8 with AVX2.
+  CHECK(ir.find(__builtin_cpu_supports("avx512f") ? "load <16 x float>" : "load <8 x float>") != std::string::npos);
   CHECK(ir.find("rem ") == std::string::npos);
   CHECK(ir.find("div ") == std::string::npos);
   Tensor x = Tensor::empty(DType::Float32, {1, 64, 32, 32});

@@ -1,0 +1,82 @@
+// Schedules: how a kernel's loops are arranged and compiled, as a point of a
+// search space the tuner (tools/kiln_tune.cc) explores and the JIT applies.
+//
+// A Schedule never changes what a kernel computes, only how: the loop-nest
+// transforms (tiling, loop order) are applied to the LoopKernel only where they
+// are legal (applySchedule checks), and the rest are code-generation choices
+// (vector width, interleaving, unrolling, whether parallel loops and the runtime
+// GEMM and convolution share work among threads, the smallest work worth
+// sharing, the convolution algorithm). The default-constructed Schedule is what
+// Kiln compiles with no tuning: one point of every kernel's space, so a tuned
+// kernel is never worse than the default by construction of the search.
+//
+// The text form (`toString`, `parse`) is one token, `k=v` pairs joined by `,`,
+// naming only what differs from the default ("default" when nothing does); it is
+// what tuning logs hold and what a kernel's cache key carries, so the default
+// schedule leaves today's keys unchanged.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::loop {
+
+struct LoopKernel;
+
+struct Schedule {
+  // Loop nests (a top-level perfect nest of loops over element-wise stores):
+  // `order[i]` is the original loop placed at depth i (empty: as lowered), and
+  // `tile[i]` splits the original loop i into tiles of that many iterations
+  // (0: not split); split loops' tile loops go outside all point loops.
+  std::vector<int32_t> order;
+  std::vector<int64_t> tile;
+  // Vectorized loops: lanes (0: the target's choice) and vector iterations per trip.
+  int32_t vectorWidth = 0;
+  int32_t interleave = 1;
+  // Serial innermost loops: unroll count (0: LLVM's choice; 1: never).
+  int32_t unroll = 0;
+  // Whether parallel loops, GEMMs and convolutions share their work among the
+  // pool's threads, and the least work (elements touched) a loop shares:
+  // device::kMinParallelWork scaled by 2^grainShift.
+  bool parallel = true;
+  int32_t grainShift = 0;
+  // Convolutions: the runtime's direct convolution (true) or an unfold into a
+  // column buffer and a GEMM.
+  bool directConv = true;
+
+  bool isDefault() const { return toString() == "default"; }
+  std::string toString() const;
+  // The text form back; nullopt (and `error` set) when it is not one.
+  static std::optional<Schedule> parse(std::string_view text, std::string* error = nullptr);
+  bool operator==(const Schedule& o) const { return toString() == o.toString(); }
+};
+
+// What a kernel's schedule space offers: the depth of its transformable nests,
+// whether it has vector loops, parallel loops, GEMMs and convolutions.
+struct ScheduleSpace {
+  int32_t nestDepth = 0;               // of the deepest transformable nest (0: none)
+  std::vector<int64_t> nestExtents;    // its loops' static extents (-1: dynamic)
+  bool hasVectorLoops = false;
+  bool hasSerialInner = false;
+  bool hasParallel = false;            // parallel loops, GEMMs or convolutions
+  bool hasGemm = false;
+  bool hasConv = false;
+  // How many independent knobs the space has (0: nothing to tune).
+  int dimensions() const;
+
+  // A uniformly chosen point, and a neighbour of `s` (one knob changed).
+  Schedule sample(std::mt19937_64& rng) const;
+  Schedule mutate(const Schedule& s, std::mt19937_64& rng) const;
+};
+
+ScheduleSpace scheduleSpaceOf(const LoopKernel& k);
+
+// Applies the loop-nest part of `s` to `k` where legal (a nest it does not fit
+// is left as it is) and records the code-generation part in k.schedule.
+void applySchedule(LoopKernel& k, const Schedule& s);
+
+}  // namespace kiln::loop

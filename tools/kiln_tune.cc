@@ -1,0 +1,175 @@
+// kiln-tune: extracts a program's kernel tasks and searches their schedules by
+// measurement, appending the best to a tuning log that vmrun, kilnc and the
+// runtime apply (--tuning-log, RuntimeOptions::tuningLog).
+//
+// Exit status: 0 done (also when nothing was faster: the log then records the
+// default), 2 unusable input (bad flags, unreadable program, shape record or
+// log), 1 any other failure.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "jit/tuning_log.h"
+#include "kiln/compile.h"
+#include "kiln/error.h"
+#include "kiln/executable.h"
+#include "kiln/npy.h"
+#include "kiln/onnx.h"
+#include "tune/tasks.h"
+#include "tune/tuner.h"
+
+namespace {
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: kiln-tune PROGRAM --log FILE [options]   (PROGRAM: .relay, .onnx or an executable from kilnc -o)\n"
+               "  --log FILE          the tuning log: read to resume, appended to as each task finishes\n"
+               "  --shapes FILE       shapes recorded by `vmrun ... --record-shapes FILE` (kernels with `?` dimensions,\n"
+               "                      calls and time, which weight the tasks)\n"
+               "  --dims LO:HI        without a record, tune `?` dimensions at the powers of two from LO to HI\n"
+               "  --params F.npz      bind @main's parameters of those names as constants (weights)\n"
+               "  --budget SECONDS    overall (default 600)\n"
+               "  --task-budget SECONDS  per task and shape (default 30)\n"
+               "  --trials N          candidates per task at most (default 48)\n"
+               "  --rounds N          timing rounds per side and candidate (default 10)\n"
+               "  --seed N            of the search and the inputs (default 1)\n"
+               "  --list              print the tasks and stop (as kilnc --emit tasks)\n"
+               "Candidates run in worker processes: one that fails to compile, crashes or hangs is reported and\n"
+               "skipped. Run it with the thread count the program will run with (KILN_NUM_THREADS).\n");
+}
+
+struct Usage : kiln::Error {
+  using Error::Error;
+};
+
+double number(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end || !(d > 0) || d > 1e9) throw Usage(flag + " needs a positive number, got '" + v + "'");
+  return d;
+}
+
+int run(int argc, char** argv) {
+  std::string program, logPath, shapesPath, paramsFile;
+  int64_t minDim = 0, maxDim = 0;
+  bool listOnly = false;
+  kiln::tune::TuneOptions options;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw Usage(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (a == "--log") logPath = value();
+    else if (a == "--shapes") shapesPath = value();
+    else if (a == "--params") paramsFile = value();
+    else if (a == "--dims") {
+      std::string v = value();
+      size_t colon = v.find(':');
+      if (colon == std::string::npos) throw Usage("--dims needs LO:HI, got '" + v + "'");
+      minDim = static_cast<int64_t>(number(a, v.substr(0, colon)));
+      maxDim = static_cast<int64_t>(number(a, v.substr(colon + 1)));
+      if (minDim > maxDim || maxDim > (int64_t(1) << 30)) throw Usage("--dims LO:HI needs 1 <= LO <= HI <= 2^30");
+    } else if (a == "--budget") options.totalBudgetSeconds = number(a, value());
+    else if (a == "--task-budget") options.taskBudgetSeconds = number(a, value());
+    else if (a == "--trials") options.maxTrials = static_cast<int>(std::min(number(a, value()), 100000.0));
+    else if (a == "--rounds") options.measure.rounds = static_cast<int>(std::min(number(a, value()), 1000.0));
+    else if (a == "--seed") options.seed = options.measure.seed = static_cast<uint64_t>(number(a, value()));
+    else if (a == "--list") listOnly = true;
+    else if (!a.empty() && a[0] == '-') throw Usage("unknown option '" + a + "'");
+    else if (program.empty()) program = a;
+    else throw Usage("more than one program given ('" + program + "' and '" + a + "')");
+  }
+  if (program.empty()) throw Usage("no program given");
+  if (logPath.empty() && !listOnly) throw Usage("--log FILE is needed (where the results go)");
+
+  std::shared_ptr<const kiln::Executable> exe;
+  kiln::tune::ExtractOptions extract;
+  try {
+    kiln::CompileOptions copts;
+    if (!paramsFile.empty()) copts.params = kiln::readNpz(paramsFile);
+    if (kiln::isOnnxPath(program)) {
+      kiln::OnnxModel m = kiln::importOnnxFile(program);
+      for (auto& [name, t] : m.params) copts.params.emplace(name, t);
+      exe = kiln::compile(m.program, program, copts);
+    } else if (program.size() > 6 && program.substr(program.size() - 6) == ".relay") {
+      exe = kiln::compileFile(program, copts);
+    } else {
+      exe = kiln::Executable::load(program);
+    }
+    if (!shapesPath.empty()) extract.records = kiln::tune::readShapeRecords(shapesPath);
+  } catch (const kiln::Error& e) {
+    throw Usage(e.message());
+  }
+  extract.minDim = minDim;
+  extract.maxDim = maxDim;
+  kiln::tune::TaskList tasks = kiln::tune::extractTasks(*exe, extract);
+  std::string listing = tasks.toString();
+  std::fwrite(listing.data(), 1, listing.size(), stdout);
+  std::fflush(stdout);
+  if (listOnly) return 0;
+
+  // The workers load the kernels from a copy of the executable.
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kiln-tune-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::filesystem::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  options.exePath = (dir / "program.kx").string();
+  exe->save(options.exePath);
+  options.worker = std::filesystem::read_symlink("/proc/self/exe").string();
+  options.logPath = logPath;
+  options.progress = [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<kiln::tune::TaskResult> results = kiln::tune::tuneTasks(*exe, tasks, options);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::printf("\n%-18s %-28s %-30s %10s %10s %8s %7s\n", "task", "shapes", "schedule", "default us", "tuned us", "speedup",
+              "trials");
+  int faster = 0, tuned = 0;
+  for (const auto& r : results) {
+    std::string shapes = kiln::jit::formatShapes(r.task.shapes);
+    if (shapes.size() > 28) shapes = shapes.substr(0, 25) + "...";
+    std::printf("%-18s %-28s %-30s %10.2f %10.2f %7.2fx %7d%s\n", r.task.task.c_str(), shapes.c_str(),
+                r.best.toString().c_str(), r.defaultMicros, r.micros, r.speedup(), r.trials, r.resumed ? " (log)" : "");
+    ++tuned;
+    if (r.speedup() >= 1.2) ++faster;
+  }
+  std::printf("%d task(s) tuned, %d at least 1.2x faster, %.0f s; log: %s\n", tuned, faster, seconds, logPath.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--worker")
+    return kiln::tune::workerMain(std::vector<std::string>(argv + 2, argv + argc));
+  try {
+    return run(argc, argv);
+  } catch (const Usage& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: internal: %s\n", e.what());
+    return 1;
+  }
+}
