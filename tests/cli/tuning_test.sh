@@ -1,0 +1,54 @@
+#!/bin/bash
+# Tuning as a user takes it: kilnc lists the tasks, vmrun records the shapes of a
+# run with `?` dimensions inside a loop, kiln-tune tunes them into a log, vmrun
+# applies the log with the same result, and bad logs and records are clear errors.
+vmrun="$1"; kilnc="$2"; tune="$3"; src="$4"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/check_lib.sh"
+
+cnn=("$src/samples/cnn.relay" --params "$src/samples/cnn_weights.npz")
+"$kilnc" "${cnn[@]}" --emit tasks > "$tmp/tasks"
+check "cnn: the tasks list says how many and what was left out" grep -q "^5 task(s) from 5 kernel(s); 1 left out: 1 copy or reshape" "$tmp/tasks"
+check "cnn: the first convolution is a task with its shapes" grep -q "shapes: 1x3x32x32;16x3x3x3;16" "$tmp/tasks"
+
+# A loop whose tensor grows each step: its kernels have `?` dimensions.
+grow=("$src/samples/grow_loop.relay" --input 1x4xf32=1,2,3,4 --input i32=3)
+"$kilnc" "$src/samples/grow_loop.relay" --emit tasks > "$tmp/unresolved" 2>&1
+check "grow_loop without a record: ? kernels are unresolved" grep -q "^unresolved: " "$tmp/unresolved"
+"$vmrun" "${grow[@]}" --record-shapes "$tmp/shapes" > "$tmp/plain"
+check "vmrun --record-shapes writes one line per kernel and shape" grep -q "^kernel=.* task=[0-9a-f]\{16\} shapes=.* calls=[0-9]* us=" "$tmp/shapes"
+"$kilnc" "$src/samples/grow_loop.relay" --emit tasks --shapes "$tmp/shapes" > "$tmp/recorded"
+check "with the record, no kernel is unresolved" bash -c "! grep -q '^unresolved' '$tmp/recorded'"
+"$kilnc" "$src/samples/grow_loop.relay" --emit tasks --dims 4:16 > "$tmp/ranged"
+check "with --dims, ? kernels are tasks at the range's sizes" bash -c "! grep -q '^unresolved' '$tmp/ranged'"
+
+# Tuning the CNN sample briefly, then running it with the log.
+"$tune" "${cnn[@]}" --log "$tmp/cnn.log" --trials 3 --rounds 3 > "$tmp/tune.out" 2> "$tmp/tune.err"; rc=$?
+check "kiln-tune exits 0" test $rc -eq 0
+test $rc -eq 0 || cat "$tmp/tune.err"
+check "kiln-tune shows progress" grep -q "^task 1/5 .*: trial 1 " "$tmp/tune.err"
+check "kiln-tune writes a record per task" test "$(grep -c '^task=' "$tmp/cnn.log")" -eq 5
+check "kiln-tune prints the table" grep -q "5 task(s) tuned" "$tmp/tune.out"
+"$tune" "${cnn[@]}" --log "$tmp/cnn.log" --trials 3 > "$tmp/resume.out" 2> "$tmp/resume.err"
+check "a second run resumes from the log" test "$(grep -c 'in the log already' "$tmp/resume.err")" -eq 5
+check "...and appends nothing" test "$(grep -c '^task=' "$tmp/cnn.log")" -eq 5
+"$vmrun" "${cnn[@]}" --input 1x3x32x32xf32=random > "$tmp/cnn.plain"
+"$vmrun" "${cnn[@]}" --input 1x3x32x32xf32=random --tuning-log "$tmp/cnn.log" > "$tmp/cnn.tuned" 2> "$tmp/err"
+check "the tuned run gives the default's result" close "$tmp/cnn.tuned" "$tmp/cnn.plain"
+
+# Bad logs: a corrupted line names it; another CPU's records are a note.
+sed '3s/schedule=[^ ]*/schedule=vec=3/' "$tmp/cnn.log" > "$tmp/bad.log"
+"$vmrun" "${cnn[@]}" --input 1x3x32x32xf32=random --tuning-log "$tmp/bad.log" > /dev/null 2> "$tmp/err"; rc=$?
+check "a corrupted log: exit 2" test $rc -eq 2
+check "...naming the line" grep -q "tuning log $tmp/bad.log:3: bad value '3' for schedule key 'vec'" "$tmp/err"
+sed 's/cpu=[^ ]*/cpu=x86_64|OtherCpu|f1m1s1|0|xcr0=0/' "$tmp/cnn.log" > "$tmp/foreign.log"
+"$vmrun" "${cnn[@]}" --input 1x3x32x32xf32=random --tuning-log "$tmp/foreign.log" > "$tmp/cnn.foreign" 2> "$tmp/err"; rc=$?
+check "another machine's log: exit 0" test $rc -eq 0
+check "...with a note that its records are ignored" grep -q "note: .*5 tuning record(s) measured on another CPU are ignored" "$tmp/err"
+check "...and the default's result" close "$tmp/cnn.foreign" "$tmp/cnn.plain"
+echo "kernel=k task=xyz shapes=4 calls=1 us=1" > "$tmp/bad.shapes"
+"$kilnc" "$src/samples/grow_loop.relay" --emit tasks --shapes "$tmp/bad.shapes" > /dev/null 2> "$tmp/err"; rc=$?
+check "a bad shape record: exit 2, naming the line" bash -c "test $rc -eq 2 && grep -q 'bad.shapes:1: task' '$tmp/err'"
+"$tune" "${cnn[@]}" > /dev/null 2> "$tmp/err"; rc=$?
+check "kiln-tune without --log: exit 2" test $rc -eq 2
+test $failures -eq 0

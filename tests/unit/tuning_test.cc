@@ -1,0 +1,342 @@
+// Tuning: schedules (text, legality, same results), tuning logs (errors, foreign
+// CPUs, nearest shapes), the JIT applying them, task extraction from a program
+// with a loop over a list, recursion and `?` shapes, and the search surviving
+// workers that crash or hang.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "jit/host_cpu.h"
+#include "jit/kernel.h"
+#include "jit/tuning_log.h"
+#include "kernel_ir/lower.h"
+#include "kernel_ir/schedule.h"
+#include "kiln/compile.h"
+#include "kiln/vm.h"
+#include "kernel_util.h"
+#include "tune/measure.h"
+#include "tune/tasks.h"
+#include "tune/tuner.h"
+
+using namespace kiln;
+using loop::Schedule;
+
+namespace {
+
+Schedule parsed(const std::string& text) {
+  std::string why;
+  auto s = Schedule::parse(text, &why);
+  INFO(why);
+  REQUIRE(s.has_value());
+  return *s;
+}
+
+// The kernel at `schedule` computes what the default computes.
+void checkSameResult(const std::string& src, const std::vector<Shape>& shapes, const std::string& schedule) {
+  INFO(src, " at ", schedule);
+  tune::MeasureOptions o;
+  o.rounds = 2;
+  o.roundMillis = 0.05;
+  tune::Measurement m = tune::measureInProcess(test::fusedFrom(src), shapes, parsed(schedule), o);
+  INFO(m.error);
+  CHECK(m.ok);
+  CHECK(m.maxError <= 1e-5);
+  CHECK(m.micros > 0);
+}
+
+std::string tempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("kiln_tuning_" + std::to_string(getpid()) + "_" + name)).string();
+}
+
+std::string record(const std::string& task, const std::string& shapes, const std::string& schedule, double us,
+                   const std::string& cpu = jit::hostCpuFingerprint()) {
+  jit::TuningRecord r;
+  r.task = task;
+  r.shapes = *jit::parseShapes(shapes);
+  r.schedule = parsed(schedule);
+  r.micros = us;
+  r.defaultMicros = 2 * us;
+  r.machine = "test";
+  r.cpu = cpu;
+  return jit::TuningLog::format(r) + "\n";
+}
+
+int countLoops(const loop::LoopKernel& k, loop::StmtId s) {
+  const loop::StmtNode& n = k.stmt(s);
+  int c = n.kind == loop::StmtKind::For ? 1 : 0;
+  for (loop::StmtId b : n.body) c += countLoops(k, b);
+  for (loop::StmtId b : n.orElse) c += countLoops(k, b);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a schedule's text names what differs from the default, and reads back") {
+  CHECK(Schedule{}.toString() == "default");
+  CHECK(Schedule{}.isDefault());
+  Schedule s = parsed("order=1:0,tile=32:8,vec=8,interleave=2,unroll=4,parallel=0,grain=-2,conv=gemm");
+  CHECK(s.order == std::vector<int32_t>{1, 0});
+  CHECK(s.tile == std::vector<int64_t>{32, 8});
+  CHECK(s.vectorWidth == 8);
+  CHECK(s.interleave == 2);
+  CHECK(!s.parallel);
+  CHECK(!s.directConv);
+  CHECK(parsed(s.toString()) == s);
+  // An identity order and no tiles are the default.
+  CHECK(parsed("order=0:1:2,tile=0:0:0").toString() == "default");
+  for (const char* bad : {"", "vec=3", "vec", "order=0:0", "order=1:0,tile=8", "speed=11", "parallel=2", "tile=-4",
+                          "interleave=0", "grain=99", "conv=winograd"}) {
+    std::string why;
+    INFO(bad);
+    CHECK(!Schedule::parse(bad, &why).has_value());
+    CHECK(!why.empty());
+  }
+}
+
+TEST_CASE("loop order and tiles are applied where legal, and every schedule computes the default's result") {
+  const std::string add2d =
+      "def @main(%x: Tensor[(70, 130), float32], %y: Tensor[(130,), float32]) { tanh(%x) + %y }";
+  loop::LoopKernel plain = kernel_ir::lowerToLoops(test::fusedFrom(add2d), {.directConv = true, .gemmPostOps = true});
+  loop::LoopKernel tiled = plain;
+  loop::applySchedule(tiled, parsed("order=1:0,tile=16:32"));
+  CHECK(countLoops(tiled, tiled.body) == 4);  // two tile loops, two point loops
+  CHECK(countLoops(plain, plain.body) == 2);
+  CHECK(loop::scheduleSpaceOf(plain).nestDepth == 2);
+
+  for (const char* s : {"order=1:0", "tile=16:32", "order=1:0,tile=7:64", "tile=0:5", "vec=4,interleave=4", "unroll=8",
+                        "parallel=0", "grain=-8", "order=1:0,tile=64:3,vec=16,parallel=0"})
+    checkSameResult(add2d, {{70, 130}, {130}}, s);
+  // A transpose (reads and writes cross), a reduction over rows, a product and an arg-reduction.
+  checkSameResult("def @main(%x: Tensor[(96, 40), float32]) { transpose(%x) * 2f }", {{96, 40}}, "order=1:0,tile=8:8");
+  checkSameResult("def @main(%x: Tensor[(3, 64, 50), float32]) { mean(%x, axis=[2]) }", {{3, 64, 50}},
+                  "order=1:0,tile=0:16,unroll=4");
+  checkSameResult("def @main(%x: Tensor[(33, 20), float32]) { prod(%x, axis=[1]) }", {{33, 20}}, "unroll=2,vec=8");
+  checkSameResult("def @main(%x: Tensor[(33, 20), float32]) { argmax(%x, axis=[1]) }", {{33, 20}}, "parallel=0,unroll=4");
+  // `?` dimensions: tiles with run-time remainders.
+  checkSameResult("def @main(%x: Tensor[(?, ?), float32]) { exp(%x) * %x }", {{37, 300}}, "order=1:0,tile=16:128");
+  // Dense and convolution: parallel and algorithm choices.
+  checkSameResult("def @main(%x: Tensor[(4, 64), float32], %w: Tensor[(32, 64), float32]) { nn.relu(nn.dense(%x, %w)) }",
+                  {{4, 64}, {32, 64}}, "parallel=0");
+  checkSameResult(
+      "def @main(%x: Tensor[(1, 3, 20, 20), float32], %w: Tensor[(8, 3, 3, 3), float32]) { nn.conv2d(%x, %w, padding=[1, 1]) }",
+      {{1, 3, 20, 20}, {8, 3, 3, 3}}, "conv=gemm,parallel=0");
+}
+
+TEST_CASE("a corrupted tuning log is an error naming its line") {
+  std::string good = record("0123456789abcdef", "4x8;8", "parallel=0", 1.5);
+  auto errorOf = [](const std::string& text) {
+    try {
+      jit::TuningLog::parse(text, "t.log");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(errorOf("# a comment\n" + good + "\n" + good) == "");
+  CHECK(errorOf(good + "task=0123 shapes=4 schedule=default us=1 default_us=1 machine=m cpu=c\n").find("t.log:2:") !=
+        std::string::npos);
+  std::string bad = good;
+  bad.replace(bad.find("parallel=0"), 10, "parallel=7");
+  CHECK(errorOf("\n\n" + bad).find("t.log:3: bad value '7' for schedule key 'parallel'") != std::string::npos);
+  CHECK(errorOf(good.substr(0, good.find(" cpu="))).find("t.log:1: missing field 'cpu'") != std::string::npos);
+  CHECK(errorOf("task=0123456789abcdef shapes=4xq schedule=default us=1 default_us=1 machine=m cpu=c\n")
+            .find("t.log:1: bad shapes '4xq'") != std::string::npos);
+  CHECK(errorOf("garbage\n").find("t.log:1:") != std::string::npos);
+}
+
+TEST_CASE("records of another CPU are ignored with a note; the fastest record and the nearest shape win") {
+  std::string text = record("0123456789abcdef", "1x64", "parallel=0", 3.0) +
+                     record("0123456789abcdef", "1x64", "vec=8", 2.0) +  // faster: wins
+                     record("0123456789abcdef", "256x64", "grain=4", 9.0) +
+                     record("fedcba9876543210", "8", "unroll=2", 1.0, "x86_64|OtherVendor|f1m1s1|0|xcr0=0");
+  jit::TuningLog log = jit::TuningLog::parse(text, "t.log");
+  CHECK(log.size() == 2);
+  REQUIRE(log.notes().size() == 1);
+  CHECK(log.notes()[0].find("1 tuning record(s) measured on another CPU are ignored") != std::string::npos);
+  CHECK(!log.hasTask("fedcba9876543210"));
+  CHECK(!log.lookup("fedcba9876543210", std::vector<Shape>{{8}}).has_value());
+  CHECK(log.lookup("0123456789abcdef", std::vector<Shape>{{1, 64}})->toString() == "vec=8");
+  CHECK(log.lookup("0123456789abcdef", std::vector<Shape>{{2, 64}})->toString() == "vec=8");
+  CHECK(log.lookup("0123456789abcdef", std::vector<Shape>{{100, 64}})->toString() == "grain=4");
+  CHECK(!log.lookup("0123456789abcdef", std::vector<Shape>{{1, 64}, {3}}).has_value());  // other arity
+}
+
+TEST_CASE("the JIT compiles a static kernel with its tuned schedule, and a ? kernel per nearest tuned shape") {
+  auto f = test::fusedFrom("def @main(%x: Tensor[(48, 80), float32]) { sigmoid(%x) * 3f }");
+  auto g = test::fusedFrom("def @main(%x: Tensor[(?, 80), float32]) { sigmoid(%x) * 5f }");
+  std::string text = record(jit::taskKey(f), "48x80", "order=1:0,tile=16:16", 1) +
+                     record(jit::taskKey(g), "4x80", "parallel=0", 1) + record(jit::taskKey(g), "1024x80", "grain=-2", 1);
+  jit::KernelCache cache;
+  auto untuned = cache.get(f);
+  CHECK(untuned->schedule().isDefault());
+  jit::KernelCache tunedCache;
+  tunedCache.setTuningLog(std::make_shared<const jit::TuningLog>(jit::TuningLog::parse(text, "t.log")));
+  auto tuned = tunedCache.get(f);
+  CHECK(tuned->schedule().toString() == "order=1:0,tile=16:16");
+  CHECK(tuned->key() != untuned->key());
+  CHECK(tuned->key().find("|schedule=order=1:0,tile=16:16") != std::string::npos);
+  CHECK(untuned->key().find("schedule") == std::string::npos);
+
+  auto dyn = tunedCache.get(g);
+  CHECK(dyn->schedule().isDefault());
+  for (auto [rows, expected] : {std::pair{3, "parallel=0"}, std::pair{8, "parallel=0"}, std::pair{700, "grain=-2"}}) {
+    Tensor x = Tensor::empty(DType::Float32, {rows, 80});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 17) * 0.1f;
+    const Tensor* refs[] = {&x};
+    const jit::CompiledKernel& v = dyn->variantFor(jit::CompiledKernel::TensorRefs(refs, 1));
+    CHECK(v.schedule().toString() == expected);
+    std::vector<Tensor> out = v(std::vector<Tensor>{x});
+    std::vector<Tensor> ref = (*cache.get(g))(std::vector<Tensor>{x});
+    CHECK(std::memcmp(out[0].data(), ref[0].data(), ref[0].nbytes()) == 0);
+  }
+}
+
+TEST_CASE("tasks of a program with a loop over a list, recursion and ? shapes come with their recorded shapes") {
+  // @map runs the dense layer on each list element (rows from the input's shape),
+  // @halve recurses n times over a reduction, and a product reduction ends it.
+  const std::string src = R"(
+    def @layer(%x: Tensor[(?, 64), float32], %w: Tensor[(32, 64), float32]) -> Tensor[(?, 32), float32] {
+      tanh(nn.dense(%x, %w))
+    }
+    def @halve(%n: int32, %acc: Tensor[(?, 32), float32]) -> Tensor[(?, 32), float32] {
+      if (%n == 0) { %acc } else { @halve(%n - 1, %acc * 0.5f + mean(%acc, axis=[1], keepdims=True)) }
+    }
+    def @main(%a: Tensor[(?, 64), float32], %b: Tensor[(?, 64), float32], %w: Tensor[(32, 64), float32], %n: int32) {
+      let %ys = @map(fn (%x: Tensor[(?, 64), float32]) { @layer(%x, %w) }, Cons(%a, Cons(%b, Cons(%a, Nil))));
+      let %first = match? (%ys) { Cons(%y, _) => %y };
+      prod(@halve(%n, %first), axis=[1])
+    })";
+  auto exe = compile(src, "tasks.relay");
+  VirtualMachine vm(exe);
+  vm.enableShapeRecording();
+  auto filled = [](int64_t rows, int64_t cols) {
+    Tensor t = Tensor::empty(DType::Float32, {rows, cols});
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(i % 7) * 0.1f;
+    return t;
+  };
+  vm.invoke("main", {Value(filled(3, 64)), Value(filled(5, 64)), Value(filled(32, 64)), Value::intScalar(DType::Int32, 4)});
+  std::vector<tune::ShapeRecord> records;
+  for (size_t k = 0; k < vm.kernelProfile().size(); ++k)
+    for (const auto& [shapes, fig] : vm.kernelProfile()[k].byShape)
+      records.push_back({exe->kernels()[k].function->name, jit::taskKey(*exe->kernels()[k].function),
+                         *jit::parseShapes(shapes), fig.calls, static_cast<double>(fig.totalNanos) / 1e3});
+  // Written and read back as vmrun --record-shapes and kiln-tune do.
+  std::string path = tempPath("shapes.txt");
+  {
+    std::ofstream f(path);
+    for (const auto& r : records) f << tune::formatShapeRecord(r) << "\n";
+  }
+  tune::ExtractOptions options;
+  options.records = tune::readShapeRecords(path);
+  std::filesystem::remove(path);
+  tune::TaskList list = tune::extractTasks(*exe, options);
+  INFO(list.toString());
+  auto find = [&](const std::string& op, const std::string& shapes) -> const tune::Task* {
+    for (const tune::Task& t : list.tasks)
+      if (t.ops.find(op) != std::string::npos && jit::formatShapes(t.shapes) == shapes) return &t;
+    return nullptr;
+  };
+  const tune::Task* dense3 = find("nn.dense", "3x64;32x64");
+  const tune::Task* dense5 = find("nn.dense", "5x64;32x64");
+  REQUIRE(dense3);
+  REQUIRE(dense5);
+  CHECK(dense3->calls == 2);  // %a twice in the list
+  CHECK(dense5->calls == 1);
+  CHECK(dense3->dynamic);
+  CHECK(dense3->weight > 0);
+  const tune::Task* mean = find("mean", "3x32");
+  REQUIRE(mean);
+  CHECK(mean->calls == 4);  // once per recursion step
+  REQUIRE(find("prod", "3x32"));
+  CHECK(find("prod", "3x32")->calls == 1);
+  CHECK(list.unresolved.empty());
+  // Without the record, the `?` kernels are unresolved unless a range is given.
+  tune::TaskList bare = tune::extractTasks(*exe, {});
+  CHECK(!bare.unresolved.empty());
+  tune::ExtractOptions ranged;
+  ranged.minDim = 2;
+  ranged.maxDim = 8;
+  tune::TaskList range = tune::extractTasks(*exe, ranged);
+  bool sawDense2 = false, sawDense8 = false;
+  for (const tune::Task& t : range.tasks) {
+    sawDense2 |= t.ops.find("nn.dense") != std::string::npos && jit::formatShapes(t.shapes) == "2x64;32x64";
+    sawDense8 |= t.ops.find("nn.dense") != std::string::npos && jit::formatShapes(t.shapes) == "8x64;32x64";
+  }
+  CHECK(sawDense2);
+  CHECK(sawDense8);
+}
+
+TEST_CASE("small element-wise kernels and reshapes are left out, with the reason") {
+  auto exe = compile(R"(
+    def @main(%x: Tensor[(4, 4), float32], %y: Tensor[(256, 256), float32]) {
+      (reshape(%x, newshape=[16]), %x + 1f, %y * 2f)
+    })",
+                     "left_out.relay");
+  tune::TaskList list = tune::extractTasks(*exe, {});
+  INFO(list.toString());
+  REQUIRE(list.tasks.size() == 1);
+  CHECK(jit::formatShapes(list.tasks[0].shapes) == "256x256");
+  CHECK(list.toString().find("tiny element-wise") != std::string::npos);
+}
+
+#ifdef KILN_TUNE_PATH
+TEST_CASE("a prod reduction tunes, and the log it writes is read back and applied") {
+  auto exe = compile("def @main(%x: Tensor[(64, 300), float32]) { prod(%x * 0.01f + 1f, axis=[1]) }", "prod.relay");
+  tune::TaskList list = tune::extractTasks(*exe, {});
+  REQUIRE(list.tasks.size() == 1);
+  CHECK(list.tasks[0].ops.find("prod") != std::string::npos);
+  std::string exePath = tempPath("prod.kx"), logPath = tempPath("prod.log");
+  exe->save(exePath);
+  tune::TuneOptions o;
+  o.worker = KILN_TUNE_PATH;
+  o.exePath = exePath;
+  o.logPath = logPath;
+  o.maxTrials = 3;
+  o.measure.rounds = 2;
+  o.measure.roundMillis = 0.2;
+  std::vector<tune::TaskResult> results = tune::tuneTasks(*exe, list, o);
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].trials == 3);
+  CHECK(results[0].failed == 0);
+  CHECK(results[0].micros > 0);
+  CHECK(results[0].micros <= results[0].defaultMicros);  // never slower: the default is recorded otherwise
+  jit::TuningLog log = jit::TuningLog::load(logPath);
+  CHECK(log.size() == 1);
+  CHECK(log.find(list.tasks[0].task, list.tasks[0].shapes) != nullptr);
+  // A second run resumes: nothing measured again.
+  std::vector<tune::TaskResult> again = tune::tuneTasks(*exe, list, o);
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].resumed);
+  CHECK(jit::TuningLog::load(logPath).size() == 1);
+  std::filesystem::remove(exePath);
+  std::filesystem::remove(logPath);
+}
+
+TEST_CASE("a worker that crashes, hangs or fails is a failed measurement, not the tuner's end") {
+  std::string script = tempPath("worker.sh");
+  auto worker = [&](const std::string& body) {
+    std::ofstream f(script);
+    f << "#!/bin/sh\n" << body << "\n";
+    f.close();
+    std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  };
+  tune::MeasureOptions o;
+  worker("kill -SEGV $$");
+  tune::Measurement crash = tune::measureInWorker(script, "x.kx", 0, {{4}}, Schedule{}, o, 30);
+  CHECK(!crash.ok);
+  CHECK(crash.error.find("crashed (signal 11") != std::string::npos);
+  worker("sleep 30");
+  tune::Measurement hang = tune::measureInWorker(script, "x.kx", 0, {{4}}, Schedule{}, o, 0.5);
+  CHECK(!hang.ok);
+  CHECK(hang.error.find("timed out") != std::string::npos);
+  std::filesystem::remove(script);
+  // The real worker on a file that is no executable: its error comes back.
+  tune::Measurement missing = tune::measureInWorker(KILN_TUNE_PATH, tempPath("missing.kx"), 0, {{4}}, Schedule{}, o, 30);
+  CHECK(!missing.ok);
+  CHECK(!missing.error.empty());
+}
+#endif
