@@ -1,6 +1,7 @@
 // Kernel throughput and JIT latency, each next to the machine limit measured in
 // the same run: a fused element-wise chain against copy bandwidth, and the time
-// from fused function to callable kernel.
+// from fused function to callable kernel. `kernel_bench --tuning-log LOG` times
+// each product with its default schedule and with kiln-tune's, alternately.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "compiler/frontend.h"
 #include "compiler/passes/to_fused_function.h"
 #include "jit/kernel.h"
+#include "jit/tuning_log.h"
 #include "device/thread_pool.h"
 #include "machine_limits.h"
 
@@ -84,8 +86,66 @@ std::pair<double, double> bestOneAndAll(int threads, F&& run) {
 
 }  // namespace
 
+// --tuning-log LOG: each product with the default schedule and with the log's
+// (bench/kernel_products.relay tuned by kiln-tune), timed alternately in this run.
+int compareTuned(const std::string& logPath) {
+  auto log = std::make_shared<const jit::TuningLog>(jit::TuningLog::load(logPath));
+  for (const std::string& note : log->notes()) std::printf("note: %s\n", note.c_str());
+  jit::KernelCache plain, tuned;
+  tuned.setTuningLog(log);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-2, 2);
+  auto filled = [&](std::initializer_list<int64_t> shape) {
+    Tensor t = Tensor::empty(DType::Float32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+    return t;
+  };
+  const int64_t n = int64_t(16) << 20;
+  struct Product {
+    const char* name;
+    const char* src;
+    std::vector<Tensor> in;
+    std::initializer_list<int64_t> out;
+  };
+  Tensor m = filled({4096, 4096});
+  std::vector<Product> products = {
+      {"element-wise chain 16M", "def @main(%x: Tensor[(?,), float32], %y: Tensor[(?,), float32]) { sigmoid(%x * %y + 1f) * %x - %y }",
+       {filled({n}), filled({n})}, {n}},
+      {"row softmax 4096x4096", "def @main(%x: Tensor[(?, 4096), float32]) { nn.softmax(%x, axis=-1) }", {m}, {4096, 4096}},
+      {"row sum 4096x4096", "def @main(%x: Tensor[(?, 4096), float32]) { sum(%x, axis=[1]) }", {m}, {4096}},
+      {"dense 512x512x512", "def @main(%x: Tensor[(?, 512), float32], %w: Tensor[(512, 512), float32]) { nn.dense(%x, %w) }",
+       {filled({512, 512}), filled({512, 512})}, {512, 512}},
+      {"conv2d 1x64x56x56 3x3", "def @main(%x: Tensor[(1, 64, 56, 56), float32], %w: Tensor[(64, 64, 3, 3), float32]) { nn.conv2d(%x, %w, padding=[1, 1]) }",
+       {filled({1, 64, 56, 56}), filled({64, 64, 3, 3})}, {1, 64, 56, 56}},
+  };
+  std::printf("%-24s %-18s %-34s %11s %11s %8s\n", "product", "task", "schedule", "default ms", "tuned ms", "speedup");
+  for (const Product& p : products) {
+    kernel_ir::FusedFunction f = fused(p.src, "product");
+    auto base = plain.get(f);
+    auto fast = tuned.get(f);
+    std::vector<const Tensor*> refs;
+    for (const Tensor& t : p.in) refs.push_back(&t);
+    const jit::CompiledKernel& variant = fast->variantFor(jit::CompiledKernel::TensorRefs(refs.data(), refs.size()));
+    std::vector<Tensor> out{Tensor::empty(DType::Float32, p.out)};
+    std::vector<double> a, b;
+    for (int r = 0; r < 15; ++r) {
+      for (int side = 0; side < 2; ++side) {
+        const jit::CompiledKernel& k = side == (r & 1) ? *base : variant;
+        auto t0 = bench::Clock::now();
+        k.run(p.in, out);
+        (&k == base.get() ? a : b).push_back(bench::secondsSince(t0) * 1e3);
+      }
+    }
+    std::string schedule = log->hasTask(jit::taskKey(f)) ? variant.schedule().toString() : "(no record)";
+    std::printf("%-24s %-18s %-34s %11.3f %11.3f %7.2fx\n", p.name, jit::taskKey(f).c_str(), schedule.c_str(), median(a),
+                median(b), median(a) / median(b));
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--warm") return warmStart(argv[2]);
+  if (argc == 3 && std::string(argv[1]) == "--tuning-log") return compareTuned(argv[2]);
   if (argc == 2 && std::string(argv[1]) == "--jit-only") {
     int cold = 0;
     std::printf("JIT latency, element-wise kernel (tanh(x*c+b)*sigmoid(x), IR to callable): median %.1f ms (target <= 15 ms)\n",

@@ -193,9 +193,16 @@ Measurement measureInWorker(const std::string& worker, const std::string& exePat
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipefd[1], 1);
+  // The worker leads a process group of its own, so that a timeout kills
+  // whatever it started too (nothing it left behind keeps our output open).
+  posix_spawnattr_t attrs;
+  posix_spawnattr_init(&attrs);
+  posix_spawnattr_setflags(&attrs, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attrs, 0);
   pid_t pid = 0;
-  int rc = posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv.data(), environ);
+  int rc = posix_spawn(&pid, worker.c_str(), &actions, &attrs, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attrs);
   close(pipefd[1]);
   if (rc != 0) {
     close(pipefd[0]);
@@ -220,10 +227,11 @@ Measurement measureInWorker(const std::string& worker, const std::string& exePat
     if (out.size() < 4096) out.append(buf, static_cast<size_t>(n));
   }
   close(pipefd[0]);
-  if (timedOut) kill(pid, SIGKILL);
+  if (timedOut) kill(-pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  kill(-pid, SIGKILL);  // anything of the worker's still running (a crashed worker's children)
   if (timedOut) {
     m.error = "timed out after " + std::to_string(static_cast<int>(timeoutSeconds)) + " s";
     return m;
