@@ -240,6 +240,7 @@ struct GemmJob {
   int64_t mc;            // rows per task
   PackedLayout layout;   // of packedB
   GemmPost post;
+  int64_t kc = kKC;      // contraction slice (any, when packedB is panel-major)
 };
 
 // The micro-kernel's post-ops for the tile at column jr with the last KC slice
@@ -275,9 +276,9 @@ void rowBlock(const GemmJob& j, int64_t i0) {
   int64_t rowsPad = (rows + mr - 1) / mr * mr;
   // A row-major A is read in place where the machine has the kernel for it.
   bool inPlace = !j.transA && cpu.microRows;
-  float* ap = inPlace ? nullptr : scratch(0, static_cast<size_t>(rowsPad * kKC));
-  for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
-    int64_t kc = std::min(kKC, j.k - p0);
+  float* ap = inPlace ? nullptr : scratch(0, static_cast<size_t>(rowsPad * j.kc));
+  for (int64_t p0 = 0; p0 < j.k; p0 += j.kc) {
+    int64_t kc = std::min(j.kc, j.k - p0);
     if (!inPlace) packA(j.a, j.lda, j.transA, i0, rows, p0, kc, mr, ap);
     bool add = j.accumulate || p0 > 0, last = p0 + kc == j.k && hasPost(j.post);
     for (int64_t jr = 0; jr < j.n; jr += nr) {
@@ -606,8 +607,15 @@ void narrowGemm(SkinnyJob j) {
 
 }  // namespace
 
+// Rows per task: the schedule's, or enough tasks for every thread; whole tiles.
+int64_t rowsPerTask(int64_t m, int64_t mr, const GemmBlocking& blocking) {
+  int threads = currentThreads();
+  int64_t mc = blocking.mcTiles > 0 ? blocking.mcTiles * mr : std::max<int64_t>(mr, (m + threads - 1) / threads);
+  return (mc + mr - 1) / mr * mr;
+}
+
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
-           bool transB, float* c, int64_t ldc, bool accumulate, const GemmPost& post) {
+           bool transB, float* c, int64_t ldc, bool accumulate, const GemmPost& post, const GemmBlocking& blocking) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     // An empty contraction: C (or zero), then the post-ops.
@@ -634,11 +642,9 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
   float* bp = scratch(1, static_cast<size_t>(slices * kKC * npad));
   PackJob pack{b, ldb, transB, k, n, nr, npad / nr, bp, {false, k, npad, nr}};
   parallelFor(slices * pack.panels, k * n, packBTask, reinterpret_cast<void* const*>(&pack), nullptr);
+  // B packed here is sliced by KC: the default slice, whatever the schedule says.
   GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, bp, 0, {false, k, npad, nr}, post};
-  // Rows per task: enough tasks for every thread, each a whole number of tiles.
-  int threads = currentThreads();
-  int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
-  job.mc = (mc + mr - 1) / mr * mr;
+  job.mc = rowsPerTask(m, mr, blocking);
   int64_t blocks = (m + job.mc - 1) / job.mc;
   parallelFor(blocks, m * n * k / 64, rowBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
 }
@@ -669,9 +675,10 @@ bool packedBMatches(const float* packed, int64_t k, int64_t n) {
 }
 
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
-                 bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post) {
+                 bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post,
+                 const GemmBlocking& blocking) {
   if (!packed || m <= 0 || n <= 0 || k <= 0 || !packedBMatches(packed, k, n))
-    return sgemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate, post);
+    return sgemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate, post, blocking);
   const float* panels = packed + kPackedHeaderFloats;
   int64_t nr = isa().tile.nr, mr = isa().tile.mr;
   int64_t npad = (n + nr - 1) / nr * nr;
@@ -680,9 +687,9 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   if (n <= kNarrowColumns)
     return narrowGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate, post});
   GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, 0, {true, k, npad, nr}, post};
-  int threads = currentThreads();
-  int64_t mc = std::max<int64_t>(mr, (m + threads - 1) / threads);
-  job.mc = (mc + mr - 1) / mr * mr;
+  job.mc = rowsPerTask(m, mr, blocking);
+  // Panel-major panels are all k deep: any contraction slice reads them.
+  if (blocking.kc > 0) job.kc = blocking.kc;
   parallelFor((m + job.mc - 1) / job.mc, m * n * k / 64, rowBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
 }
 
@@ -691,18 +698,20 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
 extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                                   const float* packed, float* c, int64_t ldc, int64_t flags) {
   kiln::device::SerialScope serial((flags & kiln::jit::kGemmFlagSerial) != 0);
-  kiln::jit::sgemmPacked(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, packed, c, ldc, (flags & 4) != 0);
+  kiln::jit::sgemmPacked(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, packed, c, ldc, (flags & 4) != 0, {},
+                         kiln::jit::gemmBlockingFromFlags(flags));
 }
 
 extern "C" void kiln_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                            float* c, int64_t ldc, int64_t flags) {
   kiln::device::SerialScope serial((flags & kiln::jit::kGemmFlagSerial) != 0);
-  kiln::jit::sgemm(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, c, ldc, (flags & 4) != 0);
+  kiln::jit::sgemm(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, c, ldc, (flags & 4) != 0, {},
+                   kiln::jit::gemmBlockingFromFlags(flags));
 }
 
 extern "C" void kiln_sgemm_post(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                                 const float* packed, float* c, int64_t ldc, int64_t flags, const float* bias) {
   kiln::device::SerialScope serial((flags & kiln::jit::kGemmFlagSerial) != 0);
   kiln::jit::sgemmPacked(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, packed, c, ldc, (flags & 4) != 0,
-                         kiln::jit::GemmPost{bias, (flags & 8) != 0});
+                         kiln::jit::GemmPost{bias, (flags & 8) != 0}, kiln::jit::gemmBlockingFromFlags(flags));
 }

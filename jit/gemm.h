@@ -33,8 +33,16 @@ struct GemmPost {
   bool relu = false;
 };
 
+// A schedule's blocking of the general (many-row) product (loop::Schedule's kc
+// and mc; 0: the defaults): the contraction slice, which applies where B is
+// prepacked (its panels are all k deep), and the rows each task takes, in tiles.
+struct GemmBlocking {
+  int64_t kc = 0;
+  int64_t mcTiles = 0;
+};
+
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
-           bool transB, float* c, int64_t ldc, bool accumulate, const GemmPost& post = {});
+           bool transB, float* c, int64_t ldc, bool accumulate, const GemmPost& post = {}, const GemmBlocking& blocking = {});
 
 constexpr int64_t kSkinnyRows = 8;
 
@@ -54,15 +62,28 @@ bool packedBMatches(const float* packed, int64_t k, int64_t n);
 
 // sgemm with B prepacked; `packed` null, or made for another shape, falls back to B itself.
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
-                 bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post = {});
+                 bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post = {},
+                 const GemmBlocking& blocking = {});
 
 // Flags bit 4 of the entry points below: run on the calling thread alone (a
 // schedule that shares nothing, loop::Schedule::parallel).
 constexpr int64_t kGemmFlagSerial = 16;
+// Bits 8-11: KC as log2(KC) - 5 (0: the default); bits 12-19: rows per task in tiles (0: the default).
+constexpr int kGemmFlagKCShift = 8, kGemmFlagMCShift = 12;
+inline int64_t gemmBlockingFlags(int64_t kc, int64_t mcTiles) {
+  int64_t code = 0;
+  while (kc > 32 && (int64_t(32) << code) < kc) ++code;
+  return (kc > 0 ? code << kGemmFlagKCShift : 0) | ((mcTiles & 0xff) << kGemmFlagMCShift);
+}
+inline GemmBlocking gemmBlockingFromFlags(int64_t flags) {
+  int64_t code = (flags >> kGemmFlagKCShift) & 0xf;
+  return {code ? int64_t(32) << code : 0, (flags >> kGemmFlagMCShift) & 0xff};
+}
 
 }  // namespace kiln::jit
 
-// The entry point JIT kernels call; flags: bit 0 transA, bit 1 transB, bit 2 accumulate, bit 4 serial.
+// The entry point JIT kernels call; flags: bit 0 transA, bit 1 transB, bit 2 accumulate, bit 4 serial,
+// bits 8-19 blocking (gemmBlockingFlags).
 // The same with a prepacked B (null: none).
 extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                                   const float* packed, float* c, int64_t ldc, int64_t flags);

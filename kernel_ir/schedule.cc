@@ -57,6 +57,8 @@ std::string Schedule::toString() const {
   if (!parallel) add("parallel=0");
   if (grainShift) add("grain=" + std::to_string(grainShift));
   if (!directConv) add("conv=gemm");
+  if (gemmKC) add("kc=" + std::to_string(gemmKC));
+  if (gemmMCTiles) add("mc=" + std::to_string(gemmMCTiles));
   return s.empty() ? "default" : s;
 }
 
@@ -97,6 +99,10 @@ std::optional<Schedule> Schedule::parse(std::string_view text, std::string* erro
       s.parallel = v == 1;
     } else if (key == "grain") {
       ok = parseInt(value, s.grainShift) && s.grainShift >= -10 && s.grainShift <= 20;
+    } else if (key == "kc") {
+      ok = parseInt(value, s.gemmKC) && s.gemmKC >= 64 && s.gemmKC <= 1024 && (s.gemmKC & (s.gemmKC - 1)) == 0;
+    } else if (key == "mc") {
+      ok = parseInt(value, s.gemmMCTiles) && s.gemmMCTiles >= 1 && s.gemmMCTiles <= 255;
     } else if (key == "conv") {
       ok = value == "direct" || value == "gemm";
       s.directConv = value == "direct";
@@ -325,7 +331,7 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
 
 int ScheduleSpace::dimensions() const {
   return (nestDepth > 1 ? 2 : 0) + (nestDepth == 1 ? 1 : 0) + (hasVectorLoops ? 2 : 0) + (hasSerialInner ? 1 : 0) +
-         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0);
+         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 2 : 0);
 }
 
 namespace {
@@ -345,7 +351,7 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
   Schedule out = s;
   // Knobs this space has, drawn until one actually changes the schedule.
   for (int attempt = 0; attempt < 16 && out == s; ++attempt) {
-    switch (std::uniform_int_distribution<int>(0, 7)(rng)) {
+    switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
       case 0:
         if (nestDepth > 1) {
           out.order.resize(static_cast<size_t>(nestDepth));
@@ -382,6 +388,12 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
         break;
       case 7:
         if (hasConv) out.directConv = !out.directConv;
+        break;
+      case 8:
+        if (hasGemm) out.gemmKC = pick<int32_t>(rng, {0, 64, 256, 512, 1024});
+        break;
+      case 9:
+        if (hasGemm) out.gemmMCTiles = pick<int32_t>(rng, {0, 1, 2, 4, 8, 16});
         break;
     }
   }

@@ -47,6 +47,11 @@ struct Schedule {
   // Convolutions: the runtime's direct convolution (true) or an unfold into a
   // column buffer and a GEMM.
   bool directConv = true;
+  // GEMMs of many rows (jit::GemmBlocking): the contraction slice KC (64..1024,
+  // where B is prepacked) and the rows each task takes, in micro-kernel tiles
+  // (0: the runtime's choice).
+  int32_t gemmKC = 0;
+  int32_t gemmMCTiles = 0;
 
   bool isDefault() const { return toString() == "default"; }
   std::string toString() const;

@@ -78,7 +78,9 @@ int countLoops(const loop::LoopKernel& k, loop::StmtId s) {
 TEST_CASE("a schedule's text names what differs from the default, and reads back") {
   CHECK(Schedule{}.toString() == "default");
   CHECK(Schedule{}.isDefault());
-  Schedule s = parsed("order=1:0,tile=32:8,vec=8,interleave=2,unroll=4,parallel=0,grain=-2,conv=gemm");
+  Schedule s = parsed("order=1:0,tile=32:8,vec=8,interleave=2,unroll=4,parallel=0,grain=-2,conv=gemm,kc=256,mc=4");
+  CHECK(s.gemmKC == 256);
+  CHECK(s.gemmMCTiles == 4);
   CHECK(s.order == std::vector<int32_t>{1, 0});
   CHECK(s.tile == std::vector<int64_t>{32, 8});
   CHECK(s.vectorWidth == 8);
@@ -89,7 +91,7 @@ TEST_CASE("a schedule's text names what differs from the default, and reads back
   // An identity order and no tiles are the default.
   CHECK(parsed("order=0:1:2,tile=0:0:0").toString() == "default");
   for (const char* bad : {"", "vec=3", "vec", "order=0:0", "order=1:0,tile=8", "speed=11", "parallel=2", "tile=-4",
-                          "interleave=0", "grain=99", "conv=winograd"}) {
+                          "interleave=0", "grain=99", "conv=winograd", "kc=100", "kc=2048", "mc=0"}) {
     std::string why;
     INFO(bad);
     CHECK(!Schedule::parse(bad, &why).has_value());
@@ -121,6 +123,10 @@ TEST_CASE("loop order and tiles are applied where legal, and every schedule comp
   // Dense and convolution: parallel and algorithm choices.
   checkSameResult("def @main(%x: Tensor[(4, 64), float32], %w: Tensor[(32, 64), float32]) { nn.relu(nn.dense(%x, %w)) }",
                   {{4, 64}, {32, 64}}, "parallel=0");
+  // GEMM blocking: the contraction slice and rows per task (B prepacked, as a constant weight is).
+  for (const char* s : {"kc=64,mc=1", "kc=1024,mc=3", "kc=256,mc=16,parallel=0"})
+    checkSameResult("def @main(%x: Tensor[(40, 300), float32], %w: Tensor[(70, 300), float32]) { nn.dense(%x, %w) }",
+                    {{40, 300}, {70, 300}}, s);
   checkSameResult(
       "def @main(%x: Tensor[(1, 3, 20, 20), float32], %w: Tensor[(8, 3, 3, 3), float32]) { nn.conv2d(%x, %w, padding=[1, 1]) }",
       {{1, 3, 20, 20}, {8, 3, 3, 3}}, "conv=gemm,parallel=0");
