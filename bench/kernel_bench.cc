@@ -105,7 +105,7 @@ int compareTuned(const std::string& logPath) {
     const char* name;
     const char* src;
     std::vector<Tensor> in;
-    std::initializer_list<int64_t> out;
+    std::vector<int64_t> out;
   };
   Tensor m = filled({4096, 4096});
   std::vector<Product> products = {
@@ -126,7 +126,7 @@ int compareTuned(const std::string& logPath) {
     std::vector<const Tensor*> refs;
     for (const Tensor& t : p.in) refs.push_back(&t);
     const jit::CompiledKernel& variant = fast->variantFor(jit::CompiledKernel::TensorRefs(refs.data(), refs.size()));
-    std::vector<Tensor> out{Tensor::empty(DType::Float32, p.out)};
+    std::vector<Tensor> out{Tensor::empty(DType::Float32, std::span<const int64_t>(p.out))};
     std::vector<double> a, b;
     for (int r = 0; r < 15; ++r) {
       for (int side = 0; side < 2; ++side) {

@@ -56,8 +56,8 @@ double number(const std::string& flag, const std::string& v) {
 
 int run(int argc, char** argv) {
   std::string program, logPath, shapesPath, paramsFile;
-  int64_t minDim = 0, maxDim = 0;
   bool listOnly = false;
+  kiln::tune::ExtractOptions extract;
   kiln::tune::TuneOptions options;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
@@ -73,12 +73,11 @@ int run(int argc, char** argv) {
     else if (a == "--shapes") shapesPath = value();
     else if (a == "--params") paramsFile = value();
     else if (a == "--dims") {
-      std::string v = value();
-      size_t colon = v.find(':');
-      if (colon == std::string::npos) throw Usage("--dims needs LO:HI, got '" + v + "'");
-      minDim = static_cast<int64_t>(number(a, v.substr(0, colon)));
-      maxDim = static_cast<int64_t>(number(a, v.substr(colon + 1)));
-      if (minDim > maxDim || maxDim > (int64_t(1) << 30)) throw Usage("--dims LO:HI needs 1 <= LO <= HI <= 2^30");
+      try {
+        kiln::tune::parseDimRange(value(), extract);
+      } catch (const kiln::Error& e) {
+        throw Usage(e.message());
+      }
     } else if (a == "--budget") options.totalBudgetSeconds = number(a, value());
     else if (a == "--task-budget") options.taskBudgetSeconds = number(a, value());
     else if (a == "--trials") options.maxTrials = static_cast<int>(std::min(number(a, value()), 100000.0));
@@ -93,7 +92,6 @@ int run(int argc, char** argv) {
   if (logPath.empty() && !listOnly) throw Usage("--log FILE is needed (where the results go)");
 
   std::shared_ptr<const kiln::Executable> exe;
-  kiln::tune::ExtractOptions extract;
   try {
     kiln::CompileOptions copts;
     if (!paramsFile.empty()) copts.params = kiln::readNpz(paramsFile);
@@ -110,8 +108,6 @@ int run(int argc, char** argv) {
   } catch (const kiln::Error& e) {
     throw Usage(e.message());
   }
-  extract.minDim = minDim;
-  extract.maxDim = maxDim;
   kiln::tune::TaskList tasks = kiln::tune::extractTasks(*exe, extract);
   std::string listing = tasks.toString();
   std::fwrite(listing.data(), 1, listing.size(), stdout);
@@ -163,10 +159,10 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const Usage& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", e.message().c_str());
     return 2;
   } catch (const kiln::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", e.message().c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: internal: %s\n", e.what());

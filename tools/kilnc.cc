@@ -203,15 +203,7 @@ int main(int argc, char** argv) {
     kiln::tune::ExtractOptions extract;
     if (emit == "tasks") {
       if (!shapesFile.empty()) extract.records = kiln::tune::readShapeRecords(shapesFile);
-      if (!dims.empty()) {
-        size_t colon = dims.find(':');
-        char* end = nullptr;
-        extract.minDim = std::strtoll(dims.c_str(), &end, 10);
-        bool ok = colon != std::string::npos && end == dims.c_str() + colon;
-        if (ok) extract.maxDim = std::strtoll(dims.c_str() + colon + 1, &end, 10);
-        ok = ok && *end == 0 && extract.minDim >= 1 && extract.minDim <= extract.maxDim && extract.maxDim <= (int64_t(1) << 30);
-        if (!ok) return fail(2, "error: --dims needs LO:HI with 1 <= LO <= HI <= 2^30, got '" + dims + "'");
-      }
+      if (!dims.empty()) kiln::tune::parseDimRange(dims, extract);
     } else if (!shapesFile.empty() || !dims.empty()) {
       return fail(2, "error: --shapes and --dims go with --emit tasks");
     }

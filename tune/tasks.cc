@@ -222,6 +222,24 @@ TaskList extractTasks(const Executable& exe, const ExtractOptions& options) {
   return list;
 }
 
+void parseDimRange(const std::string& text, ExtractOptions& options) {
+  size_t colon = text.find(':');
+  int64_t lo = 0, hi = 0;
+  bool ok = colon != std::string::npos;
+  if (ok) {
+    auto [p, ec] = std::from_chars(text.data(), text.data() + colon, lo);
+    ok = ec == std::errc() && p == text.data() + colon;
+  }
+  if (ok) {
+    auto [p, ec] = std::from_chars(text.data() + colon + 1, text.data() + text.size(), hi);
+    ok = ec == std::errc() && p == text.data() + text.size();
+  }
+  if (!ok || lo < 1 || lo > hi || hi > (int64_t(1) << 30))
+    throw Error("--dims needs LO:HI with 1 <= LO <= HI <= 2^30, got '" + text + "'");
+  options.minDim = lo;
+  options.maxDim = hi;
+}
+
 std::string TaskList::toString() const {
   size_t kernels = 0;
   std::set<std::string> distinct;

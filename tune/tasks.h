@@ -76,4 +76,7 @@ struct ExtractOptions {
 
 TaskList extractTasks(const Executable& exe, const ExtractOptions& options);
 
+// `--dims LO:HI` into options.minDim and maxDim; throws kiln::Error unless 1 <= LO <= HI <= 2^30.
+void parseDimRange(const std::string& text, ExtractOptions& options);
+
 }  // namespace kiln::tune
