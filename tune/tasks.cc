@@ -92,6 +92,10 @@ std::string skipReason(const FusedFunction& f, KernelKind kind) {
   if (kind == KernelKind::Scalar) return "host scalar";
   static const std::set<std::string> moves = {"reshape", "squeeze", "expand_dims", "copy", "device_copy",
                                               "reshape_like", "nn.batch_flatten", "layout_transform"};
+  static const std::set<std::string> shapeOnly = {"shape_of", "ndarray_size"};
+  bool onlyShapes = true;
+  for (const auto& n : f.nodes) onlyShapes &= n.isConstant() || shapeOnly.count(n.op->name) != 0;
+  if (onlyShapes) return "shape computation (reads no data)";
   bool onlyMoves = true, computes = false;
   for (const auto& n : f.nodes) {
     if (n.isConstant()) continue;
