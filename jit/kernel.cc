@@ -116,9 +116,12 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   // Schedules are the CPU code generator's; other devices compile the default.
   if (device.kind == Device::Kind::CPU && f_.library.empty()) {
     schedule_ = schedule;
-    if (tuned && tuned->hasTask(taskKey(f_))) {
-      tuned_ = std::move(tuned);
-      task_ = taskKey(f_);
+    if (tuned) {
+      std::string task = taskKey(f_);
+      if (tuned->hasTask(task)) {
+        tuned_ = std::move(tuned);
+        task_ = std::move(task);
+      }
     }
   }
   if (device.isGpu()) {
@@ -264,15 +267,29 @@ const std::vector<Shape>& CompiledKernel::checkedShapes(TensorRefs inputs, std::
 const CompiledKernel& CompiledKernel::variantFor(TensorRefs inputs) const {
   if (!tuned_) return *this;
   if (inputs.size() != f_.params.size()) return *this;  // the call's own check reports it
-  boost::container::small_vector<Shape, 8> shapes;
-  for (const Tensor* t : inputs) shapes.push_back(t->defined() ? t->shape() : Shape{});
-  std::optional<loop::Schedule> s = tuned_->lookup(task_, std::span<const Shape>(shapes.data(), shapes.size()));
-  if (!s || *s == schedule_) return *this;
-  std::string text = s->toString();
+  // The inputs' shapes, flattened with each rank first: a loop calls a kernel
+  // with the same shapes again and again, and then only these are compared.
+  boost::container::small_vector<int64_t, 32> dims;
+  for (const Tensor* t : inputs) {
+    if (!t->defined()) return *this;
+    dims.push_back(static_cast<int64_t>(t->rank()));
+    dims.insert(dims.end(), t->shape().begin(), t->shape().end());
+  }
   std::lock_guard<std::mutex> lock(variants_->mu);
-  std::shared_ptr<const CompiledKernel>& v = variants_->bySchedule[text];
-  if (!v) v = std::make_shared<const CompiledKernel>(f_, device_, false, disk_, std::string_view(), *s);
-  return *v;
+  Variants& vs = *variants_;
+  if (vs.last && std::equal(dims.begin(), dims.end(), vs.lastDims.begin(), vs.lastDims.end())) return *vs.last;
+  std::vector<Shape> shapes;
+  for (const Tensor* t : inputs) shapes.push_back(t->shape());
+  std::optional<loop::Schedule> s = tuned_->lookup(task_, shapes);
+  const CompiledKernel* chosen = this;
+  if (s && !(*s == schedule_)) {
+    std::shared_ptr<const CompiledKernel>& v = vs.bySchedule[s->toString()];
+    if (!v) v = std::make_shared<const CompiledKernel>(f_, device_, false, disk_, std::string_view(), *s);
+    chosen = v.get();
+  }
+  vs.lastDims.assign(dims.begin(), dims.end());
+  vs.last = chosen;
+  return *chosen;
 }
 
 std::vector<Shape> CompiledKernel::shapesFor(TensorRefs inputs) const {

@@ -126,6 +126,9 @@ class CompiledKernel {
   struct Variants {
     std::mutex mu;
     std::unordered_map<std::string, std::shared_ptr<const CompiledKernel>> bySchedule;
+    // The last call's shapes (variantFor's flattening) and the kernel they chose.
+    std::vector<int64_t> lastDims;
+    const CompiledKernel* last = nullptr;
   };
   std::shared_ptr<Variants> variants_ = std::make_shared<Variants>();
 

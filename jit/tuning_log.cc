@@ -41,7 +41,9 @@ std::optional<std::vector<Shape>> parseShapes(std::string_view text) {
         std::string_view d = one.substr(0, x);
         int64_t v = 0;
         auto [p, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
-        if (ec != std::errc() || p != d.data() + d.size() || v < 0) return std::nullopt;
+        // Dimensions and ranks within what a tensor type may have (ops::kMaxDimension).
+        if (ec != std::errc() || p != d.data() + d.size() || v < 0 || v > (int64_t(1) << 40) || shape.size() >= 64)
+          return std::nullopt;
         shape.push_back(v);
         if (x == std::string_view::npos) break;
         one.remove_prefix(x + 1);

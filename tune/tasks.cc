@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -62,7 +63,7 @@ std::vector<ShapeRecord> readShapeRecords(const std::string& path) {
         seen |= 8;
       } else if (key == "us") {
         auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), r.totalMicros);
-        if (ec != std::errc() || p != value.data() + value.size() || !(r.totalMicros >= 0))
+        if (ec != std::errc() || p != value.data() + value.size() || !(r.totalMicros >= 0) || !std::isfinite(r.totalMicros))
           fail("bad time '" + std::string(value) + "'");
         seen |= 16;
       } else {
