@@ -24,10 +24,12 @@ struct ConvJob {
   float* out;
   const float* packedW;  // group g at packedW + g * k * mpad: KC slices of MR-tall panels
   int64_t cg, og, k, mpad, pixels;
+  int64_t kc;  // contraction slice (convSlice)
   int64_t panelsPerTask, tasksPerImageGroup;
-  // The AVX-512 gathers: 32-wide panels, and every window coordinate and plane
-  // offset within int32 (they hold them in 32-bit lanes); otherwise portable.
-  bool vector;
+  // The vector gathers (AVX-512 for 32-wide panels, AVX2 for 16-wide ones) hold
+  // every window coordinate and plane offset in 32-bit lanes: used only where
+  // those fit in int32; otherwise the portable gather.
+  enum class Gather { Portable, Avx512, Avx2 } gather;
   ConvPostOps post;
 };
 
@@ -231,6 +233,117 @@ __attribute__((target("avx512f"))) void gatherSlice512(const ConvJob& j, const P
   }
 }
 
+// The AVX2 gather, for the 16-wide panels of the 6 x 16 tile, as gatherSlice512:
+// a panel on one run of input columns (stride 1 or 2) makes each tap's column
+// masks once per slice, then reads each row with two (stride 2: four) masked
+// 8-wide loads, keeping the even lanes for stride 2; other panels gather.
+// vmaskmovps neither reads nor faults on masked-off lanes.
+namespace avx2 {
+
+__attribute__((target("avx2"), always_inline)) inline __m256i columnMask(int64_t first, int64_t width) {
+  __m256i col = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int32_t>(first)));
+  __m256i insideLeft = _mm256_cmpgt_epi32(col, _mm256_set1_epi32(-1));
+  __m256i insideRight = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(width)), col);
+  return _mm256_and_si256(insideLeft, insideRight);
+}
+
+// Lanes 0, 2, 4, 6 of a then of b: the columns a stride-2 run reads.
+__attribute__((target("avx2"), always_inline)) inline __m256 evens(__m256 a, __m256 b) {
+  __m256 mixed = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));  // a0 a2 b0 b2 | a4 a6 b4 b6
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(mixed), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+__attribute__((target("avx2"), always_inline)) inline __m256 maskedColumns(uintptr_t at, __m256i m) {
+  return _mm256_maskload_ps(reinterpret_cast<const float*>(at), m);
+}
+
+// Lanes [8 * half, 8 * half + 8) of the panel row for tap (ky, kx) by gathers,
+// zero outside the image and past the panel's valid lanes.
+__attribute__((target("avx2"), always_inline)) inline __m256 gatherLanes(const ConvJob& j, const PanelOrigin& o,
+                                                                        const float* plane, int64_t ky, int64_t kx, int half) {
+  __m256i iy = _mm256_add_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o.iy + half * 8)),
+                                _mm256_set1_epi32(static_cast<int32_t>(ky * j.d.dh)));
+  __m256i ix = _mm256_add_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o.ix + half * 8)),
+                                _mm256_set1_epi32(static_cast<int32_t>(kx * j.d.dw)));
+  __m256i lane = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(half * 8));
+  __m256i minus1 = _mm256_set1_epi32(-1);
+  __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(o.count)), lane);
+  m = _mm256_and_si256(m, _mm256_cmpgt_epi32(iy, minus1));
+  m = _mm256_and_si256(m, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(j.d.h)), iy));
+  m = _mm256_and_si256(m, _mm256_cmpgt_epi32(ix, minus1));
+  m = _mm256_and_si256(m, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(j.d.w)), ix));
+  // Masked-off lanes are not read, so their (possibly wrapped) index is harmless.
+  __m256i idx = _mm256_add_epi32(_mm256_mullo_epi32(iy, _mm256_set1_epi32(static_cast<int32_t>(j.d.w))), ix);
+  return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), plane, idx, _mm256_castsi256_ps(m), 4);
+}
+
+__attribute__((target("avx2"))) void gatherSlice(const ConvJob& j, const PanelOrigin& o, const float* image, int64_t p0,
+                                                 int64_t kc, float* bp) {
+  constexpr int64_t nr = 16;
+  int64_t taps = j.d.kh * j.d.kw, plane = j.d.h * j.d.w;
+  int64_t ch = p0 / taps, ky = p0 % taps / j.d.kw, kx = p0 % j.d.kw;
+  bool oneRun = o.runs && o.split == o.count && j.d.kw <= kMaxRunTaps;
+  int64_t stride = j.d.sw, loads = 2 * stride;
+  struct Columns {
+    int64_t first;    // the input column lane 0 reads
+    bool whole;       // every load inside the row: plain loads
+    __m256i mask[4];  // of the loads of columns [first + 8q, first + 8q + 8)
+  } cols[kMaxRunTaps];
+  __m256 valid0 = _mm256_setzero_ps(), valid1 = valid0;
+  if (oneRun) {
+    for (int64_t t = 0; t < j.d.kw; ++t) {
+      cols[t].first = o.ix[0] + t * j.d.dw;
+      cols[t].whole = cols[t].first >= 0 && cols[t].first + 8 * loads <= j.d.w;
+      for (int64_t q = 0; q < loads; ++q) cols[t].mask[q] = columnMask(cols[t].first + 8 * q, j.d.w);
+    }
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), count = _mm256_set1_epi32(static_cast<int32_t>(o.count));
+    valid0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, lane));
+    valid1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, _mm256_add_epi32(lane, _mm256_set1_epi32(8))));
+  }
+  for (int64_t r = 0; r < kc; ++r) {
+    float* row = bp + r * nr;
+    int64_t iy = o.iy[0] + ky * j.d.dh;
+    __m256 lo, hi;
+    if (!oneRun) {
+      lo = gatherLanes(j, o, image + ch * plane, ky, kx, 0);
+      hi = gatherLanes(j, o, image + ch * plane, ky, kx, 1);
+    } else if (iy < 0 || iy >= j.d.h) {
+      lo = hi = _mm256_setzero_ps();
+    } else {
+      // The address of a column left of the image is formed as an integer, never
+      // as a pointer; masked-off columns are not read.
+      const Columns& c = cols[kx];
+      uintptr_t at = reinterpret_cast<uintptr_t>(image + ch * plane + iy * j.d.w) + static_cast<uintptr_t>(c.first * 4);
+      // Each case spelled out: a loop over the loads kept them in a stack array,
+      // stored and reloaded (a quarter of the CNN's time).
+      auto load = [&](int q) __attribute__((target("avx2"), always_inline)) {
+        return c.whole ? _mm256_loadu_ps(reinterpret_cast<const float*>(at + static_cast<uintptr_t>(32 * q)))
+                       : maskedColumns(at + static_cast<uintptr_t>(32 * q), c.mask[q]);
+      };
+      if (stride == 1) {
+        lo = load(0);
+        hi = load(1);
+      } else {
+        lo = evens(load(0), load(1));
+        hi = evens(load(2), load(3));
+      }
+      lo = _mm256_and_ps(lo, valid0);
+      hi = _mm256_and_ps(hi, valid1);
+    }
+    _mm256_storeu_ps(row, lo);
+    _mm256_storeu_ps(row + 8, hi);
+    if (++kx == j.d.kw) {
+      kx = 0;
+      if (++ky == j.d.kh) {
+        ky = 0;
+        ++ch;
+      }
+    }
+  }
+}
+
+}  // namespace avx2
+
 void gatherSlicePortable(const ConvJob& j, int64_t j0, int64_t count, const float* image, int64_t p0, int64_t kc,
                          int64_t nr, float* bp) {
   int64_t taps = j.d.kh * j.d.kw, plane = j.d.h * j.d.w;
@@ -245,7 +358,7 @@ void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   const ConvJob& j = *reinterpret_cast<const ConvJob*>(ctx);
   const Isa& cpu = isa();
   int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
-  float* bp = scratch(1, static_cast<size_t>(kKC * nr));
+  float* bp = scratch(1, static_cast<size_t>(j.kc * nr));
   int64_t panels = (j.pixels + nr - 1) / nr;
   for (int64_t t = begin; t < end; ++t) {
     int64_t img = t / (j.d.groups * j.tasksPerImageGroup);
@@ -257,12 +370,15 @@ void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
     for (int64_t q = first; q < std::min(panels, first + j.panelsPerTask); ++q) {
       int64_t j0 = q * nr;
       int64_t count = std::min(nr, j.pixels - j0);
-      PanelOrigin origin = j.vector ? panelOrigin(j, j0, nr) : PanelOrigin{};
-      for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
-        int64_t kc = std::min(kKC, j.k - p0);
-        if (j.vector) gatherSlice512(j, origin, image, p0, kc, nr, bp);
-        else gatherSlicePortable(j, j0, count, image, p0, kc, nr, bp);
-        const float* aslice = aGroup + (p0 / kKC) * kKC * j.mpad;
+      PanelOrigin origin = j.gather != ConvJob::Gather::Portable ? panelOrigin(j, j0, nr) : PanelOrigin{};
+      for (int64_t p0 = 0; p0 < j.k; p0 += j.kc) {
+        int64_t kc = std::min(j.kc, j.k - p0);
+        switch (j.gather) {
+          case ConvJob::Gather::Avx512: gatherSlice512(j, origin, image, p0, kc, nr, bp); break;
+          case ConvJob::Gather::Avx2: avx2::gatherSlice(j, origin, image, p0, kc, bp); break;
+          case ConvJob::Gather::Portable: gatherSlicePortable(j, j0, count, image, p0, kc, nr, bp); break;
+        }
+        const float* aslice = aGroup + p0 * j.mpad;
         // The post-ops in the micro-kernel's registers, with the last slice: a
         // pass after the tile's store re-read rows a plane apart (one L1 set),
         // and cost as much as a separate pass over the output.
@@ -281,14 +397,22 @@ void convTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
 
 namespace {
 
+// The contraction slice: the whole window when its panel (k x NR floats) fits
+// in 20 KiB of L1 beside the filter rows streaming through, so that each output
+// tile is written once, post-ops included (a 3x3 window of 32 channels is 288
+// deep: slices of 128 stored and re-read every tile three times and ran a
+// 32-deep remainder); otherwise kKC.
+int64_t convSlice(int64_t k, int64_t nr) { return k * nr * 4 <= 20 * 1024 ? k : kKC; }
+
 // The filters of every group as the A operand, rows [g*og, (g+1)*og) of the o x
-// k matrix: group g at out + g * k * mpad, its KC slice at depth p0 + p0 * mpad.
+// k matrix: group g at out + g * k * mpad, its slice at depth p0 at + p0 * mpad.
 void packFilters(const float* w, int64_t o, int64_t k, int64_t groups, float* out) {
-  int64_t og = o / groups, mr = isa().tile.mr;
-  int64_t mpad = (og + mr - 1) / mr * mr;
+  const Tile tile = isa().tile;
+  int64_t og = o / groups, kc = convSlice(k, tile.nr);
+  int64_t mpad = (og + tile.mr - 1) / tile.mr * tile.mr;
   for (int64_t g = 0; g < groups; ++g)
-    for (int64_t p0 = 0; p0 < k; p0 += kKC)
-      packA(w, k, false, g * og, og, p0, std::min(kKC, k - p0), mr, out + g * k * mpad + p0 * mpad);
+    for (int64_t p0 = 0; p0 < k; p0 += kc)
+      packA(w, k, false, g * og, og, p0, std::min(kc, k - p0), tile.mr, out + g * k * mpad + p0 * mpad);
 }
 
 }  // namespace
@@ -302,16 +426,18 @@ int64_t packedConvFilterFloats(int64_t o, int64_t k, int64_t groups) {
 }
 
 void packConvFilter(const float* w, int64_t o, int64_t k, int64_t groups, float* out) {
-  int64_t header[4] = {o, k, groups, isa().tile.mr};
+  // The slice is part of the layout: a packing made for another tile or slice is refused.
+  int64_t header[5] = {o, k, groups, isa().tile.mr, convSlice(k, isa().tile.nr)};
   std::memset(out, 0, sizeof(float) * kPackedHeaderFloats);
   std::memcpy(out, header, sizeof header);
   packFilters(w, o, k, groups, out + kPackedHeaderFloats);
 }
 
 bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t groups) {
-  int64_t header[4];
+  int64_t header[5];
   std::memcpy(header, packed, sizeof header);
-  return header[0] == o && header[1] == k && header[2] == groups && header[3] == isa().tile.mr;
+  return header[0] == o && header[1] == k && header[2] == groups && header[3] == isa().tile.mr &&
+         header[4] == convSlice(k, isa().tile.nr);
 }
 
 void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out,
@@ -348,9 +474,11 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
     return pad <= INT32_MAX && (out - 1) <= INT32_MAX / stride && (window - 1) <= INT32_MAX / dilation &&
            (out - 1) * stride <= INT32_MAX - (window - 1) * dilation;
   };
-  bool vector = nr == 32 && __builtin_cpu_supports("avx512f") && d.h * d.w <= INT32_MAX &&
-                fits(d.oh, d.sh, d.kh, d.dh, d.ph) && fits(d.ow, d.sw, d.kw, d.dw, d.pw);
-  ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, perTask, (panels + perTask - 1) / perTask, vector, post};
+  bool in32 = d.h * d.w <= INT32_MAX && fits(d.oh, d.sh, d.kh, d.dh, d.ph) && fits(d.ow, d.sw, d.kw, d.dw, d.pw);
+  auto gather = ConvJob::Gather::Portable;
+  if (in32 && nr == 32 && __builtin_cpu_supports("avx512f")) gather = ConvJob::Gather::Avx512;
+  if (in32 && nr == 16 && __builtin_cpu_supports("avx2")) gather = ConvJob::Gather::Avx2;
+  ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, convSlice(k, nr), perTask, (panels + perTask - 1) / perTask, gather, post};
   device::parallelFor(d.n * d.groups * job.tasksPerImageGroup, d.n * d.o * pixels * k / 64, convTask,
                       reinterpret_cast<void* const*>(&job), nullptr);
 }

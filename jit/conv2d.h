@@ -44,7 +44,7 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
 // Prepacked filters: o filters of k = (c / groups) * kh * kw weights each, in
 // the layout sconv2d reads them (per group, KC slices of MR-tall panels), made
 // once for a constant weight. A header of kPackedHeaderFloats floats (gemm.h)
-// holds (o, k, groups, MR) as int64.
+// holds (o, k, groups, MR, slice depth) as int64.
 int64_t packedConvFilterFloats(int64_t o, int64_t k, int64_t groups);  // -1 on overflow or bad groups
 void packConvFilter(const float* w, int64_t o, int64_t k, int64_t groups, float* out);
 bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t groups);
