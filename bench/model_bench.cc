@@ -10,7 +10,10 @@
 // from where they live with a vector read loop, or its FLOPs at peak where that
 // is larger.
 //
-//   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR] [--tuning-log FILE]
+//   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR] [--tuning-log FILE] [--profile]
+// --profile prints, instead of the timings, each workload's per-kernel table on 1
+// and 2 threads (calls per run, mean time a call, share): where Kiln's time goes,
+// for workloads vmrun cannot take (the tree's input is an ADT value).
 // --tuning-log adds `tuned us`: the Relay program with kiln-tune's schedules from
 // FILE, timed in the same rounds, and `t/k`, its time over the default schedules'.
 // --check runs every workload once through Kiln (and partitioned for oneDNN) against the reference and exits
@@ -194,6 +197,35 @@ double ortError(const std::vector<float>& out, const Tensor& expected) {
   return relativeError(t, expected);
 }
 
+// Kiln's per-kernel figures over `runs` runs after a warm-up, by time spent.
+void profile(const std::vector<Workload>& all, int runs) {
+  for (const Workload& w : all)
+    for (int threads : {1, 2}) {
+      KilnModel m(w, threads);
+      for (int i = 0; i < 10; ++i) m.run();
+      m.vm->enableProfiling();
+      auto t0 = Clock::now();
+      for (int i = 0; i < runs; ++i) m.run();
+      double perRun = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / runs;
+      const auto& prof = m.vm->kernelProfile();
+      std::vector<size_t> order(prof.size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prof[a].totalNanos > prof[b].totalNanos; });
+      double kernels = 0;
+      for (const auto& p : prof) kernels += static_cast<double>(p.totalNanos) / 1e3 / runs;
+      std::printf("%s, %d thread%s: %.1f us a run, %.1f us of it in kernels (profiling on)\n", w.name.c_str(), threads,
+                  threads > 1 ? "s" : "", perRun, kernels);
+      std::printf("  %-44s %10s %10s %7s\n", "kernel", "calls/run", "mean us", "share");
+      for (size_t k : order) {
+        const auto& p = prof[k];
+        if (p.calls == 0) continue;
+        double us = static_cast<double>(p.totalNanos) / 1e3;
+        std::printf("  %-44s %10.1f %10.2f %6.1f%%\n", m.exe->kernels()[k].function->name.c_str(),
+                    static_cast<double>(p.calls) / runs, us / static_cast<double>(p.calls), 100.0 * us / runs / perRun);
+      }
+    }
+}
+
 int check(const std::vector<Workload>& all) {
   int failures = 0;
   for (const Workload& w : all)
@@ -222,24 +254,30 @@ int check(const std::vector<Workload>& all) {
 int main(int argc, char** argv) {
   std::string only;
   int rounds = 15;
-  bool checkOnly = false, noOrt = false;
+  bool checkOnly = false, noOrt = false, profileOnly = false;
   std::string dump, tuningLog;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--check") checkOnly = true;
     else if (a == "--no-ort") noOrt = true;
+    else if (a == "--profile") profileOnly = true;
     else if (a == "--dump" && i + 1 < argc) dump = argv[++i];
     else if (a == "--tuning-log" && i + 1 < argc) tuningLog = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR] [--tuning-log FILE]\n");
+      std::fprintf(stderr, "usage: model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR] [--tuning-log FILE] "
+                           "[--profile]\n");
       return 2;
     }
   }
   std::vector<Workload> all = makeWorkloads();
   std::erase_if(all, [&](const Workload& w) { return !only.empty() && w.name != only; });
   if (checkOnly) return check(all);
+  if (profileOnly) {
+    profile(all, 20 * rounds);
+    return 0;
+  }
   if (!dump.empty()) {
     std::filesystem::create_directories(dump);
     for (const Workload& w : all) {

@@ -535,7 +535,7 @@ void skinnyPanelPortable(const SkinnyJob& j, int64_t q, int64_t nr) {
 // split over 4 or 2 sets of accumulators taking alternate rows of B: with one
 // set, each FMA waited on the previous one's latency and a batch-1 layer read
 // its weights at 35 GB/s from L3 where a plain read loop reaches 56.
-template <int R>
+template <int R, bool Packed>
 __attribute__((target("avx2,fma"))) void skinnyRows256(const SkinnyJob& j, int64_t q, int64_t i0) {
   constexpr int kSets = R == 1 ? 4 : R == 2 ? 2 : 1;
   int64_t w = std::min<int64_t>(16, j.n - q * 16);
@@ -551,8 +551,8 @@ __attribute__((target("avx2,fma"))) void skinnyRows256(const SkinnyJob& j, int64
     for (auto& row : set) row[0] = row[1] = _mm256_setzero_ps();
   // Rows p .. p + kSets - 1 of B (`stride` floats apart, masked when read in place).
   auto step = [&](int s, const float* row, const float* a, int64_t p) __attribute__((target("avx2,fma"), always_inline)) {
-    __m256 b0 = j.packed ? _mm256_loadu_ps(row) : _mm256_maskload_ps(row, mask0);
-    __m256 b1 = j.packed ? _mm256_loadu_ps(row + 8) : _mm256_maskload_ps(row + 8, mask1);
+    __m256 b0 = Packed ? _mm256_loadu_ps(row) : _mm256_maskload_ps(row, mask0);
+    __m256 b1 = Packed ? _mm256_loadu_ps(row + 8) : _mm256_maskload_ps(row + 8, mask1);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       __m256 x = _mm256_broadcast_ss(a + r * j.aRow + p * j.aCol);
@@ -563,8 +563,8 @@ __attribute__((target("avx2,fma"))) void skinnyRows256(const SkinnyJob& j, int64
   for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
     int64_t kc = std::min(kKC, j.k - p0);
     const float* a = j.a + i0 * j.aRow + p0 * j.aCol;
-    const float* row = j.packed ? j.packed + panelBlock(q, p0, j.k, 16) : j.b + p0 * j.ldb + q * 16;
-    int64_t stride = j.packed ? 16 : j.ldb;
+    const float* row = Packed ? j.packed + panelBlock(q, p0, j.k, 16) : j.b + p0 * j.ldb + q * 16;
+    int64_t stride = Packed ? 16 : j.ldb;
     int64_t p = 0;
     for (; p + kSets <= kc; p += kSets)
 #pragma GCC unroll 4
@@ -591,13 +591,14 @@ __attribute__((target("avx2,fma"))) void skinnyRows256(const SkinnyJob& j, int64
   }
 }
 
+template <bool Packed>
 void skinnyPanel256(const SkinnyJob& j, int64_t q) {
   for (int64_t i0 = 0; i0 < j.m; i0 += 4) {
     switch (std::min<int64_t>(4, j.m - i0)) {
-      case 1: skinnyRows256<1>(j, q, i0); break;
-      case 2: skinnyRows256<2>(j, q, i0); break;
-      case 3: skinnyRows256<3>(j, q, i0); break;
-      default: skinnyRows256<4>(j, q, i0); break;
+      case 1: skinnyRows256<1, Packed>(j, q, i0); break;
+      case 2: skinnyRows256<2, Packed>(j, q, i0); break;
+      case 3: skinnyRows256<3, Packed>(j, q, i0); break;
+      default: skinnyRows256<4, Packed>(j, q, i0); break;
     }
   }
 }
@@ -606,7 +607,7 @@ void skinnyPanel256(const SkinnyJob& j, int64_t q) {
 // second half's FMAs, which would all be on padding.
 template <int M>
 void skinnyRows(const SkinnyJob& j, int64_t q) {
-  if (isa().micro == micro256) return skinnyPanel256(j, q);
+  if (isa().micro == micro256) return j.packed ? skinnyPanel256<true>(j, q) : skinnyPanel256<false>(j, q);
   if (isa().tile.nr != 32) return skinnyPanelPortable(j, q, isa().tile.nr);
   if (j.n - q * 32 <= 16) skinnyPanel512<M, true>(j, q);
   else skinnyPanel512<M, false>(j, q);
