@@ -52,7 +52,7 @@ using namespace kiln::bench;
 namespace {
 
 constexpr double kTolerance = 2e-3;
-constexpr int kQuiesceMillis = 20;
+constexpr int kQuiesceMillis = 100;
 
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;
@@ -357,33 +357,27 @@ int main(int argc, char** argv) {
       int per = std::clamp(static_cast<int>(0.02 / std::max(1e-7, secondsSince(t0))), 1, 200);
       std::vector<double> kiln, kilnOnnx, kilnDnnl, kilnTuned, onnx, micros;
       std::vector<float> out;
-      for (int r = 0; r < rounds; ++r) {
+      // Each runtime's idle threads spin for a while after a run (Kiln's pool 50 us,
+      // oneDNN's OpenMP threads and ORT's longer): a pause before each block lets
+      // the last one's threads sleep, so no block is timed while another's threads
+      // still hold the cores (without it, Kiln's two-thread runs right after the
+      // oneDNN block took up to 1.6x as long).
+      auto timeBlock = [&](KilnModel* model, std::vector<double>& times) {
+        if (!model) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
         for (int i = 0; i < per; ++i) {
           auto s = Clock::now();
-          m.run();
-          kiln.push_back(secondsSince(s) * 1e6);
+          model->run();
+          times.push_back(secondsSince(s) * 1e6);
         }
-        for (int i = 0; imported && i < per; ++i) {
-          auto s = Clock::now();
-          imported->run();
-          kilnOnnx.push_back(secondsSince(s) * 1e6);
-        }
-        for (int i = 0; tuned && i < per; ++i) {
-          auto s = Clock::now();
-          tuned->run();
-          kilnTuned.push_back(secondsSince(s) * 1e6);
-        }
-        for (int i = 0; partitioned && i < per; ++i) {
-          auto s = Clock::now();
-          partitioned->run();
-          kilnDnnl.push_back(secondsSince(s) * 1e6);
-        }
-        // Each runtime's idle threads spin for a while after a run (Kiln's 50 us,
-        // ORT's longer): a pause before switching lets them sleep, so neither
-        // side is timed while the other's threads still hold the cores.
+      };
+      for (int r = 0; r < rounds; ++r) {
+        timeBlock(&m, kiln);
+        timeBlock(imported.get(), kilnOnnx);
+        timeBlock(tuned.get(), kilnTuned);
+        timeBlock(partitioned.get(), kilnDnnl);
         if (withOrt) std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
         if (withOrt && ort.run(per, micros, out, ortError_)) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
           onnx.insert(onnx.end(), micros.begin(), micros.end());
         } else if (withOrt) {
           std::fprintf(stderr, "%s: ORT: %s\n", w.name.c_str(), ortError_.c_str());
