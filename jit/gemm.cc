@@ -227,25 +227,42 @@ __attribute__((target("avx2,fma"), always_inline)) inline void finishTile256(__m
 }
 
 // 6 x 16 tile for AVX2: 12 ymm accumulators.
-__attribute__((target("avx2,fma"))) void micro256(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
-                                                  int64_t h, int64_t w, bool add, const MicroPost* post) {
-  // The row loops are unrolled by force: GCC left them rolled and kept the
-  // accumulators on the stack, a load and a store around every FMA (15% of peak).
+// 6 x 16 tile: 12 ymm accumulators; per step two vector loads of B and six
+// broadcasts of A. `at(r, p)` points at A's element for tile row r at depth p:
+// in a packed panel, or in place. The row loops are unrolled by force: GCC left
+// them rolled and kept the accumulators on the stack, a load and a store around
+// every FMA (15% of peak).
+template <class AddressA>
+__attribute__((target("avx2,fma"), always_inline)) inline void tile256(int64_t kc, AddressA at, const float* bp, float* c,
+                                                                      int64_t ldc, int64_t h, int64_t w, bool add,
+                                                                      const MicroPost* post) {
   __m256 acc[6][2];
 #pragma GCC unroll 6
   for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < kc; ++p) {
+  for (int64_t p = 0; p < kc; ++p, bp += 16) {
     __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < 6; ++r) {
-      __m256 a = _mm256_broadcast_ss(ap + r);
+      __m256 a = _mm256_broadcast_ss(at(r, p));
       acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
     }
-    ap += 6;
-    bp += 16;
   }
   finishTile256(acc, c, ldc, h, w, add, post);
+}
+
+__attribute__((target("avx2,fma"))) void micro256(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
+                                                  int64_t h, int64_t w, bool add, const MicroPost* post) {
+  tile256(kc, [ap](int r, int64_t p) { return ap + p * 6 + r; }, bp, c, ldc, h, w, add, post);
+}
+
+// The same tile with A read in place, row-major (rows at or past h repeat the
+// last valid one; their sums are not stored), as micro512Rows: no packing of A.
+__attribute__((target("avx2,fma"))) void micro256Rows(int64_t kc, const float* a, int64_t lda, const float* bp, float* c,
+                                                      int64_t ldc, int64_t h, int64_t w, bool add, const MicroPost* post) {
+  const float* rows[6];
+  for (int64_t i = 0; i < 6; ++i) rows[i] = a + std::min(i, h - 1) * lda;
+  tile256(kc, [&rows](int r, int64_t p) { return rows[r] + p; }, bp, c, ldc, h, w, add, post);
 }
 
 // Portable fallback with the AVX2 tile shape.
@@ -263,7 +280,7 @@ void microScalar(int64_t kc, const float* ap, const float* bp, float* c, int64_t
 const Isa& detail::isa() {
   static const Isa chosen = [] {
     if (__builtin_cpu_supports("avx512f")) return Isa{micro512, {8, 32}, micro512Rows};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{micro256, {6, 16}, nullptr};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{micro256, {6, 16}, micro256Rows};
     return Isa{microScalar, {6, 16}, nullptr};
   }();
   return chosen;
