@@ -566,28 +566,45 @@ __attribute__((target("avx2,fma"))) void skinnyRows256(const SkinnyJob& j, int64
   for (auto& set : acc)
 #pragma GCC unroll 4
     for (auto& row : set) row[0] = row[1] = _mm256_setzero_ps();
-  // Rows p .. p + kSets - 1 of B (`stride` floats apart, masked when read in place).
-  auto step = [&](int s, const float* row, const float* a, int64_t p) __attribute__((target("avx2,fma"), always_inline)) {
-    __m256 b0 = Packed ? _mm256_loadu_ps(row) : _mm256_maskload_ps(row, mask0);
-    __m256 b1 = Packed ? _mm256_loadu_ps(row + 8) : _mm256_maskload_ps(row + 8, mask1);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      __m256 x = _mm256_broadcast_ss(a + r * j.aRow + p * j.aCol);
-      acc[s][r][0] = _mm256_fmadd_ps(x, b0, acc[s][r][0]);
-      acc[s][r][1] = _mm256_fmadd_ps(x, b1, acc[s][r][1]);
-    }
-  };
+  // The steps are spelled out, not a lambda: through a lambda's captured
+  // reference GCC kept the accumulators on the stack (a store per FMA; an 8-row
+  // product ran at 20 GFLOP/s).
+  const int64_t aRow = j.aRow, aCol = j.aCol;
   for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
     int64_t kc = std::min(kKC, j.k - p0);
-    const float* a = j.a + i0 * j.aRow + p0 * j.aCol;
+    const float* a = j.a + i0 * aRow + p0 * aCol;
     const float* row = Packed ? j.packed + panelBlock(q, p0, j.k, 16) : j.b + p0 * j.ldb + q * 16;
     int64_t stride = Packed ? 16 : j.ldb;
     int64_t p = 0;
-    for (; p + kSets <= kc; p += kSets)
+    for (; p + kSets <= kc; p += kSets) {
 #pragma GCC unroll 4
-      for (int s = 0; s < kSets; ++s) step(s, row + (p + s) * stride, a, p + s);
-    for (; p < kc; ++p) step(0, row + p * stride, a, p);
+      for (int s = 0; s < kSets; ++s) {
+        const float* r = row + (p + s) * stride;
+        __m256 b0 = Packed ? _mm256_loadu_ps(r) : _mm256_maskload_ps(r, mask0);
+        __m256 b1 = Packed ? _mm256_loadu_ps(r + 8) : _mm256_maskload_ps(r + 8, mask1);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i) {
+          __m256 x = _mm256_broadcast_ss(a + i * aRow + (p + s) * aCol);
+          acc[s][i][0] = _mm256_fmadd_ps(x, b0, acc[s][i][0]);
+          acc[s][i][1] = _mm256_fmadd_ps(x, b1, acc[s][i][1]);
+        }
+      }
+    }
+    for (; p < kc; ++p) {
+      const float* r = row + p * stride;
+      __m256 b0 = Packed ? _mm256_loadu_ps(r) : _mm256_maskload_ps(r, mask0);
+      __m256 b1 = Packed ? _mm256_loadu_ps(r + 8) : _mm256_maskload_ps(r + 8, mask1);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        __m256 x = _mm256_broadcast_ss(a + i * aRow + p * aCol);
+        acc[0][i][0] = _mm256_fmadd_ps(x, b0, acc[0][i][0]);
+        acc[0][i][1] = _mm256_fmadd_ps(x, b1, acc[0][i][1]);
+      }
+    }
   }
+  // Unrolled like the steps: a loop over the rows here indexed the accumulators
+  // by a variable, which kept them in memory throughout.
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     __m256 lo = acc[0][r][0], hi = acc[0][r][1];
 #pragma GCC unroll 4
@@ -595,10 +612,28 @@ __attribute__((target("avx2,fma"))) void skinnyRows256(const SkinnyJob& j, int64
       lo = _mm256_add_ps(lo, acc[s][r][0]);
       hi = _mm256_add_ps(hi, acc[s][r][1]);
     }
+    float* out = j.c + (i0 + r) * j.ldc + q * 16;
+    if (w == 16) {  // in registers: a scalar pass cost as much as a 128-deep panel's FMAs
+      if (j.accumulate) {
+        lo = _mm256_add_ps(lo, _mm256_loadu_ps(out));
+        hi = _mm256_add_ps(hi, _mm256_loadu_ps(out + 8));
+      }
+      if (j.post.bias) {
+        lo = _mm256_add_ps(lo, _mm256_loadu_ps(j.post.bias + q * 16));
+        hi = _mm256_add_ps(hi, _mm256_loadu_ps(j.post.bias + q * 16 + 8));
+      }
+      if (j.post.relu) {  // v <= 0 becomes +0; NaN stays
+        const __m256 zero = _mm256_setzero_ps();
+        lo = _mm256_blendv_ps(lo, zero, _mm256_cmp_ps(lo, zero, _CMP_LE_OQ));
+        hi = _mm256_blendv_ps(hi, zero, _mm256_cmp_ps(hi, zero, _CMP_LE_OQ));
+      }
+      _mm256_storeu_ps(out, lo);
+      _mm256_storeu_ps(out + 8, hi);
+      continue;
+    }
     alignas(32) float sums[16];
     _mm256_store_ps(sums, lo);
     _mm256_store_ps(sums + 8, hi);
-    float* out = j.c + (i0 + r) * j.ldc + q * 16;
     for (int64_t c = 0; c < w; ++c) {
       float v = j.accumulate ? out[c] + sums[c] : sums[c];
       if (j.post.bias) v += j.post.bias[q * 16 + c];
