@@ -280,67 +280,101 @@ __attribute__((target("avx2"), always_inline)) inline __m256 gatherLanes(const C
   return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), plane, idx, _mm256_castsi256_ps(m), 4);
 }
 
+// Which input columns a run's taps read: lane 0 of tap t reads column first[t];
+// the loads of columns [first + 8q, first + 8q + 8) are masked by mask[t][q].
+struct RunColumns {
+  int64_t first[kMaxRunTaps];
+  __m256i mask[kMaxRunTaps][4];
+  bool whole[kMaxRunTaps];  // every load of the tap inside the row, all lanes valid: plain loads
+};
+
+// One panel row of a run: tap t of input row `at` (the address of column 0 of
+// that row, as an integer: columns left of the image are never formed as
+// pointers, and masked-off columns are not read).
+template <int Stride, bool Whole>
+__attribute__((target("avx2"), always_inline)) inline void runRow(const RunColumns& c, uintptr_t at, int64_t t, __m256 valid0,
+                                                                 __m256 valid1, float* row) {
+  uintptr_t first = at + static_cast<uintptr_t>(c.first[t] * 4);
+  auto load = [&](int q) __attribute__((target("avx2"), always_inline)) {
+    return Whole ? _mm256_loadu_ps(reinterpret_cast<const float*>(first + static_cast<uintptr_t>(32 * q)))
+                 : maskedColumns(first + static_cast<uintptr_t>(32 * q), c.mask[t][q]);
+  };
+  __m256 lo, hi;
+  if constexpr (Stride == 1) {
+    lo = load(0);
+    hi = load(1);
+  } else {
+    lo = evens(load(0), load(1));
+    hi = evens(load(2), load(3));
+  }
+  _mm256_storeu_ps(row, Whole ? lo : _mm256_and_ps(lo, valid0));
+  _mm256_storeu_ps(row + 8, Whole ? hi : _mm256_and_ps(hi, valid1));
+}
+
+// The rows of taps [kx, kx + n) of one input row. A tap's loads are plain or
+// masked by its own columns: only the taps reaching into the padding pay for
+// masks (all-or-nothing per panel put every panel of a 32-wide stride-2 output
+// on masked loads).
+template <int Stride>
+__attribute__((target("avx2"), always_inline)) inline void runRows(const RunColumns& c, uintptr_t at, int64_t kx, int64_t n,
+                                                                  __m256 valid0, __m256 valid1, float* row) {
+  for (int64_t t = kx; t < kx + n; ++t, row += 16) {
+    if (c.whole[t]) runRow<Stride, true>(c, at, t, valid0, valid1, row);
+    else runRow<Stride, false>(c, at, t, valid0, valid1, row);
+  }
+}
+
 __attribute__((target("avx2"))) void gatherSlice(const ConvJob& j, const PanelOrigin& o, const float* image, int64_t p0,
                                                  int64_t kc, float* bp) {
   constexpr int64_t nr = 16;
   int64_t taps = j.d.kh * j.d.kw, plane = j.d.h * j.d.w;
   int64_t ch = p0 / taps, ky = p0 % taps / j.d.kw, kx = p0 % j.d.kw;
   bool oneRun = o.runs && o.split == o.count && j.d.kw <= kMaxRunTaps;
-  int64_t stride = j.d.sw, loads = 2 * stride;
-  struct Columns {
-    int64_t first;    // the input column lane 0 reads
-    bool whole;       // every load inside the row: plain loads
-    __m256i mask[4];  // of the loads of columns [first + 8q, first + 8q + 8)
-  } cols[kMaxRunTaps];
-  __m256 valid0 = _mm256_setzero_ps(), valid1 = valid0;
-  if (oneRun) {
-    for (int64_t t = 0; t < j.d.kw; ++t) {
-      cols[t].first = o.ix[0] + t * j.d.dw;
-      cols[t].whole = cols[t].first >= 0 && cols[t].first + 8 * loads <= j.d.w;
-      for (int64_t q = 0; q < loads; ++q) cols[t].mask[q] = columnMask(cols[t].first + 8 * q, j.d.w);
+  if (!oneRun) {
+    for (int64_t r = 0; r < kc; ++r) {
+      _mm256_storeu_ps(bp + r * nr, gatherLanes(j, o, image + ch * plane, ky, kx, 0));
+      _mm256_storeu_ps(bp + r * nr + 8, gatherLanes(j, o, image + ch * plane, ky, kx, 1));
+      if (++kx == j.d.kw) {
+        kx = 0;
+        if (++ky == j.d.kh) {
+          ky = 0;
+          ++ch;
+        }
+      }
     }
-    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), count = _mm256_set1_epi32(static_cast<int32_t>(o.count));
-    valid0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, lane));
-    valid1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, _mm256_add_epi32(lane, _mm256_set1_epi32(8))));
+    return;
   }
-  for (int64_t r = 0; r < kc; ++r) {
-    float* row = bp + r * nr;
+  // One run (the usual panel): the taps' columns and masks once per slice, then
+  // per input row (channel, ky) one address and its kw rows of loads.
+  int64_t stride = j.d.sw, loads = 2 * stride;
+  RunColumns cols;
+  for (int64_t t = 0; t < j.d.kw; ++t) {
+    cols.first[t] = o.ix[0] + t * j.d.dw;
+    cols.whole[t] = o.count == nr && cols.first[t] >= 0 && cols.first[t] + 8 * loads <= j.d.w;
+    for (int64_t q = 0; q < loads; ++q) cols.mask[t][q] = columnMask(cols.first[t] + 8 * q, j.d.w);
+  }
+  __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), count = _mm256_set1_epi32(static_cast<int32_t>(o.count));
+  __m256 valid0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, lane));
+  __m256 valid1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, _mm256_add_epi32(lane, _mm256_set1_epi32(8))));
+  for (int64_t r = 0; r < kc;) {
+    int64_t n = std::min(j.d.kw - kx, kc - r);  // this input row's taps in the slice
     int64_t iy = o.iy[0] + ky * j.d.dh;
-    __m256 lo, hi;
-    if (!oneRun) {
-      lo = gatherLanes(j, o, image + ch * plane, ky, kx, 0);
-      hi = gatherLanes(j, o, image + ch * plane, ky, kx, 1);
-    } else if (iy < 0 || iy >= j.d.h) {
-      lo = hi = _mm256_setzero_ps();
+    float* row = bp + r * nr;
+    if (iy < 0 || iy >= j.d.h) {
+      for (int64_t t = 0; t < n; ++t) {
+        _mm256_storeu_ps(row + t * nr, _mm256_setzero_ps());
+        _mm256_storeu_ps(row + t * nr + 8, _mm256_setzero_ps());
+      }
     } else {
-      // The address of a column left of the image is formed as an integer, never
-      // as a pointer; masked-off columns are not read.
-      const Columns& c = cols[kx];
-      uintptr_t at = reinterpret_cast<uintptr_t>(image + ch * plane + iy * j.d.w) + static_cast<uintptr_t>(c.first * 4);
-      // Each case spelled out: a loop over the loads kept them in a stack array,
-      // stored and reloaded (a quarter of the CNN's time).
-      auto load = [&](int q) __attribute__((target("avx2"), always_inline)) {
-        return c.whole ? _mm256_loadu_ps(reinterpret_cast<const float*>(at + static_cast<uintptr_t>(32 * q)))
-                       : maskedColumns(at + static_cast<uintptr_t>(32 * q), c.mask[q]);
-      };
-      if (stride == 1) {
-        lo = load(0);
-        hi = load(1);
-      } else {
-        lo = evens(load(0), load(1));
-        hi = evens(load(2), load(3));
-      }
-      lo = _mm256_and_ps(lo, valid0);
-      hi = _mm256_and_ps(hi, valid1);
+      uintptr_t at = reinterpret_cast<uintptr_t>(image + ch * plane + iy * j.d.w);
+      if (stride == 1) runRows<1>(cols, at, kx, n, valid0, valid1, row);
+      else runRows<2>(cols, at, kx, n, valid0, valid1, row);
     }
-    _mm256_storeu_ps(row, lo);
-    _mm256_storeu_ps(row + 8, hi);
-    if (++kx == j.d.kw) {
-      kx = 0;
-      if (++ky == j.d.kh) {
-        ky = 0;
-        ++ch;
-      }
+    r += n;
+    kx = 0;
+    if (++ky == j.d.kh) {
+      ky = 0;
+      ++ch;
     }
   }
 }
