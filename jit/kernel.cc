@@ -2,6 +2,8 @@
 #include "jit/kernel.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -113,6 +115,8 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
                                std::string_view precompiled, const loop::Schedule& schedule,
                                std::shared_ptr<const TuningLog> tuned)
     : f_(std::move(f)), device_(device), disk_(disk) {
+  static std::atomic<uint64_t> serials{0};
+  serial_ = ++serials;
   // Schedules are the CPU code generator's; other devices compile the default.
   if (device.kind == Device::Kind::CPU && f_.library.empty()) {
     schedule_ = schedule;
@@ -259,9 +263,37 @@ const std::vector<Shape>& CompiledKernel::checkedShapes(TensorRefs inputs, std::
               std::equal(t.shape().begin(), t.shape().end(), f_.params[i].shape.begin());
     }
     if (match) return *staticShapes_;
+    storage = shapesFor(inputs);  // the general path, with its precise errors
+    return storage;
   }
-  storage = shapesFor(inputs);  // the general path, with its precise errors
-  return storage;
+  // `?` dimensions: a loop calls a kernel with the same input shapes again and
+  // again, and inferring every value's shape each time (allocating as it goes)
+  // cost microseconds a call. Each thread keeps the shapes of the last inputs
+  // per kernel in a small direct-mapped memo, keyed by the kernel's serial and
+  // the inputs' dtype, device and dimensions; an entry is made only after
+  // shapesFor has checked those inputs. The reference returned is valid until
+  // this thread's next call here, which the caller does not make before it is
+  // done with it (launch calls no other kernel's checks).
+  struct Memo {
+    uint64_t serial = 0;
+    boost::container::small_vector<int64_t, 40> key;
+    std::vector<Shape> shapes;
+  };
+  thread_local std::array<Memo, 16> memo;
+  boost::container::small_vector<int64_t, 40> key;
+  for (const Tensor* t : inputs) {
+    if (!t->defined()) return storage = shapesFor(inputs);
+    key.push_back(static_cast<int64_t>(t->dtype()) << 32 | static_cast<int64_t>(t->rank()));
+    key.push_back(static_cast<int64_t>(t->device().kind) << 32 | static_cast<int64_t>(t->device().index));
+    key.insert(key.end(), t->shape().begin(), t->shape().end());
+  }
+  Memo& m = memo[serial_ % memo.size()];
+  if (m.serial == serial_ && std::equal(key.begin(), key.end(), m.key.begin(), m.key.end())) return m.shapes;
+  std::vector<Shape> shapes = shapesFor(inputs);  // throws for bad inputs: nothing is remembered
+  m.serial = serial_;
+  m.key.assign(key.begin(), key.end());
+  m.shapes = std::move(shapes);
+  return m.shapes;
 }
 
 const CompiledKernel& CompiledKernel::variantFor(TensorRefs inputs) const {

@@ -117,6 +117,9 @@ class CompiledKernel {
   const std::vector<Shape>& checkedShapes(TensorRefs inputs, std::vector<Shape>& storage) const;
   std::optional<std::vector<Shape>> staticShapes_;
   std::vector<int64_t> staticFlat_;  // staticShapes_ flattened: the kernel's shape array
+  // Process-unique, never reused: the key of this kernel's entries in the
+  // per-thread memo of shapes for `?` dimensions (checkedShapes).
+  uint64_t serial_ = 0;
 
   loop::Schedule schedule_;
   // Tuned variants of a kernel with `?` dimensions, by schedule text; made on first use.

@@ -415,6 +415,37 @@ TEST_CASE("many threads asking for the same new kernel at once compile it once")
   CHECK(cache.hits() == hits + 1);
 }
 
+TEST_CASE("a kernel with ? dimensions: shapes remembered per input shapes, interleaved kernels, bad inputs still refused") {
+  // Two kernels whose memo entries may share a slot, called alternately with
+  // alternating shapes: each call's outputs take that call's shapes.
+  auto rows = test::kernelFrom("def @main(%x: Tensor[(?, 3), float32]) { sum(%x * 2f, axis=[1]) }");
+  auto cols = test::kernelFrom("def @main(%x: Tensor[(2, ?), float32]) { %x + 1f }");
+  for (int round = 0; round < 3; ++round)
+    for (int64_t n : {1, 4, 4, 7, 1}) {
+      Tensor x = Tensor::empty(DType::Float32, {n, 3});
+      for (int64_t i = 0; i < n * 3; ++i) x.data<float>()[i] = static_cast<float>(i);
+      std::vector<Tensor> out = (*rows)(std::vector<Tensor>{x});
+      REQUIRE(out[0].shape() == Shape{n});
+      for (int64_t i = 0; i < n; ++i) CHECK(out[0].data<float>()[i] == doctest::Approx(2.0 * (9 * i + 3)));
+      Tensor y = Tensor::empty(DType::Float32, {2, n + 1});
+      for (int64_t i = 0; i < 2 * (n + 1); ++i) y.data<float>()[i] = static_cast<float>(i);
+      std::vector<Tensor> out2 = (*cols)(std::vector<Tensor>{y});
+      REQUIRE(out2[0].shape() == Shape{2, n + 1});
+      CHECK(out2[0].data<float>()[2 * (n + 1) - 1] == static_cast<float>(2 * (n + 1)));
+    }
+  // The same shapes with another dtype are checked again, not answered from the memo.
+  Tensor wrong = Tensor::empty(DType::Int32, {4, 3});
+  CHECK_THROWS_AS((*rows)(std::vector<Tensor>{wrong}), kiln::Error);
+  // ...and a wrong rank or a wrong static dimension too.
+  CHECK_THROWS_AS((*rows)(std::vector<Tensor>{Tensor::empty(DType::Float32, {4, 5})}), kiln::Error);
+  // The memo is per thread: another thread computes its own shapes.
+  std::thread other([&] {
+    std::vector<Tensor> out = (*rows)(std::vector<Tensor>{Tensor::empty(DType::Float32, {5, 3})});
+    CHECK(out[0].shape() == Shape{5});
+  });
+  other.join();
+}
+
 TEST_CASE("a loop around loops is not unrolled: one copy of the vector body per kernel") {
   // Runtime-unrolling the row loop of a (?, 64) kernel made eight copies of its
   // inner vector loop (plus a remainder copy): slower to compile, no faster to run.

@@ -112,6 +112,11 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
       {1, 3, 12, 64, 32, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {1, 8, 9, 64, 16, 3, 3, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},
       {1, 2, 10, 36, 4, 3, 3, 1, {1, 1}, {2, 2}, {2, 2, 2, 2}},
+      // A window deeper than one contraction slice is on every machine (40 * 9 =
+      // 360: slices of 128 and a remainder, each tile added to the last); the
+      // 32-channel windows above are one whole slice where the panel fits L1.
+      {1, 40, 10, 19, 7, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {1, 40, 9, 34, 13, 3, 3, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},
   };
   // And random small ones: every mix of edges, runs and gathers the direct
   // convolution distinguishes (the sanitizer build runs these too).
