@@ -279,7 +279,10 @@ const std::vector<Shape>& CompiledKernel::checkedShapes(TensorRefs inputs, std::
     boost::container::small_vector<int64_t, 40> key;
     std::vector<Shape> shapes;
   };
-  thread_local std::array<Memo, 16> memo;
+  // On the heap, a pointer in TLS: the library's static TLS block is small (the
+  // Python module dlopens it) and 16 entries would not fit there.
+  thread_local std::unique_ptr<std::array<Memo, 16>> memo;
+  if (!memo) memo = std::make_unique<std::array<Memo, 16>>();
   boost::container::small_vector<int64_t, 40> key;
   for (const Tensor* t : inputs) {
     if (!t->defined()) return storage = shapesFor(inputs);
@@ -287,7 +290,7 @@ const std::vector<Shape>& CompiledKernel::checkedShapes(TensorRefs inputs, std::
     key.push_back(static_cast<int64_t>(t->device().kind) << 32 | static_cast<int64_t>(t->device().index));
     key.insert(key.end(), t->shape().begin(), t->shape().end());
   }
-  Memo& m = memo[serial_ % memo.size()];
+  Memo& m = (*memo)[serial_ % memo->size()];
   if (m.serial == serial_ && std::equal(key.begin(), key.end(), m.key.begin(), m.key.end())) return m.shapes;
   std::vector<Shape> shapes = shapesFor(inputs);  // throws for bad inputs: nothing is remembered
   m.serial = serial_;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "test_skip.h"
 #include "codegen/gpu_emulation.h"
 #include "compiler/passes/fuse_ops.h"
 #include "compiler/passes/to_fused_function.h"
@@ -157,7 +158,7 @@ bool sweep() {
 // Whether the GPU under test can run here; says why not (the test then checks nothing).
 bool emulatorAvailable() {
   std::string why = kiln::device::cudaUnavailableReason(gpuUnderTest());
-  if (!why.empty()) MESSAGE("skipped: " << gpuUnderTest().toString() << " is unavailable: " << why);
+  if (!why.empty()) kiln::test::skip(gpuUnderTest().toString() + " is unavailable: " + why);
   return why.empty();
 }
 

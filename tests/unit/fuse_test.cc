@@ -141,7 +141,7 @@ TEST_CASE("fused and unfused evaluation give the same results") {
   }
 }
 
-TEST_CASE("take(shape_of(x), i) on a static dimension is a literal; on a ? dimension it stays a kernel") {
+TEST_CASE("take(shape_of(x), i) on a static dimension is a literal - on a ? dimension it stays a kernel") {
   auto kernelNames = [](const std::string& src) {
     auto exe = kiln::compile(src, "t.relay");
     std::string names;

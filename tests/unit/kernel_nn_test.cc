@@ -502,7 +502,7 @@ TEST_CASE("sgemm: a packed B made for another shape is ignored, not misread") {
   CHECK(jit::packedBFloats(INT64_MAX / 2, INT64_MAX / 4) == -1);
 }
 
-TEST_CASE("direct convolution: prepacked filters give the per-call result; filters packed for another shape are ignored") {
+TEST_CASE("direct convolution: prepacked filters give the per-call result - filters packed for another shape are ignored") {
   std::mt19937 rng(47);
   std::uniform_real_distribution<float> dist(-1, 1);
   // 2 images, 6 channels in 3 groups, 9 filters, 3x2 windows, stride (1, 2), pad (1, 0), 13x41.

@@ -119,7 +119,7 @@ TEST_CASE("strided_slice with strides, negative begins and strides, and axes") {
   expectAll(d, [&](const std::vector<int64_t>& i) { return at(x, {i[0], 2 + 3 * i[1]}); });
 }
 
-TEST_CASE("take clips or wraps out-of-range indices; broadcast_to, tile, reverse") {
+TEST_CASE("take clips or wraps out-of-range indices - broadcast_to, tile, reverse") {
   Tensor x = iota(DType::Float32, {5, 4});
   Tensor idx = Tensor::empty(DType::Int32, {2, 3});
   int32_t vals[] = {0, 4, 9, -1, 2, -7};

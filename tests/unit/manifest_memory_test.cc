@@ -59,7 +59,7 @@ def @main(%x: Tensor[(64, 64), float32], %w: Tensor[(64, 64), float32], %y: Tens
 
 }  // namespace
 
-TEST_CASE("manifest memory: static kernel outputs share storage; dynamic, scalar and reshape calls are decided") {
+TEST_CASE("manifest memory: static kernel outputs share storage - dynamic, scalar and reshape calls are decided") {
   Planned p = plan(kChain);
   const FunctionMemory& f = p.plan.of("main");
   // One arena for the whole run would hold %a's place while %c and %e live, so

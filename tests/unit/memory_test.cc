@@ -137,7 +137,7 @@ def @main(%n: int32, %x: Tensor[(256,), float32]) -> Tensor[(256,), float32] { @
   CHECK(pool.hits > 100'000);
 }
 
-TEST_CASE("memory: a loop step's released output is recycled for the next step; kept outputs never are") {
+TEST_CASE("memory: a loop step's released output is recycled for the next step - kept outputs never are") {
   auto exe = kiln::compile(R"(
 def @chain(%n: int32, %t: Tensor[(4,), float32]) -> Tensor[(4,), float32] {
   if (%n == 0) { %t } else { @chain(%n - 1, %t * 2f - %t + 1f) }
@@ -243,7 +243,7 @@ def @main(%x: Tensor[(1024,), float32]) -> Tensor[(1024,), float32] {
   CHECK(peak(a) <= peak(b) + peak(b) / 32);
 }
 
-TEST_CASE("memory: over the byte limit, a kiln::Error names the device and the limit; the VM recovers") {
+TEST_CASE("memory: over the byte limit, a kiln::Error names the device and the limit - the VM recovers") {
   auto exe = kiln::compile(R"(
 def @main(%x: Tensor[(?,), float32]) -> Tensor[(?,), float32] { exp(%x) + 1f }
 )",

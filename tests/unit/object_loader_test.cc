@@ -21,7 +21,7 @@ std::string kernelObject(const std::string& symbol) {
 }
 }  // namespace
 
-TEST_CASE("object loader: a kernel object loads; a missing entry point or a foreign file is refused") {
+TEST_CASE("object loader: a kernel object loads - a missing entry point or a foreign file is refused") {
   std::string object = kernelObject("kiln_loader_test_a");
   CHECK(reinterpret_cast<void*>(kiln::jit::loadObjectUncached(object, "kiln_loader_test_a")) != nullptr);
   CHECK_THROWS_AS(kiln::jit::loadObjectUncached(object, "kiln_loader_test_b"), kiln::Error);

@@ -214,7 +214,7 @@ TEST_CASE("vm: a kernel is never handed a tensor on another device") {
                        doctest::Contains("is on cpu but the kernel runs on cpu:1"), kiln::Error);
 }
 
-TEST_CASE("vm: arguments go to their parameters' devices; device_copy copies lists whole") {
+TEST_CASE("vm: arguments go to their parameters' devices - device_copy copies lists whole") {
   auto exe = kiln::compile(
       "def @main(%xs: List[Tensor[(2), float32]]) { let %ys = on_device(%xs, device=\"cpu:1\"); "
       "match (%ys) { Cons(%h, _) => %h + 1f, Nil => zeros(shape=[2], dtype=\"float32\") } }",

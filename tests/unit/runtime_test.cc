@@ -43,7 +43,7 @@ void holdPool(void* const*, const int64_t*, int64_t, int64_t) {
 
 }  // namespace
 
-TEST_CASE("runtime: two runtimes keep their own caches; VMs of one runtime share its kernel table") {
+TEST_CASE("runtime: two runtimes keep their own caches - VMs of one runtime share its kernel table") {
   auto exe = kiln::compile(kWide, "wide.relay");
   auto a = Runtime::create(), b = Runtime::create();
   kiln::VMOptions oa, ob;

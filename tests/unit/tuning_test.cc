@@ -154,7 +154,7 @@ TEST_CASE("a corrupted tuning log is an error naming its line") {
   CHECK(errorOf("garbage\n").find("t.log:1:") != std::string::npos);
 }
 
-TEST_CASE("records of another CPU are ignored with a note; the fastest record and the nearest shape win") {
+TEST_CASE("records of another CPU are ignored with a note - the fastest record and the nearest shape win") {
   std::string text = record("0123456789abcdef", "1x64", "parallel=0", 3.0) +
                      record("0123456789abcdef", "1x64", "vec=8", 2.0) +  // faster: wins
                      record("0123456789abcdef", "256x64", "grain=4", 9.0) +

@@ -84,7 +84,7 @@ TEST_CASE("vm: arguments are checked and errors name the parameter") {
   CHECK(exe->format(r) == "(4xf32=[3 3 3 3], i32=6)");
 }
 
-TEST_CASE("vm: run-time failures are errors naming the function; the VM recovers") {
+TEST_CASE("vm: run-time failures are errors naming the function - the VM recovers") {
   auto exe = kiln::compile(R"(
     def @first(%l: List[int32]) -> int32 { match? (%l) { Cons(%x, _) => %x } }
     def @deep(%n: int32) -> int32 { if (%n == 0) { 0 } else { 1 + @deep(%n - 1) } }
@@ -134,7 +134,7 @@ TEST_CASE("vm: reference cells are shared, mutable, and print without looping on
   n.fields()[0].asRef()->content = Value();  // break the cycle, which counting alone never frees
 }
 
-TEST_CASE("executable: save and load give identical results; constants are used in place") {
+TEST_CASE("executable: save and load give identical results - constants are used in place") {
   auto exe = kiln::compile(kProgram, "t.relay");
   std::vector<uint8_t> image = exe->serialize();
   auto loaded = kiln::Executable::fromBytes(image);
