@@ -33,6 +33,10 @@ struct ConvJob {
   ConvPostOps post;
 };
 
+// Panels of one run reading windows at most this wide keep their taps' column
+// masks in registers and stack (the gathers' oneRun).
+constexpr int64_t kMaxRunTaps = 8;
+
 // Where the panel's pixels start reading: lane j covers output pixel j0 + j.
 struct PanelOrigin {
   int32_t iy[32], ix[32];  // top-left input coordinate of each pixel's window (set by panelOrigin)
@@ -45,13 +49,19 @@ struct PanelOrigin {
 
 // Lanes [count, nr) are zero (the vector gathers load all nr and mask them off);
 // lanes past nr are left unset: clearing the whole struct per panel was a tenth
-// of a 3-channel convolution's time.
+// of a 3-channel convolution's time. A panel that is one run reads only lane 0's
+// origin (oneRun in the gathers), so the per-lane ones are made only for others.
 // Filled in place: returned by value, the struct was copied per panel.
 void panelOrigin(const ConvJob& j, int64_t j0, int64_t nr, PanelOrigin& o) {
   o.count = std::min(nr, j.pixels - j0);
+  int64_t oy = j0 / j.d.ow, ox = j0 % j.d.ow;
+  o.runs = (j.d.sw == 1 || j.d.sw == 2) && ox + o.count <= 2 * j.d.ow;
+  o.split = std::min(o.count, j.d.ow - ox);
+  o.iy[0] = static_cast<int32_t>(oy * j.d.sh - j.d.ph);
+  o.ix[0] = static_cast<int32_t>(ox * j.d.sw - j.d.pw);
+  if (o.runs && o.split == o.count && j.d.kw <= kMaxRunTaps) return;
   for (int64_t l = o.count; l < nr; ++l) o.iy[l] = o.ix[l] = 0;
   // Stepped along the output row, one division per panel (not two per lane).
-  int64_t oy = j0 / j.d.ow, ox = j0 % j.d.ow;
   for (int64_t l = 0; l < o.count; ++l) {
     o.iy[l] = static_cast<int32_t>(oy * j.d.sh - j.d.ph);
     o.ix[l] = static_cast<int32_t>(ox * j.d.sw - j.d.pw);
@@ -60,8 +70,6 @@ void panelOrigin(const ConvJob& j, int64_t j0, int64_t nr, PanelOrigin& o) {
       ++oy;
     }
   }
-  o.runs = (j.d.sw == 1 || j.d.sw == 2) && (j0 % j.d.ow) + o.count <= 2 * j.d.ow;
-  o.split = std::min(o.count, j.d.ow - j0 % j.d.ow);
 }
 
 // Row r of the panel, for contraction index kk = (c, ky, kx): the window
@@ -170,7 +178,6 @@ __attribute__((target("avx512f"), always_inline)) inline void gatherRow512(const
 // input row: their masks (the columns inside the image, from the padding) are
 // made once per slice, and each row is then two or four masked loads, the even
 // lanes kept for stride 2, and two stores, with no per-row mask arithmetic.
-constexpr int64_t kMaxRunTaps = 8;
 
 // 16 floats from byte address `at`, the lanes of `m` only.
 __attribute__((target("avx512f"), always_inline)) inline __m512 maskedColumns(uintptr_t at, __mmask16 m) {
