@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +28,28 @@ double bestSeconds(int reps, F&& f) {
     auto t0 = Clock::now();
     f();
     best = std::min(best, secondsSince(t0));
+  }
+  return best;
+}
+
+// The fastest run of each of `fs`, the functions taking turns for `rounds`
+// rounds: figures that are subtracted from one another then come from the same
+// stretch of machine time (on a shared machine the speed drifts by tens of
+// percent between stretches, and a difference of separately timed figures drifts
+// with it).
+template <class... F>
+std::array<double, sizeof...(F)> bestSecondsAlternating(int rounds, F&&... fs) {
+  std::array<double, sizeof...(F)> best;
+  best.fill(1e30);
+  for (int r = 0; r < rounds; ++r) {
+    size_t i = 0;
+    auto once = [&](auto& f) {
+      auto t0 = Clock::now();
+      f();
+      best[i] = std::min(best[i], secondsSince(t0));
+      ++i;
+    };
+    (once(fs), ...);
   }
   return best;
 }

@@ -14,6 +14,7 @@
 using kiln::Tensor;
 using kiln::Value;
 using kiln::bench::bestSeconds;
+using kiln::bench::bestSecondsAlternating;
 
 namespace {
 
@@ -39,14 +40,6 @@ int main() {
   const int n = 1'000'000;
   Value vn = Value::intScalar(kiln::DType::Int32, n), zero = Value::intScalar(kiln::DType::Int32, 0);
 
-  // Scalar loop: per iteration a compare, a branch, two host-scalar kernels and a tail call.
-  double loop = bestSeconds(15, [&] { vm.invoke("loop", {vn, zero}); }) / n * 1e9;
-  // The same loop plus a non-tail call and return per iteration.
-  double calls = bestSeconds(15, [&] { vm.invoke("calls", {vn, zero}); }) / n * 1e9;
-  std::printf("scalar loop:   %6.1f ns per iteration (5 instructions: %.1f ns each)\n", loop, loop / 5);
-  std::printf("function call: %6.1f ns per call and return (IREE publishes 43-55 ns per bytecode call: ratio %.2f)\n",
-              calls - loop, (calls - loop) / 49.0);
-
   // Kernel calls: a loop whose body is one fused kernel on a 1-element tensor,
   // against the same kernel called directly (allocation included in both).
   Tensor t = kiln::Tensor::empty(kiln::DType::Float32, {1});
@@ -55,7 +48,6 @@ int main() {
   const int k = 200'000;
   Value vk = Value::intScalar(kiln::DType::Int32, k);
   vm.invoke("chain", {vk, vt});  // compile
-  double perKernel = bestSeconds(5, [&] { vm.invoke("chain", {vk, vt}); }) / k * 1e9;
   // The kernel alone: the one kernel of @main, run directly (destination passing).
   uint32_t kernelIndex = 0;
   for (uint32_t i = 0; i < exe->kernels().size(); ++i)
@@ -63,9 +55,20 @@ int main() {
   auto table = kiln::Runtime::processDefault()->kernelTable(exe);
   const auto& kernel = table->compiled(kernelIndex);
   Tensor out = kiln::Tensor::empty(kiln::DType::Float32, {1});
-  double bare = bestSeconds(5, [&] {
-                  for (int i = 0; i < k; ++i) kernel.run(std::span<const Tensor>(&t, 1), std::span<const Tensor>(&out, 1));
-                }) / k * 1e9;
+
+  // Every figure below is a difference of these, so they are timed by turns.
+  // Scalar loop: per iteration a compare, a branch, two host-scalar kernels and a
+  // tail call; calls: the same plus a non-tail call and return per iteration.
+  auto [loopS, callsS, chainS, bareS] = bestSecondsAlternating(
+      9, [&] { vm.invoke("loop", {vn, zero}); }, [&] { vm.invoke("calls", {vn, zero}); },
+      [&] { vm.invoke("chain", {vk, vt}); },
+      [&] {
+        for (int i = 0; i < k; ++i) kernel.run(std::span<const Tensor>(&t, 1), std::span<const Tensor>(&out, 1));
+      });
+  double loop = loopS / n * 1e9, calls = callsS / n * 1e9, perKernel = chainS / k * 1e9, bare = bareS / k * 1e9;
+  std::printf("scalar loop:   %6.1f ns per iteration (5 instructions: %.1f ns each)\n", loop, loop / 5);
+  std::printf("function call: %6.1f ns per call and return (IREE publishes 43-55 ns per bytecode call: ratio %.2f)\n",
+              calls - loop, (calls - loop) / 49.0);
   std::printf("kernel call:   %6.1f ns per iteration with one kernel; the kernel alone %.1f ns; VM overhead %.1f ns "
               "(allocation, shape checks, dispatch; IREE ratio %.2f)\n",
               perKernel, bare, perKernel - bare - loop, (perKernel - bare - loop) / 49.0);
