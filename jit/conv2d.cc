@@ -34,7 +34,7 @@ struct ConvJob {
 };
 
 // Panels of one run reading windows at most this wide keep their taps' column
-// masks in registers and stack (the gathers' oneRun).
+// masks in registers and stack (PanelOrigin::oneRun).
 constexpr int64_t kMaxRunTaps = 8;
 
 // Where the panel's pixels start reading: lane j covers output pixel j0 + j.
@@ -45,12 +45,15 @@ struct PanelOrigin {
   // input columns on one row, lanes [split, count) another on the next.
   bool runs = false;
   int64_t split = 0;
+  // All lanes one run and the window at most kMaxRunTaps wide: the gathers read
+  // lane 0's origin and step along the row; otherwise they read every lane's.
+  bool oneRun = false;
 };
 
 // Lanes [count, nr) are zero (the vector gathers load all nr and mask them off);
 // lanes past nr are left unset: clearing the whole struct per panel was a tenth
 // of a 3-channel convolution's time. A panel that is one run reads only lane 0's
-// origin (oneRun in the gathers), so the per-lane ones are made only for others.
+// origin, so the per-lane ones are made only for others.
 // Filled in place: returned by value, the struct was copied per panel.
 void panelOrigin(const ConvJob& j, int64_t j0, int64_t nr, PanelOrigin& o) {
   o.count = std::min(nr, j.pixels - j0);
@@ -59,7 +62,8 @@ void panelOrigin(const ConvJob& j, int64_t j0, int64_t nr, PanelOrigin& o) {
   o.split = std::min(o.count, j.d.ow - ox);
   o.iy[0] = static_cast<int32_t>(oy * j.d.sh - j.d.ph);
   o.ix[0] = static_cast<int32_t>(ox * j.d.sw - j.d.pw);
-  if (o.runs && o.split == o.count && j.d.kw <= kMaxRunTaps) return;
+  o.oneRun = o.runs && o.split == o.count && j.d.kw <= kMaxRunTaps;
+  if (o.oneRun) return;
   for (int64_t l = o.count; l < nr; ++l) o.iy[l] = o.ix[l] = 0;
   // Stepped along the output row, one division per panel (not two per lane).
   for (int64_t l = 0; l < o.count; ++l) {
@@ -188,7 +192,7 @@ __attribute__((target("avx512f"))) void gatherSlice512(const ConvJob& j, const P
                                                        int64_t kc, int64_t nr, float* bp) {
   int64_t taps = j.d.kh * j.d.kw, plane = j.d.h * j.d.w;
   int64_t ch = p0 / taps, ky = p0 % taps / j.d.kw, kx = p0 % j.d.kw;
-  bool oneRun = o.runs && o.split == o.count && j.d.kw <= kMaxRunTaps;
+  const bool oneRun = o.oneRun;
   int64_t stride = j.d.sw, loads = 2 * stride;
   struct Columns {
     int64_t first;       // the input column lane 0 reads
@@ -336,7 +340,7 @@ __attribute__((target("avx2"))) void gatherSlice(const ConvJob& j, const PanelOr
   constexpr int64_t nr = 16;
   int64_t taps = j.d.kh * j.d.kw, plane = j.d.h * j.d.w;
   int64_t ch = p0 / taps, ky = p0 % taps / j.d.kw, kx = p0 % j.d.kw;
-  bool oneRun = o.runs && o.split == o.count && j.d.kw <= kMaxRunTaps;
+  const bool oneRun = o.oneRun;
   if (!oneRun) {
     for (int64_t r = 0; r < kc; ++r) {
       _mm256_storeu_ps(bp + r * nr, gatherLanes(j, o, image + ch * plane, ky, kx, 0));

@@ -179,6 +179,35 @@ __attribute__((target("avx512f,fma"))) void micro512Rows(int64_t kc, const float
   tile512(kc, [&rows](int r, int64_t p) { return rows[r][p]; }, bp, c, ldc, h, w, add, post);
 }
 
+// One 16-wide row of results: plus what `out` holds when `add`, plus the row's
+// bias (*rowBias, broadcast) and the columns' biases when given, then ReLU as
+// nn.relu computes it (v <= 0 becomes +0; NaN stays: an unordered compare is
+// false), stored from the registers. The AVX2 tiles' and skinny panels' epilogue.
+__attribute__((target("avx2,fma"), always_inline)) inline void storeRow256(__m256 lo, __m256 hi, float* out, bool add,
+                                                                          const float* rowBias, const float* columnBias,
+                                                                          bool relu) {
+  if (add) {
+    lo = _mm256_add_ps(lo, _mm256_loadu_ps(out));
+    hi = _mm256_add_ps(hi, _mm256_loadu_ps(out + 8));
+  }
+  if (rowBias) {
+    __m256 b = _mm256_broadcast_ss(rowBias);
+    lo = _mm256_add_ps(lo, b);
+    hi = _mm256_add_ps(hi, b);
+  }
+  if (columnBias) {
+    lo = _mm256_add_ps(lo, _mm256_loadu_ps(columnBias));
+    hi = _mm256_add_ps(hi, _mm256_loadu_ps(columnBias + 8));
+  }
+  if (relu) {
+    const __m256 zero = _mm256_setzero_ps();
+    lo = _mm256_blendv_ps(lo, zero, _mm256_cmp_ps(lo, zero, _CMP_LE_OQ));
+    hi = _mm256_blendv_ps(hi, zero, _mm256_cmp_ps(hi, zero, _CMP_LE_OQ));
+  }
+  _mm256_storeu_ps(out, lo);
+  _mm256_storeu_ps(out + 8, hi);
+}
+
 // The end of a 6 x 16 AVX2 tile, as finishTile512: the valid rows of a tile 16
 // wide are added, biased, rectified and stored from the registers (through a
 // buffer and scalar stores a full tile cost a quarter of a 128-deep slice's
@@ -187,33 +216,12 @@ __attribute__((target("avx512f,fma"))) void micro512Rows(int64_t kc, const float
 __attribute__((target("avx2,fma"), always_inline)) inline void finishTile256(__m256 (&acc)[6][2], float* c, int64_t ldc, int64_t h,
                                                                             int64_t w, bool add, const MicroPost* post) {
   if (w == 16) {
-    const __m256 zero = _mm256_setzero_ps();
 #pragma GCC unroll 6
     for (int r = 0; r < 6; ++r) {
       if (r == h) break;
-      float* out = c + r * ldc;
-      __m256 v0 = acc[r][0], v1 = acc[r][1];
-      if (add) {
-        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(out));
-        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(out + 8));
-      }
-      if (post) {
-        if (post->bias) {
-          __m256 b = _mm256_broadcast_ss(post->bias + r);
-          v0 = _mm256_add_ps(v0, b);
-          v1 = _mm256_add_ps(v1, b);
-        }
-        if (post->columnBias) {
-          v0 = _mm256_add_ps(v0, _mm256_loadu_ps(post->columnBias));
-          v1 = _mm256_add_ps(v1, _mm256_loadu_ps(post->columnBias + 8));
-        }
-        if (post->relu) {  // v <= 0 becomes +0, NaN stays (an unordered compare is false)
-          v0 = _mm256_blendv_ps(v0, zero, _mm256_cmp_ps(v0, zero, _CMP_LE_OQ));
-          v1 = _mm256_blendv_ps(v1, zero, _mm256_cmp_ps(v1, zero, _CMP_LE_OQ));
-        }
-      }
-      _mm256_storeu_ps(out, v0);
-      _mm256_storeu_ps(out + 8, v1);
+      if (post) storeRow256(acc[r][0], acc[r][1], c + r * ldc, add, post->bias ? post->bias + r : nullptr, post->columnBias,
+                            post->relu);
+      else storeRow256(acc[r][0], acc[r][1], c + r * ldc, add, nullptr, nullptr, false);
     }
     return;
   }
@@ -614,21 +622,7 @@ __attribute__((target("avx2,fma"))) void skinnyRows256(const SkinnyJob& j, int64
     }
     float* out = j.c + (i0 + r) * j.ldc + q * 16;
     if (w == 16) {  // in registers: a scalar pass cost as much as a 128-deep panel's FMAs
-      if (j.accumulate) {
-        lo = _mm256_add_ps(lo, _mm256_loadu_ps(out));
-        hi = _mm256_add_ps(hi, _mm256_loadu_ps(out + 8));
-      }
-      if (j.post.bias) {
-        lo = _mm256_add_ps(lo, _mm256_loadu_ps(j.post.bias + q * 16));
-        hi = _mm256_add_ps(hi, _mm256_loadu_ps(j.post.bias + q * 16 + 8));
-      }
-      if (j.post.relu) {  // v <= 0 becomes +0; NaN stays
-        const __m256 zero = _mm256_setzero_ps();
-        lo = _mm256_blendv_ps(lo, zero, _mm256_cmp_ps(lo, zero, _CMP_LE_OQ));
-        hi = _mm256_blendv_ps(hi, zero, _mm256_cmp_ps(hi, zero, _CMP_LE_OQ));
-      }
-      _mm256_storeu_ps(out, lo);
-      _mm256_storeu_ps(out + 8, hi);
+      storeRow256(lo, hi, out, j.accumulate, nullptr, j.post.bias ? j.post.bias + q * 16 : nullptr, j.post.relu);
       continue;
     }
     alignas(32) float sums[16];
