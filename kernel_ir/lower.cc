@@ -177,8 +177,9 @@ class Lowering {
     return p;
   }
 
-  // float32 dense / matmul / batch_matmul whose operands are kernel inputs (fusion
-  // never inlines their operands) become Gemm statements.
+  // float32 dense / matmul / batch_matmul whose operands are kernel inputs become
+  // Gemm statements; so does a product whose data operand is a concatenation
+  // (the only operand fusion inlines, see fuse_ops.cc), copied into scratch first.
   bool gemmable(const FusedNode& n) const {
     if (n.isConstant()) return false;
     const std::string& op = n.op->name;
@@ -189,9 +190,27 @@ class Lowering {
       ops::AttrReader attrs(op, n.attrs);
       if (attrs.getString("data_layout", "NCHW") != "NCHW" || attrs.getString("kernel_layout", "OIHW") != "OIHW") return false;
     }
-    for (int32_t in : n.inputs)
-      if (!f_.isParam(in) || f_.typeOf(in).dtype != DType::Float32) return false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      int32_t in = n.inputs[i];
+      if (f_.typeOf(in).dtype != DType::Float32) return false;
+      if (!f_.isParam(in) && !(i == 0 && op != "nn.conv2d" && f_.node(in).op && f_.node(in).op->name == "concatenate"))
+        return false;
+    }
     return true;
+  }
+
+  // The concatenated data operand of a product, copied into a scratch buffer of
+  // its shape (one copy nest per part) for the Gemm statement to read in place.
+  loop::StmtId materialize(int32_t value) {
+    int32_t buffer = static_cast<int32_t>(k_.buffers.size());
+    k_.buffers.push_back({DType::Float32, true, "tmp" + std::to_string(value), value});
+    loop::StmtId s = concatCopies(value, buffer);
+    if (s < 0) {
+      NestTarget whole{value, buffer, value};
+      s = nest({&whole, 1}, static_cast<size_t>(-1), 0);
+    }
+    bufferOf_[static_cast<size_t>(value)] = buffer;
+    return s;
   }
 
   std::vector<loop::StmtId> lowerGemms(const std::vector<int32_t>& outBuffers) {
@@ -219,6 +238,7 @@ class Lowering {
       }
       bufferOf_[static_cast<size_t>(value)] = target;
       int32_t a = n.inputs[0], bv = n.inputs[1];
+      if (!f_.isParam(a)) stmts.push_back(materialize(a));
       ops::AttrReader attrs(n.op->name, n.attrs);
       loop::GemmArgs g;
       g.a = bufferOf_[static_cast<size_t>(a)];

@@ -203,11 +203,38 @@ class Grouping {
     return out;
   }
 
+  // A concatenation that is a matrix product's data operand (`dense(concat((l, r)))`,
+  // a tree or LSTM cell reading two states): the product's kernel copies it into
+  // a scratch operand itself, which saves the separate kernel's call and output
+  // tensor. The copy is made either way; other producers (a reshape the VM makes
+  // as a view, element-wise work) would add one, and stay outside.
+  const Call* concatOperand(const Call* c, const ops::OpDef* cop) const {
+    if (cop->name != "nn.dense" && cop->name != "nn.matmul" && cop->name != "nn.batch_matmul") return nullptr;
+    if (c->args.empty()) return nullptr;
+    const Call* p = asCall(c->args[0]);
+    return p && opOf(p)->name == "concatenate" ? p : nullptr;
+  }
+
+  // Joins the group of `p` (rooted at p, its only exit into c) to c's group.
+  void join(const Call* p, const Call* c) {
+    const Call* pr = find(p);
+    const Call* cr = find(c);
+    if (pr != p || pr == cr) return;
+    parent_[pr] = cr;
+    anchors_[cr] += anchors_[pr];
+  }
+
   void fuseInto(const Call* c) {
     const ops::OpDef* cop = opOf(c);
     anchors_[c] = isAnchor(cop->pattern) ? 1 : 0;
-    // Opaque operators stand alone; dense/matmul/conv2d never inline their inputs.
-    if (cop->pattern == ops::OpPattern::Opaque || cop->pattern == ops::OpPattern::OutEWiseFusable) return;
+    if (cop->pattern == ops::OpPattern::OutEWiseFusable) {
+      // dense/matmul/conv2d inline no other input.
+      const Call* p = concatOperand(c, cop);
+      if (p && region_[p] == region_[c] && usesOf(p) == 1 && anchors_[find(p)] == 0) join(p, c);
+      return;
+    }
+    // Opaque operators stand alone.
+    if (cop->pattern == ops::OpPattern::Opaque) return;
     for (const Call* p : producers(c)) {
       const ops::OpDef* pop = opOf(p);
       if (region_[p] != region_[c] || usesOf(p) != 1 || pop->tupleOutput) continue;
@@ -220,9 +247,7 @@ class Grouping {
                 (isAnchor(pop->pattern) && cop->pattern <= ops::OpPattern::Broadcast);
       if (!ok || anchors_[pr] + anchors_[cr] > 1) continue;
       // The producer's group must have p as its root (its only exit is into c).
-      if (pr != p) continue;
-      parent_[pr] = cr;
-      anchors_[cr] += anchors_[pr];
+      join(p, c);
     }
   }
 

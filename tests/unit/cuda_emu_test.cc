@@ -323,6 +323,11 @@ TEST_CASE("cuda-emu: the tiled GEMM for every transposition, batch and edge") {
     run("def @main(%x: Tensor[(" + bm + ", " + bk + "), float32], %w: Tensor[(" + bn + ", " + bk + "), float32], %b: Tensor[(" +
             bn + "), float32]) { nn.relu(nn.bias_add(nn.dense(%x, %w), %b)) }", k);
   }
+  // A data operand concatenated by the product's own kernel (copied into scratch, then the GEMM).
+  run("def @main(%l: Tensor[(1, 17), float32], %r: Tensor[(1, 23), float32], %w: Tensor[(9, 40), float32], %b: Tensor[(9,), float32]) {"
+      " tanh(nn.bias_add(nn.dense(concatenate((%l, %r), axis=1), %w), %b)) }", 40);
+  run("def @main(%x: Tensor[(2, 3, 4), float32], %y: Tensor[(2, 3, 5), float32], %w: Tensor[(2, 6, 9), float32]) {"
+      " nn.batch_matmul(concatenate((%x, %y), axis=2), %w) }", 9);
   // A long K and a tall A: many K-slices and row tiles, the grid's y.
   run("def @main(%a: Tensor[(4097, 9), float32], %b: Tensor[(9, 3), float32]) { nn.matmul(%a, %b) }", 9);
   run("def @main(%a: Tensor[(2, 1030), float32], %b: Tensor[(1030, 5), float32]) { nn.matmul(%a, %b) }", 1030);

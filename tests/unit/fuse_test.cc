@@ -105,6 +105,22 @@ TEST_CASE("fusion groups follow the operator patterns") {
   CHECK(kernelsOf("def @main(%x: Tensor[(2, 6), float32], %y: Tensor[(3, 2), float32]) {"
                   " concatenate((transpose(reshape(%x, newshape=[6, 2])), transpose(%y * 2f)), axis=1) }") ==
         std::vector<std::string>{"reshape transpose multiply transpose concatenate"});
+  // A product's data operand that is a concatenation (with what fused into it)
+  // is copied by the product's kernel; used twice, or feeding a convolution, it
+  // stays a kernel of its own.
+  CHECK(kernelsOf("def @main(%x: Tensor[(1, 8), float32], %y: Tensor[(1, 8), float32], %w: Tensor[(4, 16), float32]) {"
+                  " tanh(nn.dense(concatenate((tanh(%x), %y), axis=1), %w)) }") ==
+        std::vector<std::string>{"tanh concatenate nn.dense tanh"});
+  CHECK(kernelsOf("def @main(%x: Tensor[(1, 8), float32], %y: Tensor[(1, 8), float32], %w: Tensor[(4, 16), float32]) {"
+                  " let %c = concatenate((%x, %y), axis=1); (nn.dense(%c, %w), %c) }") ==
+        std::vector<std::string>{"concatenate", "nn.dense"});
+  CHECK(kernelsOf("def @main(%x: Tensor[(1, 2, 4, 4), float32], %y: Tensor[(1, 2, 4, 4), float32], %w: Tensor[(3, 4, 1, 1), float32]) {"
+                  " nn.conv2d(concatenate((%x, %y), axis=1), %w) }") ==
+        std::vector<std::string>{"concatenate", "nn.conv2d"});
+  // Only the data operand: a concatenated weight stays outside.
+  CHECK(kernelsOf("def @main(%x: Tensor[(1, 8), float32], %u: Tensor[(2, 8), float32], %v: Tensor[(2, 8), float32]) {"
+                  " nn.dense(%x, concatenate((%u, %v), axis=0)) }") ==
+        std::vector<std::string>{"concatenate", "nn.dense"});
   // Control flow bounds kernels: nothing fuses across a branch.
   CHECK(kernelsOf("def @main(%c: bool, %x: Tensor[(8,), float32]) { let %a = exp(%x); if (%c) { %a + 1f } else { %a } }") ==
         std::vector<std::string>{"exp", "add"});
@@ -138,6 +154,53 @@ TEST_CASE("fused and unfused evaluation give the same results") {
     REQUIRE(a[o].shape() == b[o].shape());
     for (int64_t i = 0; i < a[o].numel(); ++i)
       CHECK(test::getElement(a[o], i) == doctest::Approx(test::getElement(b[o], i)).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("products reading a concatenation they copied themselves give the unfused results") {
+  std::mt19937 rng(52);
+  struct Case {
+    std::string src;
+    std::vector<std::vector<int64_t>> shapes;
+  };
+  const std::vector<Case> cases = {
+      // A tree node: K = 17 + 23, bias and tanh after the product.
+      {"def @main(%l: Tensor[(1, 17), float32], %r: Tensor[(1, 23), float32], %w: Tensor[(9, 40), float32], %b: Tensor[(9,), float32]) {"
+       " tanh(nn.bias_add(nn.dense(concatenate((%l, %r), axis=1), %w), %b)) }",
+       {{1, 17}, {1, 23}, {9, 40}, {9}}},
+      // `?` rows; the parts computed in the same kernel; bias and ReLU in the product.
+      {"def @main(%x: Tensor[(?, 8), float32], %h: Tensor[(?, 5), float32], %w: Tensor[(7, 13), float32], %b: Tensor[(7,), float32]) {"
+       " nn.relu(nn.bias_add(nn.dense(concatenate((%x * 2f, tanh(%h)), axis=1), %w), %b)) }",
+       {{3, 8}, {3, 5}, {7, 13}, {7}}},
+      // Rows concatenated (along M), and a `?` extent along the axis (no copy nests per part).
+      {"def @main(%x: Tensor[(?, 6), float32], %y: Tensor[(2, 6), float32], %w: Tensor[(5, 6), float32]) {"
+       " nn.dense(concatenate((%x, %y), axis=0), %w) }",
+       {{4, 6}, {2, 6}, {5, 6}}},
+      {"def @main(%x: Tensor[(3, ?), float32], %y: Tensor[(3, 4), float32], %w: Tensor[(10, 5), float32]) {"
+       " nn.matmul(concatenate((%x, %y), axis=1), %w) }",
+       {{3, 6}, {3, 4}, {10, 5}}},
+      {"def @main(%x: Tensor[(2, 3, 4), float32], %y: Tensor[(2, 3, 5), float32], %w: Tensor[(2, 6, 9), float32]) {"
+       " nn.batch_matmul(concatenate((%x, %y), axis=2), %w) }",
+       {{2, 3, 4}, {2, 3, 5}, {2, 6, 9}}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.src);
+    auto m = test::check(c.src);
+    auto fused = compiler::fuseOps(*m);
+    compiler::FuseOptions none;
+    none.fuse = false;
+    auto unfused = compiler::fuseOps(*m, none);
+    std::vector<Tensor> in;
+    for (const auto& shape : c.shapes) in.push_back(test::randomTensor(DType::Float32, shape, rng));
+    int fusedCalls = 0, unfusedCalls = 0;
+    auto a = evaluate(*fused, in, &fusedCalls);
+    auto b = evaluate(*unfused, in, &unfusedCalls);
+    CHECK(fusedCalls == 1);
+    REQUIRE(a.size() == 1);
+    REQUIRE(b.size() == 1);
+    REQUIRE(a[0].shape() == b[0].shape());
+    for (int64_t i = 0; i < a[0].numel(); ++i)
+      CHECK(test::getElement(a[0], i) == doctest::Approx(test::getElement(b[0], i)).epsilon(1e-5));
   }
 }
 

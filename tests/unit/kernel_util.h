@@ -59,8 +59,7 @@ inline void setElement(const Tensor& t, int64_t i, double v) {
 
 // Random values suited to the dtype: floats in [lo, hi], integers in a small range
 // that includes 0 and negatives, bools half and half.
-inline Tensor randomTensor(DType dt, std::initializer_list<int64_t> shape, std::mt19937& rng, double lo = -3,
-                           double hi = 3) {
+inline Tensor randomTensor(DType dt, std::span<const int64_t> shape, std::mt19937& rng, double lo = -3, double hi = 3) {
   Tensor t = Tensor::empty(dt, shape);
   std::uniform_real_distribution<double> real(lo, hi);
   std::uniform_int_distribution<int> small(isUnsignedInt(dt) ? 0 : -20, 20);
@@ -69,6 +68,10 @@ inline Tensor randomTensor(DType dt, std::initializer_list<int64_t> shape, std::
     setElement(t, i, v);
   }
   return t;
+}
+inline Tensor randomTensor(DType dt, std::initializer_list<int64_t> shape, std::mt19937& rng, double lo = -3,
+                           double hi = 3) {
+  return randomTensor(dt, std::span<const int64_t>(shape.begin(), shape.size()), rng, lo, hi);
 }
 
 inline double tolerance(DType dt) {
