@@ -16,6 +16,8 @@
 // for workloads vmrun cannot take (the tree's input is an ADT value).
 // --tuning-log adds `tuned us`: the Relay program with kiln-tune's schedules from
 // FILE, timed in the same rounds, and `t/k`, its time over the default schedules'.
+// After the table, Kiln on 2 threads against 1 thread, the two timed by turns in
+// the same rounds (the table's rows for 1 and 2 threads are taken minutes apart).
 // --check runs every workload once through Kiln (and partitioned for oneDNN) against the reference and exits
 // non-zero on a mismatch (ctest runs this); no timing, no ORT. --dump writes
 // each workload as DIR/NAME.relay with NAME_weights.npz and NAME_inputs.npz, for
@@ -226,6 +228,37 @@ void profile(const std::vector<Workload>& all, int runs) {
     }
 }
 
+// Kiln on 2 threads against Kiln on 1, timed by turns in the same rounds (blocks
+// of about 20 ms after a pause, as the main table's): "two threads never slower
+// than one" compares two figures taken in the same stretch of machine time. The
+// main table's 1- and 2-thread rows are taken minutes apart, and on a shared
+// machine the same model's median moves by 10-30% between such stretches.
+void threadScaling(const std::vector<Workload>& all, int rounds) {
+  std::printf("\nKiln, 2 threads against 1, alternating in the same rounds (medians of %d rounds)\n", rounds);
+  std::printf("%-10s %10s %10s %8s\n", "workload", "1 thr us", "2 thr us", "2/1");
+  for (const Workload& w : all) {
+    KilnModel one(w, 1), two(w, 2);
+    auto t0 = Clock::now();
+    one.run();
+    int per = std::clamp(static_cast<int>(0.02 / std::max(1e-7, secondsSince(t0))), 1, 200);
+    two.run();
+    std::vector<double> times[2];
+    for (int r = 0; r < rounds; ++r)
+      for (int t = 0; t < 2; ++t) {
+        KilnModel& m = t == 0 ? one : two;
+        std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
+        for (int i = 0; i < per; ++i) {
+          auto s = Clock::now();
+          m.run();
+          times[t].push_back(secondsSince(s) * 1e6);
+        }
+      }
+    double m1 = median(times[0]), m2 = median(times[1]);
+    std::printf("%-10s %10.1f %10.1f %8.2f\n", w.name.c_str(), m1, m2, m2 / m1);
+    std::fflush(stdout);
+  }
+}
+
 int check(const std::vector<Workload>& all) {
   int failures = 0;
   for (const Workload& w : all)
@@ -415,6 +448,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  threadScaling(all, rounds);
   std::error_code ec;
   std::filesystem::remove_all(root, ec);
   return 0;
