@@ -208,16 +208,17 @@ __attribute__((target("avx2,fma"), always_inline)) inline void storeRow256(__m25
   _mm256_storeu_ps(out + 8, hi);
 }
 
-// The end of a 6 x 16 AVX2 tile, as finishTile512: the valid rows of a tile 16
+// The end of an R x 16 AVX2 tile, as finishTile512: the valid rows of a tile 16
 // wide are added, biased, rectified and stored from the registers (through a
 // buffer and scalar stores a full tile cost a quarter of a 128-deep slice's
 // time, and the short last row tile of 32 or 64 filters as much again); a tile
 // narrower than 16 goes through storeTile.
-__attribute__((target("avx2,fma"), always_inline)) inline void finishTile256(__m256 (&acc)[6][2], float* c, int64_t ldc, int64_t h,
+template <int R>
+__attribute__((target("avx2,fma"), always_inline)) inline void finishTile256(__m256 (&acc)[R][2], float* c, int64_t ldc, int64_t h,
                                                                             int64_t w, bool add, const MicroPost* post) {
   if (w == 16) {
 #pragma GCC unroll 6
-    for (int r = 0; r < 6; ++r) {
+    for (int r = 0; r < R; ++r) {
       if (r == h) break;
       if (post) storeRow256(acc[r][0], acc[r][1], c + r * ldc, add, post->bias ? post->bias + r : nullptr, post->columnBias,
                             post->relu);
@@ -225,9 +226,9 @@ __attribute__((target("avx2,fma"), always_inline)) inline void finishTile256(__m
     }
     return;
   }
-  alignas(64) float tile[6 * 16];
+  alignas(64) float tile[R * 16];
 #pragma GCC unroll 6
-  for (int r = 0; r < 6; ++r) {
+  for (int r = 0; r < R; ++r) {
     _mm256_store_ps(tile + r * 16, acc[r][0]);
     _mm256_store_ps(tile + r * 16 + 8, acc[r][1]);
   }
@@ -240,28 +241,41 @@ __attribute__((target("avx2,fma"), always_inline)) inline void finishTile256(__m
 // in a packed panel, or in place. The row loops are unrolled by force: GCC left
 // them rolled and kept the accumulators on the stack, a load and a store around
 // every FMA (15% of peak).
-template <class AddressA>
+// R < 6 for the last row tile of a product whose rows are not a multiple of 6
+// (32 filters: 5 tiles and one of 2 rows; 64: 10 and one of 4): a full tile
+// there spent its FMAs on padding (conv 3->32 computed 36 rows for 32).
+template <int R, class AddressA>
 __attribute__((target("avx2,fma"), always_inline)) inline void tile256(int64_t kc, AddressA at, const float* bp, float* c,
                                                                       int64_t ldc, int64_t h, int64_t w, bool add,
                                                                       const MicroPost* post) {
-  __m256 acc[6][2];
+  __m256 acc[R][2];
 #pragma GCC unroll 6
   for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < kc; ++p, bp += 16) {
     __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
 #pragma GCC unroll 6
-    for (int r = 0; r < 6; ++r) {
+    for (int r = 0; r < R; ++r) {
       __m256 a = _mm256_broadcast_ss(at(r, p));
       acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
     }
   }
-  finishTile256(acc, c, ldc, h, w, add, post);
+  finishTile256<R>(acc, c, ldc, h, w, add, post);
+}
+
+// The tile with as many rows as `h` needs: 2, 4 or 6.
+template <class AddressA>
+__attribute__((target("avx2,fma"), always_inline)) inline void rowsTile256(int64_t kc, AddressA at, const float* bp, float* c,
+                                                                          int64_t ldc, int64_t h, int64_t w, bool add,
+                                                                          const MicroPost* post) {
+  if (h <= 2) tile256<2>(kc, at, bp, c, ldc, h, w, add, post);
+  else if (h <= 4) tile256<4>(kc, at, bp, c, ldc, h, w, add, post);
+  else tile256<6>(kc, at, bp, c, ldc, h, w, add, post);
 }
 
 __attribute__((target("avx2,fma"))) void micro256(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
                                                   int64_t h, int64_t w, bool add, const MicroPost* post) {
-  tile256(kc, [ap](int r, int64_t p) { return ap + p * 6 + r; }, bp, c, ldc, h, w, add, post);
+  rowsTile256(kc, [ap](int r, int64_t p) { return ap + p * 6 + r; }, bp, c, ldc, h, w, add, post);
 }
 
 // The same tile with A read in place, row-major (rows at or past h repeat the
@@ -270,7 +284,7 @@ __attribute__((target("avx2,fma"))) void micro256Rows(int64_t kc, const float* a
                                                       int64_t ldc, int64_t h, int64_t w, bool add, const MicroPost* post) {
   const float* rows[6];
   for (int64_t i = 0; i < 6; ++i) rows[i] = a + std::min(i, h - 1) * lda;
-  tile256(kc, [&rows](int r, int64_t p) { return rows[r] + p; }, bp, c, ldc, h, w, add, post);
+  rowsTile256(kc, [&rows](int r, int64_t p) { return rows[r] + p; }, bp, c, ldc, h, w, add, post);
 }
 
 // Portable fallback with the AVX2 tile shape.
