@@ -331,9 +331,10 @@ TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slice
   int threadsBefore = device::numThreads();
   // m <= 128 takes the short-wide driver (A packed once, columns shared out),
   // larger m the tall one (B packed once, rows shared out); k = 300 spans three
-  // KC slices; n = 577 / 77 and m = 13 / 203 leave partial tiles at both edges.
+  // KC slices; n = 577 / 77 and m = 13 / 14 / 16 / 203 leave partial tiles at
+  // both edges (a last row tile of 1, 2, 4 and 5 rows: the 2- and 4-row tiles on AVX2).
   for (int threads : {1, 2})
-    for (int64_t m : {13, 203})
+    for (int64_t m : {13, 14, 16, 203})
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           for (bool acc : {false, true}) {
@@ -404,12 +405,13 @@ TEST_CASE("sgemm: post-ops (bias per column, ReLU) on every path, packed and not
   std::mt19937 rng(47);
   std::uniform_real_distribution<float> d(-1, 1);
   int threadsBefore = device::numThreads();
-  // Rows 1, 5 (skinny), 37 (short-wide, or narrow for n <= 16), 203 (tall);
+  // Rows 1, 5 (skinny), 37 and 40 (short-wide, or narrow for n <= 16; a last row
+  // tile of 1 and 4 rows), 203 (tall);
   // columns 3, 16 (narrow), 45, 517 (partial panels); k = 0 (the empty
   // contraction still adds the bias), 19, 300 (three KC slices).
   int cases = 0;
   for (int threads : {1, 2})
-    for (int64_t m : {1, 5, 37, 203})
+    for (int64_t m : {1, 5, 37, 40, 203})
       for (int64_t n : {3, 16, 45, 517})
         for (int64_t k : {0, 19, 300})
           for (bool tb : {false, true}) {
