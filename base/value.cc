@@ -13,22 +13,6 @@ static_assert(sizeof(AdtObject) % alignof(Value) == 0 && sizeof(ClosureObject) %
 
 Value::Value(Tensor t) : kind_(Kind::Object) { bits_.o = new TensorObject(std::move(t)); }
 
-Value Value::intScalar(DType dtype, int64_t v) {
-  Value r;
-  r.kind_ = Kind::Scalar;
-  r.dtype_ = dtype;
-  r.bits_.i = v;
-  return r;
-}
-
-Value Value::floatScalar(DType dtype, double v) {
-  Value r;
-  r.kind_ = Kind::Scalar;
-  r.dtype_ = dtype;
-  r.bits_.f = v;
-  return r;
-}
-
 template <class Obj>
 static Obj* allocWithInline(uint32_t tagOrFn, size_t n) {
   void* p = ::operator new(sizeof(Obj) + n * sizeof(Value));
