@@ -101,6 +101,12 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
 #define NEXT() pc += o.length()
 // An `M` list entry: moved out when marked (the value's last use), else copied.
 #define TAKE(r) ((r) & bytecode::kMoveBit ? std::move(R[(r) & ~bytecode::kMoveBit]) : Value(R[r]))
+// After enter/reenter: the callee's code from its first instruction, its registers at `base`.
+#define ENTERED(callee)                \
+  fn = &exe.functions()[callee];       \
+  code = fn->code.data();              \
+  pc = 0;                              \
+  R = regs_.data() + base
 
 // A handler's locals live in its braces and DISPATCH() comes after them: a computed
 // goto out of a scope does not run destructors, so it must leave none behind.
@@ -117,43 +123,44 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
 #define CASE(name) case Opcode::name:
 #endif
 
-  // Enters `callee` with arguments already in argTmp; the caller resumes at `next`
-  // and receives the result in register `dst`.
-  auto enter = [&](uint32_t callee, uint32_t next, uint32_t dst) {
+  // The helpers below take the hot state (fn, code, pc, base, R) as arguments
+  // and never capture it: a lambda capturing a local by reference takes its
+  // address, and GCC then kept pc and R in memory, a load and a store around
+  // every instruction. After a call or tail call the loop reloads its state.
+  //
+  // Pushes a frame for `callee` above the current one (resuming at `next`, its
+  // result into register `dst`) with the arguments in argTmp; returns its base.
+  auto enter = [this, &exe, &argTmp](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee, uint32_t next,
+                                     uint32_t dst) -> uint32_t {
     if (frames_.size() >= options_.maxCallDepth)
       throw Error("recursion too deep (more than " + std::to_string(options_.maxCallDepth) + " nested calls)");
     frames_.back().returnPc = next;
     frames_.back().dst = dst;
-    uint32_t newBase = base + fn->frameSize;
+    uint32_t newBase = currentBase + current->frameSize;
     const BytecodeFunction* cf = &exe.functions()[callee];
     if (regs_.size() < size_t(newBase) + cf->frameSize) regs_.resize((size_t(newBase) + cf->frameSize) * 2);
     Value* nr = regs_.data() + newBase;
     for (size_t i = 0; i < argTmp.size(); ++i) nr[i] = std::move(argTmp[i]);
     argTmp.clear();
     frames_.push_back(Frame{callee, 0, newBase, 0});
-    fn = cf;
-    code = cf->code.data();
-    pc = 0;
-    base = newBase;
-    R = nr;
+    return newBase;
   };
-  // Replaces the current frame by `callee` with the arguments in argTmp.
-  auto reenter = [&](uint32_t callee) {
+  // Replaces the current frame (at `currentBase`) by `callee` with the arguments in argTmp.
+  auto reenter = [this, &exe, &argTmp](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee) {
     const BytecodeFunction* cf = &exe.functions()[callee];
-    for (uint32_t i = 0; i < fn->frameSize; ++i) R[i] = Value();
-    if (regs_.size() < size_t(base) + cf->frameSize) {
-      regs_.resize((size_t(base) + cf->frameSize) * 2);
-      R = regs_.data() + base;
+    Value* r = regs_.data() + currentBase;
+    for (uint32_t i = 0; i < current->frameSize; ++i) r[i] = Value();
+    if (regs_.size() < size_t(currentBase) + cf->frameSize) {
+      regs_.resize((size_t(currentBase) + cf->frameSize) * 2);
+      r = regs_.data() + currentBase;
     }
-    for (size_t i = 0; i < argTmp.size(); ++i) R[i] = std::move(argTmp[i]);
+    for (size_t i = 0; i < argTmp.size(); ++i) r[i] = std::move(argTmp[i]);
     argTmp.clear();
     frames_.back().function = callee;
-    fn = cf;
-    code = cf->code.data();
-    pc = 0;
   };
-  // Collects a closure's captured values and the listed registers into argTmp.
-  auto closureArgs = [&](const Value& c, bytecode::RegisterList list) -> uint32_t {
+  // Collects a closure's captured values and the listed registers (of the frame
+  // at R) into argTmp.
+  auto closureArgs = [&exe, &argTmp](Value* R, const Value& c, bytecode::RegisterList list) -> uint32_t {
     uint32_t n = list.size;
     if (!c.isClosure()) throw Error("call of a value that is not a function: " + c.describe());
     const ClosureObject* clo = c.asClosure();
@@ -166,7 +173,7 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     return clo->function;
   };
   // An `M` list's values, taken in order.
-  auto takeList = [&](bytecode::RegisterList list) {
+  auto takeList = [](Value* R, bytecode::RegisterList list) {
     std::vector<Value> fields;
     fields.reserve(list.size);
     for (uint32_t i = 0; i < list.size; ++i) fields.push_back(TAKE(list[i]));
@@ -175,11 +182,11 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   auto traceReads = [&](const auto& ts) {
     for (const Tensor& t : ts) trace->read(t);
   };
-  auto gatherInputs = [&](bytecode::RegisterList list) {
+  auto gatherInputs = [&ins](const Value* R, bytecode::RegisterList list) {
     ins.clear();
     for (uint32_t i = 0; i < list.size; ++i) ins.push_back(tensorOf(R[list[i]], "kernel input"));
   };
-  auto recordKernel = [&](uint32_t k, uint64_t t0) {
+  auto recordKernel = [this, &exe](uint32_t k, uint64_t t0) {
     uint64_t t1 = nowNanos();
     profile_[k].calls++;
     profile_[k].totalNanos += t1 - t0;
@@ -224,26 +231,32 @@ dispatch:
     OPS(Invoke);
     bytecode::RegisterList args = o.list<2>();
     for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
-    enter(IDX(1), pc + o.length(), o.reg<0>());
+    uint32_t callee = IDX(1);
+    base = enter(fn, base, callee, pc + o.length(), o.reg<0>());
+    ENTERED(callee);
   }
   DISPATCH();
   CASE(TailCall) {
     OPS(TailCall);
     bytecode::RegisterList args = o.list<1>();
     for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
-    reenter(IDX(0));
+    uint32_t callee = IDX(0);
+    reenter(fn, base, callee);
+    ENTERED(callee);
   }
   DISPATCH();
   CASE(InvokeClosure) {
     OPS(InvokeClosure);
-    uint32_t callee = closureArgs(REG(1), o.list<2>());
-    enter(callee, pc + o.length(), o.reg<0>());
+    uint32_t callee = closureArgs(R, REG(1), o.list<2>());
+    base = enter(fn, base, callee, pc + o.length(), o.reg<0>());
+    ENTERED(callee);
   }
   DISPATCH();
   CASE(TailCallClosure) {
     OPS(TailCallClosure);
-    uint32_t callee = closureArgs(REG(0), o.list<1>());
-    reenter(callee);
+    uint32_t callee = closureArgs(R, REG(0), o.list<1>());
+    reenter(fn, base, callee);
+    ENTERED(callee);
   }
   DISPATCH();
   CASE(InvokeKernel) {
@@ -252,7 +265,7 @@ dispatch:
     // Operands by reference to the tensors in the registers (no copies); a
     // scalar register's value becomes a 0-d tensor kept in ins/outs for the call
     // (reserved first, so those never move while referenced).
-    auto refer = [&](bytecode::RegisterList list, boost::container::small_vector<Tensor, 8>& temps,
+    auto refer = [R](bytecode::RegisterList list, boost::container::small_vector<Tensor, 8>& temps,
                      boost::container::small_vector<const Tensor*, 16>& refs, const char* what) {
       temps.clear();
       refs.clear();
@@ -320,7 +333,7 @@ dispatch:
   CASE(InvokeDynamic) {
     OPS(InvokeDynamic);
     uint32_t k = IDX(0);
-    gatherInputs(o.list<1>());
+    gatherInputs(R, o.list<1>());
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     // Placement puts a kernel's operands and results on one device.
     Device device = ins.empty() ? Device{} : ins[0].device();
@@ -404,13 +417,13 @@ dispatch:
   DISPATCH();
   CASE(AllocAdt) {
     OPS(AllocAdt);
-    REG(0) = Value::adt(IDX(1), takeList(o.list<2>()));
+    REG(0) = Value::adt(IDX(1), takeList(R, o.list<2>()));
     NEXT();
   }
   DISPATCH();
   CASE(AllocTuple) {
     OPS(AllocTuple);
-    REG(0) = Value::tuple(takeList(o.list<1>()));
+    REG(0) = Value::tuple(takeList(R, o.list<1>()));
     NEXT();
   }
   DISPATCH();
@@ -557,6 +570,7 @@ done:
 #undef IDX
 #undef NEXT
 #undef TAKE
+#undef ENTERED
 #undef DISPATCH
 #undef CASE
 }
