@@ -228,6 +228,28 @@ void profile(const std::vector<Workload>& all, int runs) {
     }
 }
 
+// Runs per timed block: about 20 ms of the model's work (run once more to size it).
+int runsPerBlock(KilnModel& m) {
+  auto t0 = Clock::now();
+  m.run();
+  return std::clamp(static_cast<int>(0.02 / std::max(1e-7, secondsSince(t0))), 1, 200);
+}
+
+// Each runtime's idle threads spin for a while after a run (Kiln's pool 50 us,
+// oneDNN's OpenMP threads and ORT's longer): a pause before each block lets the
+// last one's threads sleep, so no block is timed while another's threads still
+// hold the cores (without it, Kiln's two-thread runs right after the oneDNN block
+// took up to 1.6x as long).
+void timeBlock(KilnModel* model, int per, std::vector<double>& times) {
+  if (!model) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
+  for (int i = 0; i < per; ++i) {
+    auto s = Clock::now();
+    model->run();
+    times.push_back(secondsSince(s) * 1e6);
+  }
+}
+
 // Kiln on 2 threads against Kiln on 1, timed by turns in the same rounds (blocks
 // of about 20 ms after a pause, as the main table's): "two threads never slower
 // than one" compares two figures taken in the same stretch of machine time. The
@@ -243,20 +265,12 @@ void threadScaling(const std::vector<Workload>& all, int rounds) {
       one.run();
       two.run();
     }
-    auto t0 = Clock::now();
-    one.run();
-    int per = std::clamp(static_cast<int>(0.02 / std::max(1e-7, secondsSince(t0))), 1, 200);
+    int per = runsPerBlock(one);
     std::vector<double> times[2];
-    for (int r = 0; r < rounds; ++r)
-      for (int t = 0; t < 2; ++t) {
-        KilnModel& m = t == 0 ? one : two;
-        std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
-        for (int i = 0; i < per; ++i) {
-          auto s = Clock::now();
-          m.run();
-          times[t].push_back(secondsSince(s) * 1e6);
-        }
-      }
+    for (int r = 0; r < rounds; ++r) {
+      timeBlock(&one, per, times[0]);
+      timeBlock(&two, per, times[1]);
+    }
     double m1 = median(times[0]), m2 = median(times[1]);
     std::printf("%-10s %10.1f %10.1f %8.2f\n", w.name.c_str(), m1, m2, m2 / m1);
     std::fflush(stdout);
@@ -388,31 +402,14 @@ int main(int argc, char** argv) {
       std::string ortError_;
       bool withOrt = !dir.empty() && ort.load(dir, threads, ortError_);
       if (!ortError_.empty()) std::fprintf(stderr, "%s: ORT: %s\n", w.name.c_str(), ortError_.c_str());
-      // Runs per round: about 20 ms of Kiln's work.
-      auto t0 = Clock::now();
-      m.run();
-      int per = std::clamp(static_cast<int>(0.02 / std::max(1e-7, secondsSince(t0))), 1, 200);
+      int per = runsPerBlock(m);
       std::vector<double> kiln, kilnOnnx, kilnDnnl, kilnTuned, onnx, micros;
       std::vector<float> out;
-      // Each runtime's idle threads spin for a while after a run (Kiln's pool 50 us,
-      // oneDNN's OpenMP threads and ORT's longer): a pause before each block lets
-      // the last one's threads sleep, so no block is timed while another's threads
-      // still hold the cores (without it, Kiln's two-thread runs right after the
-      // oneDNN block took up to 1.6x as long).
-      auto timeBlock = [&](KilnModel* model, std::vector<double>& times) {
-        if (!model) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
-        for (int i = 0; i < per; ++i) {
-          auto s = Clock::now();
-          model->run();
-          times.push_back(secondsSince(s) * 1e6);
-        }
-      };
       for (int r = 0; r < rounds; ++r) {
-        timeBlock(&m, kiln);
-        timeBlock(imported.get(), kilnOnnx);
-        timeBlock(tuned.get(), kilnTuned);
-        timeBlock(partitioned.get(), kilnDnnl);
+        timeBlock(&m, per, kiln);
+        timeBlock(imported.get(), per, kilnOnnx);
+        timeBlock(tuned.get(), per, kilnTuned);
+        timeBlock(partitioned.get(), per, kilnDnnl);
         if (withOrt) std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
         if (withOrt && ort.run(per, micros, out, ortError_)) {
           onnx.insert(onnx.end(), micros.begin(), micros.end());

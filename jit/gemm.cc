@@ -578,6 +578,17 @@ __attribute__((target("avx2"), always_inline)) inline __m256 lane256(__m256 v, i
   }
 }
 
+// One row of a 16-column panel of B: prepacked (plain loads), or in place and
+// masked to the panel's valid columns.
+struct PanelRow256 {
+  __m256 lo, hi;
+};
+template <bool Packed>
+__attribute__((target("avx2"), always_inline)) inline PanelRow256 panelRow256(const float* r, __m256i mask0, __m256i mask1) {
+  if constexpr (Packed) return {_mm256_loadu_ps(r), _mm256_loadu_ps(r + 8)};
+  else return {_mm256_maskload_ps(r, mask0), _mm256_maskload_ps(r + 8, mask1)};
+}
+
 // One 16-column panel (AVX2's NR) for R <= 4 rows starting at row i0: 2R
 // accumulators per set in registers; a partial panel read in place is loaded
 // masked, so nothing past column n is touched. With one or two rows the depth is
@@ -603,57 +614,48 @@ __attribute__((target("avx2,fma"))) void skinnyRows256(const SkinnyJob& j, int64
   // product ran at 20 GFLOP/s). The whole depth is one pass: a prepacked panel
   // is contiguous from its first row to its last (panel-major), and B in place
   // is one stride apart.
-  const int64_t aRow = j.aRow, aCol = j.aCol;
-  {
-    const int64_t kc = j.k;
-    const float* a = j.a + i0 * aRow;
-    const float* row = Packed ? j.packed + panelBlock(q, 0, j.k, 16) : j.b + q * 16;
-    int64_t stride = Packed ? 16 : j.ldb;
-    int64_t p = 0;
-    if constexpr (R == 1) {
-      // One row: eight steps from one load of A, each step's value broadcast in
-      // registers. A broadcast from memory per step made three loads per 64
-      // bytes of B, and the load ports, not L2, set the pace (a 1x128x256
-      // product took 1.3x the time of a plain read of its panels; now 1.03-1.1x).
-      if (aCol == 1)
-        for (; p + 8 <= kc; p += 8) {
-          __m256 av = _mm256_loadu_ps(a + p);
-          __m256 halves[2] = {_mm256_permute2f128_ps(av, av, 0x00), _mm256_permute2f128_ps(av, av, 0x11)};
+  const int64_t aRow = j.aRow, aCol = j.aCol, k = j.k;
+  const float* a = j.a + i0 * aRow;
+  const float* row = Packed ? j.packed + panelBlock(q, 0, k, 16) : j.b + q * 16;
+  const int64_t stride = Packed ? 16 : j.ldb;
+  int64_t p = 0;
+  if constexpr (R == 1) {
+    // One row: eight steps from one load of A, each step's value broadcast in
+    // registers. A broadcast from memory per step made three loads per 64
+    // bytes of B, and the load ports, not L2, set the pace (a 1x128x256
+    // product took 1.3x the time of a plain read of its panels; now 1.03-1.1x).
+    if (aCol == 1)
+      for (; p + 8 <= k; p += 8) {
+        __m256 av = _mm256_loadu_ps(a + p);
+        __m256 halves[2] = {_mm256_permute2f128_ps(av, av, 0x00), _mm256_permute2f128_ps(av, av, 0x11)};
 #pragma GCC unroll 8
-          for (int s = 0; s < 8; ++s) {
-            __m256 x = lane256(halves[s / 4], s % 4);
-            const float* r = row + (p + s) * stride;
-            __m256 b0 = Packed ? _mm256_loadu_ps(r) : _mm256_maskload_ps(r, mask0);
-            __m256 b1 = Packed ? _mm256_loadu_ps(r + 8) : _mm256_maskload_ps(r + 8, mask1);
-            acc[s % 4][0][0] = _mm256_fmadd_ps(x, b0, acc[s % 4][0][0]);
-            acc[s % 4][0][1] = _mm256_fmadd_ps(x, b1, acc[s % 4][0][1]);
-          }
-        }
-    }
-    for (; p + kSets <= kc; p += kSets) {
-#pragma GCC unroll 4
-      for (int s = 0; s < kSets; ++s) {
-        const float* r = row + (p + s) * stride;
-        __m256 b0 = Packed ? _mm256_loadu_ps(r) : _mm256_maskload_ps(r, mask0);
-        __m256 b1 = Packed ? _mm256_loadu_ps(r + 8) : _mm256_maskload_ps(r + 8, mask1);
-#pragma GCC unroll 4
-        for (int i = 0; i < R; ++i) {
-          __m256 x = _mm256_broadcast_ss(a + i * aRow + (p + s) * aCol);
-          acc[s][i][0] = _mm256_fmadd_ps(x, b0, acc[s][i][0]);
-          acc[s][i][1] = _mm256_fmadd_ps(x, b1, acc[s][i][1]);
+        for (int s = 0; s < 8; ++s) {
+          __m256 x = lane256(halves[s / 4], s % 4);
+          PanelRow256 b = panelRow256<Packed>(row + (p + s) * stride, mask0, mask1);
+          acc[s % 4][0][0] = _mm256_fmadd_ps(x, b.lo, acc[s % 4][0][0]);
+          acc[s % 4][0][1] = _mm256_fmadd_ps(x, b.hi, acc[s % 4][0][1]);
         }
       }
-    }
-    for (; p < kc; ++p) {
-      const float* r = row + p * stride;
-      __m256 b0 = Packed ? _mm256_loadu_ps(r) : _mm256_maskload_ps(r, mask0);
-      __m256 b1 = Packed ? _mm256_loadu_ps(r + 8) : _mm256_maskload_ps(r + 8, mask1);
+  }
+  for (; p + kSets <= k; p += kSets) {
+#pragma GCC unroll 4
+    for (int s = 0; s < kSets; ++s) {
+      PanelRow256 b = panelRow256<Packed>(row + (p + s) * stride, mask0, mask1);
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
-        __m256 x = _mm256_broadcast_ss(a + i * aRow + p * aCol);
-        acc[0][i][0] = _mm256_fmadd_ps(x, b0, acc[0][i][0]);
-        acc[0][i][1] = _mm256_fmadd_ps(x, b1, acc[0][i][1]);
+        __m256 x = _mm256_broadcast_ss(a + i * aRow + (p + s) * aCol);
+        acc[s][i][0] = _mm256_fmadd_ps(x, b.lo, acc[s][i][0]);
+        acc[s][i][1] = _mm256_fmadd_ps(x, b.hi, acc[s][i][1]);
       }
+    }
+  }
+  for (; p < k; ++p) {
+    PanelRow256 b = panelRow256<Packed>(row + p * stride, mask0, mask1);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      __m256 x = _mm256_broadcast_ss(a + i * aRow + p * aCol);
+      acc[0][i][0] = _mm256_fmadd_ps(x, b.lo, acc[0][i][0]);
+      acc[0][i][1] = _mm256_fmadd_ps(x, b.hi, acc[0][i][1]);
     }
   }
   // Unrolled like the steps: a loop over the rows here indexed the accumulators

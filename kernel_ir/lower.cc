@@ -193,10 +193,16 @@ class Lowering {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       int32_t in = n.inputs[i];
       if (f_.typeOf(in).dtype != DType::Float32) return false;
-      if (!f_.isParam(in) && !(i == 0 && op != "nn.conv2d" && f_.node(in).op && f_.node(in).op->name == "concatenate"))
-        return false;
+      bool copiedOperand = i == 0 && op != "nn.conv2d" && isConcatenation(in);
+      if (!f_.isParam(in) && !copiedOperand) return false;
     }
     return true;
+  }
+
+  bool isConcatenation(int32_t value) const {
+    if (f_.isParam(value)) return false;
+    const FusedNode& n = f_.node(value);
+    return !n.isConstant() && n.op->name == "concatenate";
   }
 
   // The concatenated data operand of a product, copied into a scratch buffer of

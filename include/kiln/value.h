@@ -108,16 +108,12 @@ class Value {
   // as one 16-bit load, which store forwarding cannot serve (a stall of the
   // VM's scalar instructions, 60% of a host-scalar kernel's time).
   static Value intScalar(DType dtype, int64_t v) {
-    Value r;
-    r.kind_ = Kind::Scalar;
-    r.dtype_ = dtype;
+    Value r = scalarOf(dtype);
     r.bits_.i = v;
     return r;
   }
   static Value floatScalar(DType dtype, double v) {
-    Value r;
-    r.kind_ = Kind::Scalar;
-    r.dtype_ = dtype;
+    Value r = scalarOf(dtype);
     r.bits_.f = v;
     return r;
   }
@@ -172,6 +168,12 @@ class Value {
     kind_ = Kind::Empty;
   }
   static void destroy(Object* o);
+  static Value scalarOf(DType dtype) {
+    Value r;
+    r.kind_ = Kind::Scalar;
+    r.dtype_ = dtype;
+    return r;
+  }
 
   union {
     int64_t i;
