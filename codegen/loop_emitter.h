@@ -411,6 +411,58 @@ class LoopEmitter {
     throw Error("internal: unknown unary operator");
   }
 
+  // Integer power, exact: x^y by squaring, saturated to the type's range as a
+  // double power converted with saturation would be (kernel_ir/scalar_kernel.cc's
+  // intPower is the same function for host scalars). A negative exponent truncates
+  // 1/x^|y| toward zero: 0 unless x is 1 or -1, and 0^-n saturates high as +inf
+  // does. Not a double power: libdevice's pow misses exact integer results by an
+  // ulp (pow(3, 1) < 3 on an H200), which the conversion truncates to 2.
+  llvm::Value* intPower(llvm::Value* x, llvm::Value* y, bool isSigned) {
+    llvm::Type* t = x->getType();
+    unsigned width = t->getScalarSizeInBits();
+    auto constant = [&](const llvm::APInt& v) { return llvm::ConstantInt::get(t, v); };
+    auto small = [&](int64_t v) { return llvm::ConstantInt::get(t, static_cast<uint64_t>(v), isSigned); };
+    llvm::Value* zero = small(0);
+    llvm::Value* one = small(1);
+    llvm::Value* noFlag = b_.CreateICmpNE(zero, zero);  // false, of x's shape (scalar or vector)
+    // Seven exponent bits: past 127 every |x| >= 2 overflows already, and 0, 1
+    // and -1 only care for the exponent's parity, which 126 or 127 keeps.
+    unsigned steps = std::min(width, 7u);
+    llvm::Value* e = y;
+    if (width > 7) {
+      llvm::Value* big = isSigned ? b_.CreateICmpSGT(y, small(127)) : b_.CreateICmpUGT(y, small(127));
+      e = b_.CreateSelect(big, b_.CreateOr(small(126), b_.CreateAnd(y, one)), y);
+    }
+    llvm::Intrinsic::ID mulWithOverflow =
+        isSigned ? llvm::Intrinsic::smul_with_overflow : llvm::Intrinsic::umul_with_overflow;
+    llvm::Value* result = one;
+    llvm::Value* base = x;
+    llvm::Value* overflow = noFlag;
+    llvm::Value* baseOverflow = noFlag;  // base = x^(2^i) no longer fits
+    for (unsigned i = 0; i < steps; ++i) {
+      llvm::Value* bit = b_.CreateICmpNE(b_.CreateAnd(e, small(int64_t{1} << i)), zero);
+      llvm::Value* product = b_.CreateBinaryIntrinsic(mulWithOverflow, result, base);
+      result = b_.CreateSelect(bit, b_.CreateExtractValue(product, 0), result);
+      overflow = b_.CreateOr(overflow, b_.CreateAnd(bit, b_.CreateOr(b_.CreateExtractValue(product, 1), baseOverflow)));
+      if (i + 1 == steps) break;
+      llvm::Value* square = b_.CreateBinaryIntrinsic(mulWithOverflow, base, base);
+      base = b_.CreateExtractValue(square, 0);
+      baseOverflow = b_.CreateOr(baseOverflow, b_.CreateExtractValue(square, 1));
+    }
+    if (!isSigned) return b_.CreateSelect(overflow, constant(llvm::APInt::getMaxValue(width)), result);
+    llvm::Value* odd = b_.CreateICmpNE(b_.CreateAnd(y, one), zero);
+    llvm::Value* max = constant(llvm::APInt::getSignedMaxValue(width));
+    llvm::Value* negative = b_.CreateAnd(b_.CreateICmpSLT(x, zero), odd);
+    llvm::Value* saturated = b_.CreateSelect(negative, constant(llvm::APInt::getSignedMinValue(width)), max);
+    llvm::Value* positive = b_.CreateSelect(overflow, saturated, result);
+    llvm::Value* minusOne = small(-1);
+    llvm::Value* reciprocal = b_.CreateSelect(
+        b_.CreateICmpEQ(x, zero), max,
+        b_.CreateSelect(b_.CreateICmpEQ(x, one), one,
+                        b_.CreateSelect(b_.CreateICmpEQ(x, minusOne), b_.CreateSelect(odd, minusOne, one), zero)));
+    return b_.CreateSelect(b_.CreateICmpSLT(y, zero), reciprocal, positive);
+  }
+
   // Integer division and remainder that never trap: x / 0 is 0 and x % 0 is 0;
   // INT_MIN / -1 wraps (the divisor -1 is handled without dividing).
   llvm::Value* safeDivisor(llvm::Value* y, bool isSigned) {
@@ -464,14 +516,7 @@ class LoopEmitter {
           return b_.CreateSelect(adjust, b_.CreateFAdd(r, y), r);
         }
       case BinaryOp::Pow:
-        if (flt) return powOf(x, y);
-        {
-          llvm::Value* fx = uns ? b_.CreateUIToFP(x, b_.getDoubleTy()) : b_.CreateSIToFP(x, b_.getDoubleTy());
-          llvm::Value* fy = uns ? b_.CreateUIToFP(y, b_.getDoubleTy()) : b_.CreateSIToFP(y, b_.getDoubleTy());
-          llvm::Value* p = powOf(fx, fy);
-          return b_.CreateIntrinsic(uns ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat,
-                                    {x->getType(), b_.getDoubleTy()}, {p});
-        }
+        return flt ? powOf(x, y) : intPower(x, y, !uns);
       case BinaryOp::Max:
         if (flt) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, x, y);
         return b_.CreateBinaryIntrinsic(uns ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, x, y);

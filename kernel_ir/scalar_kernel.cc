@@ -60,6 +60,23 @@ int64_t saturate(DType t, double v) {
   return static_cast<int64_t>(std::clamp(v, lo, hi));
 }
 
+// Integer power as the kernels compute it (codegen/loop_emitter.h, intPower):
+// exact, saturated to t's range; a negative exponent truncates 1/x^|y| toward
+// zero, and 0^-n saturates high as +inf does.
+int64_t intPower(DType t, int64_t x, int64_t y) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (y < 0) return x == 1 ? 1 : x == -1 ? (y % 2 != 0 ? -1 : 1) : x == 0 ? saturate(t, inf) : 0;
+  bool negative = x < 0 && (y & 1) != 0;
+  int64_t result = 1, base = x;
+  bool overflow = false, baseOverflow = false;  // base = x^(2^i) no longer fits
+  for (; y > 0 && !overflow; y >>= 1) {
+    if ((y & 1) != 0) overflow = baseOverflow || __builtin_mul_overflow(result, base, &result);
+    if (y > 1) baseOverflow = baseOverflow || __builtin_mul_overflow(base, base, &base);
+  }
+  if (overflow) return saturate(t, negative ? -inf : inf);
+  return t == DType::Int64 ? result : saturate(t, static_cast<double>(result));
+}
+
 // Wrapping add/sub/mul without signed-overflow UB.
 int64_t wrapOp(uint64_t a, uint64_t b, BinaryOp op) {
   switch (op) {
@@ -130,7 +147,7 @@ Num binary(BinaryOp op, DType t, DType resultType, Num x, Num y) {
     case BinaryOp::FloorDiv:
     case BinaryOp::Mod:
     case BinaryOp::FloorMod: r.i = intDivRem(op, a, b, t); break;
-    case BinaryOp::Pow: r.i = saturate(t, std::pow(static_cast<double>(a), static_cast<double>(b))); break;
+    case BinaryOp::Pow: r.i = intPower(t, a, b); break;
     case BinaryOp::Max: r.i = std::max(a, b); break;
     case BinaryOp::Min: r.i = std::min(a, b); break;
     case BinaryOp::Eq: r.i = a == b; break;

@@ -9,6 +9,7 @@
 
 #include "device/thread_pool.h"
 #include "kernel_ir/lower.h"
+#include "kernel_ir/scalar_kernel.h"
 #include "kernel_util.h"
 
 using namespace kiln;
@@ -494,4 +495,63 @@ TEST_CASE("thread pool: every index exactly once, jobs back to back and from sev
   for (auto& c : callers) c.join();
   for (auto& v : shared) REQUIRE(v.load() == 400);
   device::setNumThreads(before);
+}
+
+// Integer power is exact and saturates to the type's range, the same in a JIT
+// kernel and in the VM's host evaluation of scalar kernels. (The GPU computed it
+// through libdevice's double pow, which gave pow(3, 1) = 2 on an H200.)
+TEST_CASE("integer power is exact and saturates, in kernels and in host scalar evaluation") {
+  struct Case {
+    int64_t x, y, want;
+  };
+  constexpr int64_t i32max = std::numeric_limits<int32_t>::max(), i32min = std::numeric_limits<int32_t>::min();
+  constexpr int64_t i64max = std::numeric_limits<int64_t>::max(), i64min = std::numeric_limits<int64_t>::min();
+  const std::map<DType, std::vector<Case>> cases = {
+      {DType::Int32,
+       {{3, 1, 3},          {3, 19, 1162261467}, {3, 20, i32max},   {-3, 20, i32max},  {-3, 21, i32min},
+        {-2, 31, i32min},   {2, 31, i32max},     {2, 30, 1 << 30},  {0, 0, 1},         {0, 5, 0},
+        {0, -1, i32max},    {-1, -3, -1},        {-1, -4, 1},       {1, -7, 1},        {2, -1, 0},
+        {-2, -1, 0},        {-7, 3, -343},       {-1, 1000001, -1}, {-1, 1000000, 1},  {2, 1000, i32max},
+        {-2, 1001, i32min}, {5, 0, 1},           {46341, 2, i32max}, {46340, 2, 2147395600}}},
+      // 3^39 is not a double: a double power rounds it to ...256.
+      {DType::Int64,
+       {{3, 39, 4052555153018976267},  {-3, 39, -4052555153018976267}, {3, 40, i64max}, {-2, 63, i64min},
+        {2, 63, i64max},                {10, 18, 1000000000000000000},  {-1, int64_t{1} << 62, 1},
+        {7, int64_t{1} << 40, i64max},  {0, -5, i64max}}},
+      {DType::Int8, {{-2, 7, -128}, {2, 7, 127}, {3, 4, 81}, {3, 5, 127}, {-3, 5, -128}, {-1, 127, -1}, {2, 127, 127}}},
+      {DType::UInt8, {{3, 5, 243}, {3, 6, 255}, {2, 7, 128}, {2, 8, 255}, {0, 0, 1}, {255, 1, 255}, {1, 255, 1}}},
+  };
+  for (const auto& [dt, list] : cases) {
+    CAPTURE(dtypeName(dt));
+    const auto n = static_cast<int64_t>(list.size());
+    Tensor x = Tensor::empty(dt, {n}), y = Tensor::empty(dt, {n});
+    auto put = [&](const Tensor& t, int64_t i, int64_t v) {
+      if (dt == DType::Int64) t.data<int64_t>()[i] = v;
+      else test::setElement(t, i, static_cast<double>(v));
+    };
+    auto read = [&](const Tensor& t, int64_t i) {
+      return dt == DType::Int64 ? t.data<int64_t>()[i] : static_cast<int64_t>(getElement(t, i));
+    };
+    for (int64_t i = 0; i < n; ++i) put(x, i, list[i].x), put(y, i, list[i].y);
+    std::string type = relayType(dt, std::to_string(n));
+    auto k = test::kernelFrom("def @main(%x: " + type + ", %y: " + type + ") { power(%x, %y) }");
+    std::vector<Tensor> in{x, y};
+    Tensor got = (*k)(in)[0];
+
+    std::string scalar = "Tensor[(), " + std::string(dtypeName(dt)) + "]";
+    auto host = kernel_ir::ScalarKernel::tryBuild(
+        test::fusedFrom("def @main(%x: " + scalar + ", %y: " + scalar + ") { power(%x, %y) }"));
+    REQUIRE(host);
+    for (int64_t i = 0; i < n; ++i) {
+      CAPTURE(list[i].x);
+      CAPTURE(list[i].y);
+      CHECK(read(got, i) == list[i].want);
+      Value args[2] = {Value::intScalar(dt, list[i].x), Value::intScalar(dt, list[i].y)};
+      const Value* inputs[2] = {&args[0], &args[1]};
+      Value result;
+      Value* outputs[1] = {&result};
+      host->run(inputs, outputs);
+      CHECK(result.intValue() == list[i].want);
+    }
+  }
 }
