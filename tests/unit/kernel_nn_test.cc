@@ -405,13 +405,14 @@ TEST_CASE("sgemm: post-ops (bias per column, ReLU) on every path, packed and not
   std::mt19937 rng(47);
   std::uniform_real_distribution<float> d(-1, 1);
   int threadsBefore = device::numThreads();
-  // Rows 1, 5 (skinny), 37 and 40 (short-wide, or narrow for n <= 16; a last row
-  // tile of 1 and 4 rows), 203 (tall);
+  // Rows 1, 5 (skinny), 37, 38 and 40 (short-wide, or narrow for n <= 16; a last
+  // row tile of 1, 2 and 4 rows: AVX2's 2-row tile sums even and odd steps apart,
+  // and k = 19 leaves it an odd step), 203 (tall);
   // columns 3, 16 (narrow), 45, 517 (partial panels); k = 0 (the empty
   // contraction still adds the bias), 19, 300 (three KC slices).
   int cases = 0;
   for (int threads : {1, 2})
-    for (int64_t m : {1, 5, 37, 40, 203})
+    for (int64_t m : {1, 5, 37, 38, 40, 203})
       for (int64_t n : {3, 16, 45, 517})
         for (int64_t k : {0, 19, 300})
           for (bool tb : {false, true}) {
