@@ -10,7 +10,8 @@
 #
 # The checks: a sample on `--device cuda` next to the CPU; the GPU-against-CPU kernel
 # cases (`cuda-emu*` test cases with KILN_GPU_TEST_DEVICE=cuda; SWEEP=1 adds the long
-# sweep); every end-to-end program, TVM corpus program and sample on cuda; gpu_bench;
+# sweep); every end-to-end program, TVM corpus program and sample on cuda; per-kernel
+# profiles of the samples on cuda and on the host; gpu_bench;
 # the ONNX backend cases on cuda (SKIP_ONNX=1 leaves them out). A GPU machine needs its
 # driver (libcuda.so.1) and, for libdevice, nothing else: the pack carries it.
 set -u
@@ -66,6 +67,15 @@ run)
   step "end-to-end programs on cuda"
   for s in tests/e2e tests/tvm samples; do
     check timeout 300 bash tests/cli/e2e_test.sh "$k/bin/vmrun" "$k/bin/kilnc" "$root/$s" "$root" cuda
+  done
+  # Steady-state GPU time per kernel (CUDA events) beside the host's, for each
+  # sample, with its own RUN arguments.
+  for prog in samples/cnn.relay samples/lstm_list.relay samples/mlp.relay; do
+    read -r -a args <<< "$(sed -n 's|^// RUN: ||p' "$prog")"
+    for dev in cuda cpu; do
+      step "profile of $prog on $dev, 200 runs"
+      check timeout 120 "$k/bin/vmrun" "$prog" "${args[@]}" --device $dev --repeat 200 --warmup 20 --profile
+    done
   done
   step gpu_bench
   check timeout 300 "$k/bin/gpu_bench"
