@@ -1,6 +1,8 @@
 // FusedFunction -> LoopKernel by inlining compute rules.
 #include "kernel_ir/lower.h"
 
+#include "kernel_ir/range_fold.h"
+
 #include <array>
 #include <map>
 #include <span>
@@ -637,6 +639,7 @@ class Lowering {
 loop::LoopKernel lowerToLoops(const FusedFunction& f, const LowerOptions& options) {
   loop::LoopKernel k;
   Lowering(f, k, options).run();
+  loop::foldByRanges(k);
   return k;
 }
 

@@ -1,0 +1,247 @@
+// Folding guards and selects that the loops' bounds decide (see range_fold.h).
+#include "kernel_ir/range_fold.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::loop {
+
+namespace {
+
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// [lo, hi]; kMin and kMax stand for unbounded sides (arithmetic that reaches
+// them stays there, which only ever widens an interval).
+struct Range {
+  int64_t lo = kMin, hi = kMax;
+};
+
+bool bounded(const Range& r) { return r.lo != kMin && r.hi != kMax; }
+
+// A bound that overflows int64 becomes unbounded on its side (only ever wider).
+Range add(const Range& x, const Range& y) {
+  Range r;
+  int64_t v;
+  if (x.lo != kMin && y.lo != kMin && !__builtin_add_overflow(x.lo, y.lo, &v)) r.lo = v;
+  if (x.hi != kMax && y.hi != kMax && !__builtin_add_overflow(x.hi, y.hi, &v)) r.hi = v;
+  return r;
+}
+
+Range sub(const Range& x, const Range& y) {
+  Range r;
+  int64_t v;
+  if (x.lo != kMin && y.hi != kMax && !__builtin_sub_overflow(x.lo, y.hi, &v)) r.lo = v;
+  if (x.hi != kMax && y.lo != kMin && !__builtin_sub_overflow(x.hi, y.lo, &v)) r.hi = v;
+  return r;
+}
+
+Range mul(const Range& x, const Range& y) {
+  int64_t c[4];
+  bool overflow = !bounded(x) || !bounded(y) || __builtin_mul_overflow(x.lo, y.lo, &c[0]) ||
+                  __builtin_mul_overflow(x.lo, y.hi, &c[1]) || __builtin_mul_overflow(x.hi, y.lo, &c[2]) ||
+                  __builtin_mul_overflow(x.hi, y.hi, &c[3]);
+  if (overflow) {
+    // Non-negative times non-negative stays non-negative.
+    if (x.lo >= 0 && y.lo >= 0) return {0, kMax};
+    return {};
+  }
+  return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
+}
+
+// Division by a positive constant is monotonic (truncating or flooring).
+Range divide(const Range& x, int64_t c, bool floor) {
+  auto q = [&](int64_t v) {
+    int64_t t = v / c;
+    return floor && (v % c != 0) && v < 0 ? t - 1 : t;
+  };
+  return {x.lo == kMin ? kMin : q(x.lo), x.hi == kMax ? kMax : q(x.hi)};
+}
+
+std::optional<bool> compare(BinaryOp op, const Range& x, const Range& y) {
+  switch (op) {
+    case BinaryOp::Lt:
+      if (x.hi != kMax && y.lo != kMin && x.hi < y.lo) return true;
+      if (x.lo != kMin && y.hi != kMax && x.lo >= y.hi) return false;
+      return std::nullopt;
+    case BinaryOp::Le:
+      if (x.hi != kMax && y.lo != kMin && x.hi <= y.lo) return true;
+      if (x.lo != kMin && y.hi != kMax && x.lo > y.hi) return false;
+      return std::nullopt;
+    case BinaryOp::Gt: return compare(BinaryOp::Lt, y, x);
+    case BinaryOp::Ge: return compare(BinaryOp::Le, y, x);
+    case BinaryOp::Eq:
+    case BinaryOp::Ne: {
+      std::optional<bool> eq;
+      if (bounded(x) && bounded(y) && x.lo == x.hi && y.lo == y.hi) eq = x.lo == y.lo;
+      else if ((x.hi != kMax && y.lo != kMin && x.hi < y.lo) || (y.hi != kMax && x.lo != kMin && y.hi < x.lo)) eq = false;
+      if (!eq) return std::nullopt;
+      return op == BinaryOp::Eq ? *eq : !*eq;
+    }
+    default: return std::nullopt;
+  }
+}
+
+class RangeFolder {
+ public:
+  explicit RangeFolder(LoopKernel& k) : k_(k), b_(k) {}
+
+  int run() {
+    bindVariables();
+    const auto n = static_cast<ExprId>(k_.exprs.size());
+    to_.resize(static_cast<size_t>(n));
+    ranges_.resize(static_cast<size_t>(n));
+    // Children have smaller ids than their parents (expressions are built bottom-up).
+    for (ExprId id = 0; id < n; ++id) {
+      ranges_[static_cast<size_t>(id)] = rangeOf(id);
+      to_[static_cast<size_t>(id)] = rewrite(id);
+    }
+    for (StmtNode& s : k_.stmts) remapStatement(s);
+    for (ExprId& e : k_.reduceExtents) e = map(e);
+    return decided_;
+  }
+
+ private:
+  ExprId map(ExprId e) const { return e < 0 || static_cast<size_t>(e) >= to_.size() ? e : to_[static_cast<size_t>(e)]; }
+  const Range& range(ExprId e) const { return ranges_[static_cast<size_t>(e)]; }
+
+  // Each loop variable's upper bound: extent - 1 of the loops that bind it (all of
+  // them, should one be bound twice), unbounded for a run-time extent.
+  void bindVariables() {
+    auto bind = [&](int32_t var, ExprId extent) {
+      int64_t e;
+      int64_t hi = b_.isIntConst(extent, &e) ? std::max<int64_t>(e - 1, 0) : kMax;
+      auto [it, fresh] = varHigh_.emplace(var, hi);
+      if (!fresh) it->second = std::max(it->second, hi);
+    };
+    for (const StmtNode& s : k_.stmts)
+      if (s.kind == StmtKind::For) bind(s.var, s.extent);
+    for (size_t i = 0; i < k_.reduceVars.size(); ++i) bind(k_.reduceVars[i], k_.reduceExtents[i]);
+  }
+
+  Range rangeOf(ExprId id) const {
+    const ExprNode& n = k_.expr(id);
+    if (isFloat(n.type)) return {};
+    switch (n.kind) {
+      case ExprKind::IntConst: return {n.ival, n.ival};
+      case ExprKind::Dim: return {0, kMax};
+      case ExprKind::Var: {
+        auto it = varHigh_.find(n.a);
+        return {0, it == varHigh_.end() ? kMax : it->second};
+      }
+      case ExprKind::Select: {
+        const Range &x = range(n.b), &y = range(n.c);
+        return {std::min(x.lo, y.lo), std::max(x.hi, y.hi)};
+      }
+      case ExprKind::Binary: break;
+      default: return {};
+    }
+    if (isFloat(k_.expr(n.a).type)) return {};
+    const Range &x = range(n.a), &y = range(n.b);
+    int64_t c;
+    bool positiveConstant = b_.isIntConst(n.b, &c) && c > 0;
+    switch (static_cast<BinaryOp>(n.op)) {
+      case BinaryOp::Add: return add(x, y);
+      case BinaryOp::Sub: return sub(x, y);
+      case BinaryOp::Mul: return mul(x, y);
+      case BinaryOp::Div: return positiveConstant ? divide(x, c, false) : Range{};
+      case BinaryOp::FloorDiv: return positiveConstant ? divide(x, c, true) : Range{};
+      case BinaryOp::Mod:
+        if (!positiveConstant) return {};
+        return x.lo >= 0 ? Range{0, std::min(x.hi, c - 1)} : Range{-(c - 1), c - 1};
+      case BinaryOp::FloorMod:
+        if (!positiveConstant) return {};
+        return {0, x.lo >= 0 ? std::min(x.hi, c - 1) : c - 1};
+      case BinaryOp::Max: return {std::max(x.lo, y.lo), std::max(x.hi, y.hi)};
+      case BinaryOp::Min: return {std::min(x.lo, y.lo), std::min(x.hi, y.hi)};
+      default: return {};
+    }
+  }
+
+  ExprId rewrite(ExprId id) {
+    const ExprNode n = k_.expr(id);  // a copy: the builder appends to k_.exprs
+    switch (n.kind) {
+      case ExprKind::Binary: {
+        auto op = static_cast<BinaryOp>(n.op);
+        if (isComparison(op) && !isFloat(k_.expr(n.a).type)) {
+          if (std::optional<bool> v = compare(op, range(n.a), range(n.b))) {
+            ++decided_;
+            return b_.intConst(*v ? 1 : 0, DType::Bool);
+          }
+        }
+        ExprId a = map(n.a), b = map(n.b);
+        int64_t v;
+        if (op == BinaryOp::Or && n.type == DType::Bool) {
+          if (b_.isIntConst(a, &v)) return v ? a : b;
+          if (b_.isIntConst(b, &v)) return v ? b : a;
+        }
+        if (op == BinaryOp::Sub && b_.isIntConst(b, &v) && v == 0) return a;
+        if (a == n.a && b == n.b) return id;
+        if (op == BinaryOp::Add) return b_.add(a, b);
+        if (op == BinaryOp::Mul) return b_.mul(a, b);
+        return b_.binary(op, a, b);
+      }
+      case ExprKind::Select: {
+        ExprId c = map(n.a);
+        int64_t v;
+        if (b_.isIntConst(c, &v)) return map(v ? n.b : n.c);
+        if (c == n.a && map(n.b) == n.b && map(n.c) == n.c) return id;
+        return b_.select(c, map(n.b), map(n.c));
+      }
+      case ExprKind::Unary:
+        return map(n.a) == n.a ? id : b_.unary(static_cast<UnaryOp>(n.op), map(n.a));
+      case ExprKind::Cast:
+        return map(n.a) == n.a ? id : b_.cast(n.type, map(n.a));
+      case ExprKind::Load:
+        return map(n.b) == n.b ? id : b_.load(n.a, map(n.b));
+      case ExprKind::Reduce: {
+        if (map(n.a) == n.a) return id;
+        // Not shared (each has its own variables): a copy with the new body.
+        ExprNode r = n;
+        r.a = map(n.a);
+        k_.exprs.push_back(r);
+        return static_cast<ExprId>(k_.exprs.size() - 1);
+      }
+      default: return id;
+    }
+  }
+
+  void remapStatement(StmtNode& s) {
+    switch (s.kind) {
+      case StmtKind::For:
+        s.extent = map(s.extent);
+        s.prefetchOffset = map(s.prefetchOffset);
+        break;
+      case StmtKind::Store:
+        s.index = map(s.index);
+        s.value = map(s.value);
+        break;
+      case StmtKind::If: s.value = map(s.value); break;
+      case StmtKind::Gemm: {
+        GemmArgs& g = s.gemm;
+        for (ExprId* e : {&g.m, &g.n, &g.k, &g.lda, &g.ldb, &g.ldc, &g.aOffset, &g.bOffset, &g.cOffset}) *e = map(*e);
+        break;
+      }
+      case StmtKind::Conv2d:
+        for (ExprId& e : s.conv.dims) e = map(e);
+        break;
+      case StmtKind::Block: break;
+    }
+  }
+
+  LoopKernel& k_;
+  LoopBuilder b_;
+  std::unordered_map<int32_t, int64_t> varHigh_;
+  std::vector<ExprId> to_;
+  std::vector<Range> ranges_;
+  int decided_ = 0;
+};
+
+}  // namespace
+
+int foldByRanges(LoopKernel& k) { return RangeFolder(k).run(); }
+
+}  // namespace kiln::loop
