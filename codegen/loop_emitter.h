@@ -684,12 +684,50 @@ class LoopEmitter {
       return;
     }
     size_t at = static_cast<size_t>(n.c + level);
+    if (unrollsWhole(n, level)) {
+      // Straight-line steps, one per value of this level's variable: expressions
+      // computed in a step (some of them using the variable) are forgotten after it.
+      std::vector<ExprId>& scope = scopes_.back();
+      const size_t mark = scope.size();
+      const auto var = static_cast<size_t>(k_.reduceVars[at]);
+      int64_t extent = k_.expr(k_.reduceExtents[at]).ival;
+      for (int64_t v = 0; v < extent; ++v) {
+        vars_[var] = b_.getInt64(v);
+        varDepth_[var] = static_cast<int>(scopes_.size()) - 1;
+        emitReduceLevel(n, level + 1, acc, op, vt);
+        for (size_t i = mark; i < scope.size(); ++i) cache_[static_cast<size_t>(scope[i])] = nullptr;
+        scope.resize(mark);
+      }
+      vars_[var] = nullptr;
+      varDepth_[var] = -1;
+      return;
+    }
     llvm::Value* extent = emitExpr(k_.reduceExtents[at]);
     // Arg reductions carry a position through the loop: left scalar.
     LoopHint hint = level + 1 == n.ival && !acc.index ? LoopHint::VectorizeReduction : LoopHint::Auto;
     bool share = split && level == 0;
     emitLoop(k_.reduceVars[at], extent, hint, [&] { emitReduceLevel(n, level + 1, acc, op, vt); },
              share ? splitBegin() : nullptr, share ? splitStep() : nullptr);
+  }
+
+  // A reduction over a small window (a 2x2 or 3x3 pooling window: at most
+  // kMaxUnrolledReduction elements, its innermost extent under a vector) is
+  // emitted without loops from `level` in: its loops inside the output loop kept
+  // that loop from being innermost, so nothing vectorized (a 2x2 max pool ran at
+  // 6 ns an output). A longer innermost extent keeps its loop, which vectorizes
+  // along the reduction (a row of a mean) rather than across outputs.
+  static constexpr int64_t kMaxUnrolledReduction = 16;
+  static constexpr int64_t kMinVectorizedReduction = 8;
+  bool unrollsWhole(const ExprNode& n, int64_t level) const {
+    int64_t total = 1;
+    for (int64_t l = level; l < n.ival; ++l) {
+      const ExprNode& e = k_.expr(k_.reduceExtents[static_cast<size_t>(n.c + l)]);
+      if (e.kind != ExprKind::IntConst || e.ival < 0) return false;
+      total *= e.ival;
+      if (total > kMaxUnrolledReduction) return false;
+      if (l + 1 == n.ival && e.ival >= kMinVectorizedReduction) return false;
+    }
+    return true;
   }
 
   // Whether no extent of the reduction depends on the reduction's own variables.

@@ -206,6 +206,68 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
   device::setNumThreads(threadsBefore);
 }
 
+// Pooling without padding: the loops' bounds prove the window's guards
+// (kernel_ir/range_fold.h), which fold away, and the small window is emitted
+// without loops (codegen/loop_emitter.h, unrollsWhole), so the loop over output
+// columns is innermost and vectorizes. Values against the reference, static
+// and `?` shapes, a NaN kept by max; with padding the guards stay.
+TEST_CASE("pooling windows without padding fold their guards, unroll and vectorize, and match the reference") {
+  std::mt19937 rng(43);
+  Tensor x = test::randomTensor(DType::Float32, {2, 3, 9, 20}, rng);
+  x.data<float>()[5] = NAN;  // image 0, channel 0, row 0, column 5
+  struct Window {
+    int64_t kh, kw, stride;
+  };
+  for (Window w : {Window{2, 2, 2}, Window{3, 3, 1}, Window{2, 3, 1}})
+    for (bool max : {true, false})
+      for (const char* type : {"Tensor[(2, 3, 9, 20), float32]", "Tensor[(?, 3, 9, ?), float32]"}) {
+        std::string op = max ? "nn.max_pool2d" : "nn.avg_pool2d";
+        std::string src = "def @main(%x: " + std::string(type) + ") { " + op + "(%x, pool_size=[" +
+                          std::to_string(w.kh) + ", " + std::to_string(w.kw) + "], strides=[" + std::to_string(w.stride) +
+                          ", " + std::to_string(w.stride) + "]) }";
+        CAPTURE(src);
+        std::string loops = kernel_ir::lowerToLoops(test::fusedFrom(src)).toString();
+        if (type[8] == '2') {  // static: every guard decided
+          CHECK(loops.find("select(") == std::string::npos);
+          CHECK(loops.find("lt(") == std::string::npos);
+        }
+        Tensor y = run(src, {x})[0];
+        int64_t oh = (9 - w.kh) / w.stride + 1, ow = (20 - w.kw) / w.stride + 1;
+        REQUIRE(y.shape() == Shape{2, 3, oh, ow});
+        std::vector<double> want;
+        for (int64_t n = 0; n < 2; ++n)
+          for (int64_t c = 0; c < 3; ++c)
+            for (int64_t i = 0; i < oh; ++i)
+              for (int64_t j = 0; j < ow; ++j) {
+                double m = -INFINITY, sum = 0;
+                bool nan = false;
+                for (int64_t a = 0; a < w.kh; ++a)
+                  for (int64_t b = 0; b < w.kw; ++b) {
+                    double v = at(x, {n, c, i * w.stride + a, j * w.stride + b});
+                    nan = nan || std::isnan(v);
+                    m = std::max(m, v);
+                    sum += v;
+                  }
+                want.push_back(max ? (nan ? NAN : m) : sum / static_cast<double>(w.kh * w.kw));
+              }
+        for (size_t i = 0; i < want.size(); ++i) {
+          double got = getElement(y, static_cast<int64_t>(i));
+          CAPTURE(i);
+          if (std::isnan(want[i])) CHECK(std::isnan(got));
+          else CHECK(got == doctest::Approx(want[i]).epsilon(1e-5));
+        }
+      }
+  // The 2x2 max pool's kernel computes whole vectors of outputs.
+  auto k = jit::KernelCache::global().get(
+      test::fusedFrom("def @main(%x: Tensor[(1, 16, 32, 32), float32]) { nn.max_pool2d(%x, pool_size=[2, 2], strides=[2, 2]) }"),
+      {}, true);
+  CHECK(k->optimizedIR().find(" x float>") != std::string::npos);
+  // With padding the guards are needed, and stay.
+  std::string padded = kernel_ir::lowerToLoops(test::fusedFrom(
+      "def @main(%x: Tensor[(1, 2, 7, 6), float32]) { nn.max_pool2d(%x, pool_size=[2, 2], padding=[1, 1]) }")).toString();
+  CHECK(padded.find("select(") != std::string::npos);
+}
+
 TEST_CASE("max, average and global pooling match the reference") {
   std::mt19937 rng(41);
   Tensor x = test::randomTensor(DType::Float32, {1, 2, 7, 6}, rng);
