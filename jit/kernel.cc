@@ -84,7 +84,7 @@ std::string hex(uint64_t v) {
 namespace {
 // The lowering and code generation themselves: bump whenever they change the
 // machine code made for an unchanged function, so no disk cache serves old code.
-constexpr int kCodegenVersion = 12;
+constexpr int kCodegenVersion = 13;
 
 // Everything a compiled kernel depends on: its content, the device, the target
 // (the CPU's fingerprint, read without LLVM), LLVM's version and Kiln's own code
