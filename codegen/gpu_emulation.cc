@@ -411,9 +411,7 @@ EmulatedGpuObject compileGpuForHost(const loop::LoopKernel& k, const std::string
   llvm::LLVMContext ctx;
   quietDiagnostics(ctx);
   std::unique_ptr<llvm::Module> m = emitGpuModule(k, symbol, out.plan, ctx);
-  std::vector<std::string> entries;
-  for (const PtxLaunch& l : out.plan.launches) entries.push_back(l.entry);
-  lowerGpuModuleForHost(*m, entries, symbol);
+  lowerGpuModuleForHost(*m, entryPoints(out.plan), symbol);
   out.object = compileToObject(*m, symbol, keepIR);
   return out;
 }

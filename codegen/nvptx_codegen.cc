@@ -79,6 +79,19 @@ class NvptxCodegen final : public LoopEmitter {
         }
       }
       b_.CreateRetVoid();
+      if (l.mapping != GpuMapping::Gemm) continue;
+      beginFunction(makeKernel(skinnyEntry(l)));
+      for (size_t i = 0; i < hostVars_.size(); ++i) {
+        auto v = static_cast<size_t>(hostVars_[i]);
+        vars_[v] = fn_->getArg(static_cast<unsigned>(k_.buffers.size() + 1 + i));
+        varDepth_[v] = 0;
+      }
+      if (l.batchVar >= 0) {
+        vars_[static_cast<size_t>(l.batchVar)] = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z);
+        varDepth_[static_cast<size_t>(l.batchVar)] = 0;
+      }
+      skinnyGemm(s.gemm);
+      b_.CreateRetVoid();
     }
     return m;
   }
@@ -450,6 +463,84 @@ class NvptxCodegen final : public LoopEmitter {
         b_.CreateBr(next);
         b_.SetInsertPoint(next);
       }
+  }
+
+  // C with few rows (m <= kGpuSkinnyRows; the host picks this entry per call): a
+  // warp per column j of C, grid-stride over the columns; its lanes take every
+  // 32nd step of K (consecutive lanes read consecutive elements of B's column
+  // when B is transposed, as a dense layer's weight is), each keeping R partial
+  // sums, R the fewest of 1, 2, 4, 8, 16 that covers m (rows past m read row
+  // m - 1 and are not stored); a butterfly of shuffles adds the lanes' sums.
+  void skinnyGemm(const loop::GemmArgs& g) {
+    GemmValues v = gemmValues(g);
+    llvm::Value* t = tid();
+    llvm::Value* lane = b_.CreateURem(t, b_.getInt64(32));
+    llvm::Value* warps = b_.getInt64(kGpuSkinnyColumnsPerBlock);
+    llvm::Value* firstColumn =
+        b_.CreateAdd(b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), warps), b_.CreateUDiv(t, b_.getInt64(32)));
+    llvm::Value* columnStep = b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x), warps);
+    auto* done = llvm::BasicBlock::Create(ctx_, "skinny.done", fn_);
+    for (int rows : {1, 2, 4, 8, 16}) {
+      if (rows < kGpuSkinnyRows) {
+        auto* here = llvm::BasicBlock::Create(ctx_, "skinny.rows" + std::to_string(rows), fn_);
+        auto* more = llvm::BasicBlock::Create(ctx_, "skinny.more", fn_);
+        b_.CreateCondBr(b_.CreateICmpSLE(v.m, b_.getInt64(rows)), here, more);
+        b_.SetInsertPoint(here);
+        skinnyColumns(g, v, rows, lane, firstColumn, columnStep);
+        b_.CreateBr(done);
+        b_.SetInsertPoint(more);
+      } else {
+        skinnyColumns(g, v, rows, lane, firstColumn, columnStep);
+        b_.CreateBr(done);
+      }
+    }
+    b_.SetInsertPoint(done);
+  }
+
+  void skinnyColumns(const loop::GemmArgs& g, const GemmValues& v, int rows, llvm::Value* lane, llvm::Value* firstColumn,
+                     llvm::Value* columnStep) {
+    llvm::Type* f32 = b_.getFloatTy();
+    int32_t vj = k_.numVars, vp = k_.numVars + 1;  // private variable slots
+    ensureVars(2);
+    llvm::IRBuilder<> entryB(entry_, entry_->begin());
+    std::vector<llvm::AllocaInst*> acc;
+    for (int i = 0; i < rows; ++i) acc.push_back(entryB.CreateAlloca(f32));
+    llvm::Value* lastRow = b_.CreateSub(v.m, b_.getInt64(1));
+    std::vector<llvm::Value*> row;
+    for (int i = 0; i < rows; ++i) row.push_back(b_.CreateSelect(b_.CreateICmpSLT(b_.getInt64(i), v.m), b_.getInt64(i), lastRow));
+    emitLoop(
+        vj, v.n, LoopHint::Auto,
+        [&] {
+          llvm::Value* j = vars_[static_cast<size_t>(vj)];
+          for (llvm::AllocaInst* a : acc) b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), a);
+          emitLoop(
+              vp, v.k, LoopHint::Auto,
+              [&] {
+                llvm::Value* p = vars_[static_cast<size_t>(vp)];
+                llvm::Value* bv = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufferArg(g.b), bIndex(g, v, p, j)));
+                for (int i = 0; i < rows; ++i) {
+                  llvm::Value* a = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufferArg(g.a), aIndex(g, v, row[i], p)));
+                  b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {a, bv, b_.CreateLoad(f32, acc[i])}), acc[i]);
+                }
+              },
+              lane, b_.getInt64(32));
+          llvm::Value* mask = b_.getInt32(-1);
+          for (int i = 0; i < rows; ++i) {
+            llvm::Value* sum = b_.CreateLoad(f32, acc[i]);
+            for (int offset = 16; offset > 0; offset /= 2)
+              sum = b_.CreateFAdd(sum, b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
+                                                          {mask, sum, b_.getInt32(offset), b_.getInt32(0x1f)}));
+            auto* store = llvm::BasicBlock::Create(ctx_, "skinny.store", fn_);
+            auto* next = llvm::BasicBlock::Create(ctx_, "skinny.next", fn_);
+            b_.CreateCondBr(b_.CreateAnd(b_.CreateICmpEQ(lane, b_.getInt64(0)), b_.CreateICmpSLT(b_.getInt64(i), v.m)), store,
+                            next);
+            b_.SetInsertPoint(store);
+            storeC(g, v, b_.getInt64(i), j, sum);
+            b_.CreateBr(next);
+            b_.SetInsertPoint(next);
+          }
+        },
+        firstColumn, columnStep);
   }
 
   // libdevice's __nv_<name> (float: __nv_<name>f).

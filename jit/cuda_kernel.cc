@@ -24,7 +24,7 @@ GpuKernel::GpuKernel(loop::LoopKernel loops, PtxModule ptx, Device device, Kerne
   if (d.emulated) {
     if (!emulated) throw Error("internal: kernel " + loops_.name + " has no host code for the emulated device");
     emulatedImage_.dispatch = emulated;
-    for (const PtxLaunch& l : ptx_.launches) emulatedImage_.entries.push_back(l.entry);
+    emulatedImage_.entries = entryPoints(ptx_);
     emulatedImage_.kernel = loops_.name;
     image = &emulatedImage_;
   }
@@ -41,9 +41,11 @@ GpuKernel::GpuKernel(loop::LoopKernel loops, PtxModule ptx, Device device, Kerne
                 (log[0] ? std::string(": ") + log : std::string()));
   }
   for (const PtxLaunch& l : ptx_.launches) {
-    CUfunction f = nullptr;
+    CUfunction f = nullptr, skinny = nullptr;
     d.check(d.moduleGetFunction(&f, module, l.entry.c_str()), "cuModuleGetFunction");
+    if (l.mapping == GpuMapping::Gemm) d.check(d.moduleGetFunction(&skinny, module, skinnyEntry(l).c_str()), "cuModuleGetFunction");
     functions_.push_back(f);
+    skinnyFunctions_.push_back(skinny);
   }
 }
 
@@ -82,6 +84,7 @@ void GpuKernel::run(void* const* buffers, const int64_t* shapes, size_t numShape
   };
   auto launch = [&](const PtxLaunch& l, size_t index) {
     uint32_t gx = 1, gy = 1, gz = 1;
+    void* function = functions_[index];
     switch (l.mapping) {
       case GpuMapping::Flat:
       case GpuMapping::Rows: {
@@ -106,9 +109,14 @@ void GpuKernel::run(void* const* buffers, const int64_t* shapes, size_t numShape
         if (batch > 65535 || ceilDiv(m, 128) > 65535)
           throw Error("kernel " + loops_.name + ": a matrix product of " + std::to_string(batch) + " x " + std::to_string(m) +
                       " rows is larger than one GPU launch covers");
+        gz = static_cast<uint32_t>(batch);
+        if (m <= kGpuSkinnyRows) {
+          function = skinnyFunctions_[index];
+          gx = blocksFor(n, kGpuSkinnyColumnsPerBlock);  // a warp per column, grid-stride
+          break;
+        }
         gx = ceilDiv(n, 128);
         gy = ceilDiv(m, 128);
-        gz = static_cast<uint32_t>(batch);
         break;
       }
       case GpuMapping::Single: break;
@@ -117,7 +125,7 @@ void GpuKernel::run(void* const* buffers, const int64_t* shapes, size_t numShape
       auto it = vars.find(ptx_.hostVars[i]);
       hostVarValues[i] = it == vars.end() ? 0 : it->second;
     }
-    d.check(d.launchKernel(static_cast<CUfunction>(functions_[index]), gx, gy, gz, l.blockThreads, 1, 1, 0,
+    d.check(d.launchKernel(static_cast<CUfunction>(function), gx, gy, gz, l.blockThreads, 1, 1, 0,
                            static_cast<CUstream>(stream.handle()), params.data(), nullptr),
             "cuLaunchKernel");
   };

@@ -33,6 +33,7 @@ class GpuKernel {
   PtxModule ptx_;
   Device device_;
   std::vector<void*> functions_;  // CUfunction per launch
+  std::vector<void*> skinnyFunctions_;  // per launch: a Gemm's skinny entry (gpu_plan.h), else null
   device::EmulatedModuleImage emulatedImage_;
   int multiprocessors_ = 1;
 };

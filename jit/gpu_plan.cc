@@ -255,6 +255,14 @@ void describeSteps(const PtxModule& m, const std::vector<PtxStep>& steps, int de
 }
 }  // namespace
 
+std::vector<std::string> entryPoints(const PtxModule& m) {
+  std::vector<std::string> entries;
+  for (const PtxLaunch& l : m.launches) entries.push_back(l.entry);
+  for (const PtxLaunch& l : m.launches)
+    if (l.mapping == GpuMapping::Gemm) entries.push_back(skinnyEntry(l));
+  return entries;
+}
+
 std::string describePlan(const PtxModule& m) {
   std::string out;
   describeSteps(m, m.steps, 0, out);

@@ -21,7 +21,11 @@
 //     inner loops are shared out among the block's threads, with a barrier
 //     after each;
 //   - Gemm: a 128x128 tile of C per block, staged through shared memory in
-//     K-slices of 8, 8x8 results per thread in registers; a batch in grid z;
+//     K-slices of 8, 8x8 results per thread in registers; a batch in grid z.
+//     Each Gemm launch has a second entry (skinnyEntry) that the host takes
+//     when C has at most kGpuSkinnyRows rows: a warp per column of C, its lanes
+//     splitting K (a batch-1 layer of 512 outputs had 4 tiles, so 4 of an H200's
+//     132 multiprocessors did the work: 128 us for 2x784 by 784x512);
 //   - Single: anything else runs on one thread (correct, and rare).
 // Float32 exp, log, tanh, sigmoid and erf use vector_math's approximations (plain
 // IR); what NVPTX cannot select itself (sin, cos, pow, and float64
@@ -72,6 +76,15 @@ struct PtxModule {
   std::vector<PtxStep> steps;       // what the host runs, in order
   std::vector<int32_t> hostVars;    // loop variables passed to every entry, in order
 };
+
+// Products with at most this many rows take a Gemm launch's skinny entry.
+constexpr int64_t kGpuSkinnyRows = 16;
+// Columns of C per block of the skinny entry: a warp each.
+constexpr uint32_t kGpuSkinnyColumnsPerBlock = kGpuBlockThreads / 32;
+inline std::string skinnyEntry(const PtxLaunch& l) { return l.entry + "_skinny"; }
+// Every entry point the module defines: each launch's, then the skinny entries
+// of its Gemm launches.
+std::vector<std::string> entryPoints(const PtxModule& m);
 
 // The newest compute capability LLVM 19 generates code for.
 constexpr int kMaxPtxSm = 90;

@@ -222,9 +222,7 @@ void CompiledKernel::compileForGpu(const std::string& symbol, const std::string&
   PtxModule ptx;
   if (disk && !keepIR) {
     ptx = planPtx(loops_, symbol);
-    std::vector<std::string> entries;
-    for (const PtxLaunch& l : ptx.launches) entries.push_back(l.entry);
-    if (auto text = disk->loadPtx(hash, key, entries)) {
+    if (auto text = disk->loadPtx(hash, key, entryPoints(ptx))) {
       ptx.ptx = std::move(*text);
       ptx.sm = ptxArchitecture(device_);
       source_ = Source::DiskCache;

@@ -21,14 +21,20 @@ check "round trip exits 0" test $? -eq 0
 check "round trip values come back" grep -qx "(4xf32=\[1 2 3 4\], Cons(4xf32=\[1 2 3 4\], Nil), i32=7)" "$tmp/out"
 check "round trip launches nothing" test ! -s "$tmp/launches"
 
-# The MLP: dense layers as tiled products (256 threads, 128x128 tiles), epilogues flat.
+# The MLP: dense layers of 2 rows as skinny products (a warp per column: 128
+# columns in 16 blocks of 256 threads), epilogues flat; of 64 rows as tiled
+# products (256 threads, 128x128 tiles).
 "$vmrun" "$src/samples/mlp.relay" --params "$src/samples/mlp_weights.npz" --input 2x784xf32=random --device cuda --profile --stats > "$tmp/out" 2> "$tmp/err"
 check "mlp exits 0" test $? -eq 0
-check "mlp launches a tiled product" grep -q "^launch kiln_[0-9a-f]*_0 grid 1 1 1 block 256$" "$tmp/launches"
+check "mlp launches a skinny product" grep -q "^launch kiln_[0-9a-f]*_0_skinny grid 16 1 1 block 256$" "$tmp/launches"
 check "mlp launches more than one kernel" test "$(wc -l < "$tmp/launches")" -ge 4
 check "stats report the GPU pool" grep -q "^memory (cuda): peak [1-9]" "$tmp/err"
 check "profile lists GPU kernels with their calls and GPU time" grep -q "^fused_nn_dense_nn_bias_add  *1  *0.001 ms" "$tmp/err"
 check "stats count the compiles" grep -q "^jit: .* compiled in this process" "$tmp/err"
+: > "$tmp/launches"
+"$vmrun" "$src/samples/mlp.relay" --params "$src/samples/mlp_weights.npz" --input 64x784xf32=random --device cuda > "$tmp/out" 2> "$tmp/err"
+check "mlp of 64 rows exits 0" test $? -eq 0
+check "mlp of 64 rows launches a tiled product" grep -q "^launch kiln_[0-9a-f]*_0 grid 1 1 1 block 256$" "$tmp/launches"
 
 # The CNN: host loops over images around an unfold and a tiled product.
 : > "$tmp/launches"

@@ -547,6 +547,41 @@ std::vector<int32_t> readBack(void* p, size_t n) {
 
 }  // namespace
 
+// Products of at most kGpuSkinnyRows rows take the skinny entry (a warp per
+// column, lanes over K, partial sums for 1, 2, 4, 8 or 16 rows); 17 rows the
+// tiled one. Every row count's variant, both transpositions, a batch, more
+// columns than the grid covers at once (grid-stride), K under and over a warp.
+TEST_CASE("cuda-emu: the skinny GEMM for every row count, transposition and batch") {
+  if (!emulatorAvailable()) return;
+  std::mt19937 rng(17);
+  auto run = [&](const std::string& src, int64_t k) {
+    CAPTURE(src);
+    for (const auto& f : kernelsOf(src, true)) compareOnDevices(f, inputsFor(f, rng), 2.0 * static_cast<double>(k));
+  };
+  auto t = [](int64_t a, int64_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; };
+  for (int64_t m : {1, 2, 3, 5, 9, 16, 17})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 77}, {33, 1}}) {
+      CAPTURE(m);
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          std::string a = ta ? t(k, m) : t(m, k), b = tb ? t(n, k) : t(k, n);
+          run("def @main(%a: Tensor[" + a + ", float32], %b: Tensor[" + b + ", float32]) { nn.matmul(%a, %b, transpose_a=" +
+                  (ta ? "True" : "False") + ", transpose_b=" + (tb ? "True" : "False") + ") }",
+              k);
+        }
+      run("def @main(%x: Tensor[(3, " + std::to_string(m) + ", " + std::to_string(k) + "), float32], %w: Tensor[(3, " +
+              std::to_string(n) + ", " + std::to_string(k) + "), float32]) { nn.batch_matmul(%x, %w) }",
+          k);
+    }
+  // `?` rows: the host picks the entry per call, at the rows it gets.
+  auto dyn = kernelsOf("def @main(%x: Tensor[(?, 40), float32], %w: Tensor[(70, 40), float32]) { nn.dense(%x, %w) }", true);
+  for (int64_t rows : {1, 6, 16, 17, 40})
+    for (const auto& f : dyn) {
+      CAPTURE(rows);
+      compareOnDevices(f, randomInputs(f, {kiln::Shape{rows, 40}, kiln::Shape{70, 40}}, rng), 80.0);
+    }
+}
+
 TEST_CASE("cuda-emu: barriers, warp shuffles and votes follow CUDA's semantics") {
   IrKernels k(kSemanticsIr, {"warps", "neighbours", "divergent", "split_warp", "fill", "atomics"});
   Tensor out = Tensor::empty(DType::Int32, {2 * 64 * 8}, kEmu);
