@@ -684,7 +684,8 @@ class LoopEmitter {
       return;
     }
     size_t at = static_cast<size_t>(n.c + level);
-    if (unrollsWhole(n, level)) {
+    // (A level shared among threads keeps its loop: each thread takes its own iterations.)
+    if (!(split && level == 0) && unrollsWhole(n, level)) {
       // Straight-line steps, one per value of this level's variable: expressions
       // computed in a step (some of them using the variable) are forgotten after it.
       std::vector<ExprId>& scope = scopes_.back();

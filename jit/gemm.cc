@@ -235,8 +235,20 @@ __attribute__((target("avx2,fma"), always_inline)) inline void finishTile256(__m
   storeTile(tile, 16, c, ldc, h, w, add, post);
 }
 
-// 6 x 16 tile for AVX2: 12 ymm accumulators.
-// 6 x 16 tile: 12 ymm accumulators; per step two vector loads of B and six
+// One contraction step of an R x 16 tile: B's row at `bp`, A's R values at depth p.
+template <int R, class AddressA>
+__attribute__((target("avx2,fma"), always_inline)) inline void step256(__m256 (&acc)[R][2], AddressA at, int64_t p,
+                                                                      const float* bp) {
+  __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    __m256 a = _mm256_broadcast_ss(at(r, p));
+    acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+    acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+  }
+}
+
+// 6 x 16 tile for AVX2: 12 ymm accumulators; per step two vector loads of B and six
 // broadcasts of A. `at(r, p)` points at A's element for tile row r at depth p:
 // in a packed panel, or in place. The row loops are unrolled by force: GCC left
 // them rolled and kept the accumulators on the stack, a load and a store around
@@ -244,10 +256,21 @@ __attribute__((target("avx2,fma"), always_inline)) inline void finishTile256(__m
 // R < 6 for the last row tile of a product whose rows are not a multiple of 6
 // (32 filters: 5 tiles and one of 2 rows; 64: 10 and one of 4): a full tile
 // there spent its FMAs on padding (conv 3->32 computed 36 rows for 32).
-// The 2-row tile sums even and odd steps apart (tile256Pairs): its 4
-// accumulators alone are one FMA chain each, and with a 4-cycle FMA latency on
-// two pipes they ran at half the FMA rate (the 2-row tile of 32 filters took a
-// tenth of a 3->32 convolution's time for a sixteenth of its rows).
+template <int R, class AddressA>
+__attribute__((target("avx2,fma"), always_inline)) inline void tile256(int64_t kc, AddressA at, const float* bp, float* c,
+                                                                      int64_t ldc, int64_t h, int64_t w, bool add,
+                                                                      const MicroPost* post) {
+  __m256 acc[R][2];
+#pragma GCC unroll 6
+  for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p, bp += 16) step256<R>(acc, at, p, bp);
+  finishTile256<R>(acc, c, ldc, h, w, add, post);
+}
+
+// The 2-row tile sums even and odd steps apart: its 4 accumulators alone are
+// one FMA chain each, and with a 4-cycle FMA latency on two pipes they ran at
+// half the FMA rate (the 2-row tile of 32 filters took a tenth of a 3->32
+// convolution's time for a sixteenth of its rows).
 template <class AddressA>
 __attribute__((target("avx2,fma"), always_inline)) inline void tile256Pairs(int64_t kc, AddressA at, const float* bp,
                                                                            float* c, int64_t ldc, int64_t h, int64_t w,
@@ -257,51 +280,16 @@ __attribute__((target("avx2,fma"), always_inline)) inline void tile256Pairs(int6
   for (int r = 0; r < 2; ++r) acc[r][0] = acc[r][1] = odd[r][0] = odd[r][1] = _mm256_setzero_ps();
   int64_t p = 0;
   for (; p + 2 <= kc; p += 2, bp += 32) {
-    __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
-    __m256 b2 = _mm256_loadu_ps(bp + 16), b3 = _mm256_loadu_ps(bp + 24);
-#pragma GCC unroll 2
-    for (int r = 0; r < 2; ++r) {
-      __m256 a = _mm256_broadcast_ss(at(r, p)), a1 = _mm256_broadcast_ss(at(r, p + 1));
-      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
-      odd[r][0] = _mm256_fmadd_ps(a1, b2, odd[r][0]);
-      odd[r][1] = _mm256_fmadd_ps(a1, b3, odd[r][1]);
-    }
+    step256<2>(acc, at, p, bp);
+    step256<2>(odd, at, p + 1, bp + 16);
   }
-  if (p < kc) {
-    __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
-#pragma GCC unroll 2
-    for (int r = 0; r < 2; ++r) {
-      __m256 a = _mm256_broadcast_ss(at(r, p));
-      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
-    }
-  }
+  if (p < kc) step256<2>(acc, at, p, bp);
 #pragma GCC unroll 2
   for (int r = 0; r < 2; ++r) {
     acc[r][0] = _mm256_add_ps(acc[r][0], odd[r][0]);
     acc[r][1] = _mm256_add_ps(acc[r][1], odd[r][1]);
   }
   finishTile256<2>(acc, c, ldc, h, w, add, post);
-}
-
-template <int R, class AddressA>
-__attribute__((target("avx2,fma"), always_inline)) inline void tile256(int64_t kc, AddressA at, const float* bp, float* c,
-                                                                      int64_t ldc, int64_t h, int64_t w, bool add,
-                                                                      const MicroPost* post) {
-  __m256 acc[R][2];
-#pragma GCC unroll 6
-  for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < kc; ++p, bp += 16) {
-    __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      __m256 a = _mm256_broadcast_ss(at(r, p));
-      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
-    }
-  }
-  finishTile256<R>(acc, c, ldc, h, w, add, post);
 }
 
 // The tile with as many rows as `h` needs: 2, 4 or 6.

@@ -289,14 +289,30 @@ TEST_CASE("cuda-emu: two threads, each with its own VM and stream, run kernels a
   CHECK(wrong == 0);
 }
 
+namespace {
+
+// Every kernel of `src` on the GPU against the CPU, with error bounds for a
+// contraction over k.
+void compareProduct(const std::string& src, int64_t k, std::mt19937& rng) {
+  CAPTURE(src);
+  for (const auto& f : kernelsOf(src, true)) compareOnDevices(f, inputsFor(f, rng), 2.0 * static_cast<double>(k));
+}
+
+std::string dims(int64_t a, int64_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; }
+
+// nn.matmul of m x k by k x n, either operand transposed.
+std::string matmulProgram(int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
+  std::string a = ta ? dims(k, m) : dims(m, k), b = tb ? dims(n, k) : dims(k, n);
+  return "def @main(%a: Tensor[" + a + ", float32], %b: Tensor[" + b + ", float32]) { nn.matmul(%a, %b, transpose_a=" +
+         (ta ? "True" : "False") + ", transpose_b=" + (tb ? "True" : "False") + ") }";
+}
+
+}  // namespace
+
 TEST_CASE("cuda-emu: the tiled GEMM for every transposition, batch and edge") {
   if (!emulatorAvailable()) return;
   std::mt19937 rng(13);
-  auto run = [&](const std::string& src, int64_t k) {
-    CAPTURE(src);
-    for (const auto& f : kernelsOf(src, true)) compareOnDevices(f, inputsFor(f, rng), 2.0 * static_cast<double>(k));
-  };
-  auto t = [](int64_t a, int64_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; };
+  auto run = [&](const std::string& src, int64_t k) { compareProduct(src, k, rng); };
   std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{1, 1, 1}, {31, 33, 7}, {129, 127, 33}, {33, 129, 129}, {128, 128, 8}};
   if (sweep()) {
     shapes.clear();
@@ -309,12 +325,7 @@ TEST_CASE("cuda-emu: the tiled GEMM for every transposition, batch and edge") {
     CAPTURE(n);
     CAPTURE(k);
     for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        std::string a = ta ? t(k, m) : t(m, k), b = tb ? t(n, k) : t(k, n);
-        run("def @main(%a: Tensor[" + a + ", float32], %b: Tensor[" + b + ", float32]) { nn.matmul(%a, %b, transpose_a=" +
-                (ta ? "True" : "False") + ", transpose_b=" + (tb ? "True" : "False") + ") }",
-            k);
-      }
+      for (bool tb : {false, true}) run(matmulProgram(m, n, k, ta, tb), k);
     std::string bm = std::to_string(m), bn = std::to_string(n), bk = std::to_string(k);
     run("def @main(%x: Tensor[(3, " + bm + ", " + bk + "), float32], %w: Tensor[(3, " + bn + ", " + bk + "), float32]) {"
         " nn.batch_matmul(%x, %w) }", k);
@@ -554,21 +565,12 @@ std::vector<int32_t> readBack(void* p, size_t n) {
 TEST_CASE("cuda-emu: the skinny GEMM for every row count, transposition and batch") {
   if (!emulatorAvailable()) return;
   std::mt19937 rng(17);
-  auto run = [&](const std::string& src, int64_t k) {
-    CAPTURE(src);
-    for (const auto& f : kernelsOf(src, true)) compareOnDevices(f, inputsFor(f, rng), 2.0 * static_cast<double>(k));
-  };
-  auto t = [](int64_t a, int64_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; };
+  auto run = [&](const std::string& src, int64_t k) { compareProduct(src, k, rng); };
   for (int64_t m : {1, 2, 3, 5, 9, 16, 17})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 77}, {33, 1}}) {
       CAPTURE(m);
       for (bool ta : {false, true})
-        for (bool tb : {false, true}) {
-          std::string a = ta ? t(k, m) : t(m, k), b = tb ? t(n, k) : t(k, n);
-          run("def @main(%a: Tensor[" + a + ", float32], %b: Tensor[" + b + ", float32]) { nn.matmul(%a, %b, transpose_a=" +
-                  (ta ? "True" : "False") + ", transpose_b=" + (tb ? "True" : "False") + ") }",
-              k);
-        }
+        for (bool tb : {false, true}) run(matmulProgram(m, n, k, ta, tb), k);
       run("def @main(%x: Tensor[(3, " + std::to_string(m) + ", " + std::to_string(k) + "), float32], %w: Tensor[(3, " +
               std::to_string(n) + ", " + std::to_string(k) + "), float32]) { nn.batch_matmul(%x, %w) }",
           k);
