@@ -723,7 +723,7 @@ class LoopEmitter {
     int64_t total = 1;
     for (int64_t l = level; l < n.ival; ++l) {
       const ExprNode& e = k_.expr(k_.reduceExtents[static_cast<size_t>(n.c + l)]);
-      if (e.kind != ExprKind::IntConst || e.ival < 0) return false;
+      if (e.kind != ExprKind::IntConst || e.ival < 0 || e.ival > kMaxUnrolledReduction) return false;
       total *= e.ival;
       if (total > kMaxUnrolledReduction) return false;
       if (l + 1 == n.ival && e.ival >= kMinVectorizedReduction) return false;
