@@ -113,7 +113,7 @@ class RangeFolder {
   void bindVariables() {
     auto bind = [&](int32_t var, ExprId extent) {
       int64_t e;
-      int64_t hi = b_.isIntConst(extent, &e) ? std::max<int64_t>(e - 1, 0) : kMax;
+      int64_t hi = !b_.isIntConst(extent, &e) ? kMax : e <= 0 ? 0 : e - 1;
       auto [it, fresh] = varHigh_.emplace(var, hi);
       if (!fresh) it->second = std::max(it->second, hi);
     };
@@ -122,11 +122,13 @@ class RangeFolder {
     for (size_t i = 0; i < k_.reduceVars.size(); ++i) bind(k_.reduceVars[i], k_.reduceExtents[i]);
   }
 
+  // Only index arithmetic (int64) gets a range from its operands: narrower
+  // integers wrap at their width, which these intervals do not model.
   Range rangeOf(ExprId id) const {
     const ExprNode& n = k_.expr(id);
-    if (isFloat(n.type)) return {};
+    if (n.kind == ExprKind::IntConst) return {n.ival, n.ival};
+    if (n.type != DType::Int64) return {};
     switch (n.kind) {
-      case ExprKind::IntConst: return {n.ival, n.ival};
       case ExprKind::Dim: return {0, kMax};
       case ExprKind::Var: {
         auto it = varHigh_.find(n.a);
@@ -139,7 +141,6 @@ class RangeFolder {
       case ExprKind::Binary: break;
       default: return {};
     }
-    if (isFloat(k_.expr(n.a).type)) return {};
     const Range &x = range(n.a), &y = range(n.b);
     int64_t c;
     bool positiveConstant = b_.isIntConst(n.b, &c) && c > 0;
