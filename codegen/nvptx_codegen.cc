@@ -50,23 +50,12 @@ class NvptxCodegen final : public LoopEmitter {
     m->setTargetTriple(kTriple);
     hostVars_ = plan.hostVars;
     for (const PtxLaunch& l : plan.launches) {
-      beginFunction(makeKernel(l.entry));
-      for (size_t i = 0; i < hostVars_.size(); ++i) {
-        auto v = static_cast<size_t>(hostVars_[i]);
-        vars_[v] = fn_->getArg(static_cast<unsigned>(k_.buffers.size() + 1 + i));
-        varDepth_[v] = 0;
-      }
+      beginEntry(l, l.entry);
       const loop::StmtNode& s = k_.stmt(l.stmt);
       switch (l.mapping) {
         case GpuMapping::Flat: flat(l, threadIndex(), threadCount()); break;
         case GpuMapping::Rows: rows(l); break;
-        case GpuMapping::Gemm:
-          if (l.batchVar >= 0) {
-            vars_[static_cast<size_t>(l.batchVar)] = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z);
-            varDepth_[static_cast<size_t>(l.batchVar)] = 0;
-          }
-          tiledGemm(s.gemm);
-          break;
+        case GpuMapping::Gemm: tiledGemm(s.gemm); break;
         case GpuMapping::Single: {
           auto* work = llvm::BasicBlock::Create(ctx_, "work", fn_);
           auto* done = llvm::BasicBlock::Create(ctx_, "done", fn_);
@@ -80,16 +69,7 @@ class NvptxCodegen final : public LoopEmitter {
       }
       b_.CreateRetVoid();
       if (l.mapping != GpuMapping::Gemm) continue;
-      beginFunction(makeKernel(skinnyEntry(l)));
-      for (size_t i = 0; i < hostVars_.size(); ++i) {
-        auto v = static_cast<size_t>(hostVars_[i]);
-        vars_[v] = fn_->getArg(static_cast<unsigned>(k_.buffers.size() + 1 + i));
-        varDepth_[v] = 0;
-      }
-      if (l.batchVar >= 0) {
-        vars_[static_cast<size_t>(l.batchVar)] = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z);
-        varDepth_[static_cast<size_t>(l.batchVar)] = 0;
-      }
+      beginEntry(l, skinnyEntry(l));
       skinnyGemm(s.gemm);
       b_.CreateRetVoid();
     }
@@ -97,6 +77,21 @@ class NvptxCodegen final : public LoopEmitter {
   }
 
  private:
+  // Entry point `name` of launch `l`: host loop variables bound to its trailing
+  // arguments, a Gemm's batch variable to the grid's z.
+  void beginEntry(const PtxLaunch& l, const std::string& name) {
+    beginFunction(makeKernel(name));
+    for (size_t i = 0; i < hostVars_.size(); ++i) {
+      auto v = static_cast<size_t>(hostVars_[i]);
+      vars_[v] = fn_->getArg(static_cast<unsigned>(k_.buffers.size() + 1 + i));
+      varDepth_[v] = 0;
+    }
+    if (l.mapping == GpuMapping::Gemm && l.batchVar >= 0) {
+      vars_[static_cast<size_t>(l.batchVar)] = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z);
+      varDepth_[static_cast<size_t>(l.batchVar)] = 0;
+    }
+  }
+
   llvm::Function* makeKernel(const std::string& name) {
     llvm::Type* ptr = b_.getPtrTy();
     std::vector<llvm::Type*> params(k_.buffers.size() + 1, ptr);

@@ -102,11 +102,16 @@ ExprId LoopBuilder::binary(BinaryOp op, ExprId a, ExprId b) {
   // Folds that let provably true guards disappear.
   if (a == b && !isFloat(typeOf(a)) && (op == BinaryOp::Eq || op == BinaryOp::Le || op == BinaryOp::Ge))
     return intConst(1, DType::Bool);
+  int64_t v;
   if (op == BinaryOp::And && typeOf(a) == DType::Bool) {
-    int64_t v;
     if (isIntConst(a, &v)) return v ? b : a;
     if (isIntConst(b, &v)) return v ? a : b;
   }
+  if (op == BinaryOp::Or && typeOf(a) == DType::Bool) {
+    if (isIntConst(a, &v)) return v ? a : b;
+    if (isIntConst(b, &v)) return v ? b : a;
+  }
+  if (op == BinaryOp::Sub && isIntConst(b, &v) && v == 0) return a;
   if (typeOf(a) != typeOf(b))
     throw Error(std::string("internal: loop IR ") + binaryName(op) + " of " + std::string(dtypeName(typeOf(a))) +
                 " and " + std::string(dtypeName(typeOf(b))));
@@ -118,6 +123,8 @@ ExprId LoopBuilder::binary(BinaryOp op, ExprId a, ExprId b) {
 }
 
 ExprId LoopBuilder::select(ExprId cond, ExprId a, ExprId b) {
+  int64_t v;
+  if (isIntConst(cond, &v)) return v ? a : b;
   ExprNode n{ExprKind::Select, typeOf(a)};
   n.a = cond;
   n.b = a;

@@ -174,7 +174,8 @@ const char* binaryName(BinaryOp op);
 const char* reduceName(ReduceOp op);
 bool isComparison(BinaryOp op);
 
-// Builds a LoopKernel; hash-conses expressions and folds trivial index arithmetic.
+// Builds a LoopKernel; hash-conses expressions and folds trivial index arithmetic
+// and constant conditions (a select on a constant, `and`/`or` with a constant).
 class LoopBuilder {
  public:
   explicit LoopBuilder(LoopKernel& k) : k_(k) {}

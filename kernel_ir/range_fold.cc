@@ -174,24 +174,14 @@ class RangeFolder {
           }
         }
         ExprId a = map(n.a), b = map(n.b);
-        int64_t v;
-        if (op == BinaryOp::Or && n.type == DType::Bool) {
-          if (b_.isIntConst(a, &v)) return v ? a : b;
-          if (b_.isIntConst(b, &v)) return v ? b : a;
-        }
-        if (op == BinaryOp::Sub && b_.isIntConst(b, &v) && v == 0) return a;
         if (a == n.a && b == n.b) return id;
         if (op == BinaryOp::Add) return b_.add(a, b);
         if (op == BinaryOp::Mul) return b_.mul(a, b);
         return b_.binary(op, a, b);
       }
-      case ExprKind::Select: {
-        ExprId c = map(n.a);
-        int64_t v;
-        if (b_.isIntConst(c, &v)) return map(v ? n.b : n.c);
-        if (c == n.a && map(n.b) == n.b && map(n.c) == n.c) return id;
-        return b_.select(c, map(n.b), map(n.c));
-      }
+      case ExprKind::Select:
+        if (map(n.a) == n.a && map(n.b) == n.b && map(n.c) == n.c) return id;
+        return b_.select(map(n.a), map(n.b), map(n.c));
       case ExprKind::Unary:
         return map(n.a) == n.a ? id : b_.unary(static_cast<UnaryOp>(n.op), map(n.a));
       case ExprKind::Cast:

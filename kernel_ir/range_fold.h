@@ -10,8 +10,9 @@
 // ran at 6 ns an output). This pass gives every integer expression an interval
 // from the loops around it (a variable of a loop of constant extent E lies in
 // [0, E-1], of a run-time extent in [0, +inf); shape dimensions are >= 0) and
-// rewrites comparisons it decides into constants, selects on constants into
-// their branch, and the `and`/`or` and `x - 0` left behind.
+// rewrites comparisons it decides into constants; the expressions above them are
+// rebuilt through LoopBuilder, whose folds (a select on a constant, `and`/`or`
+// with a constant, `x - 0`) take the rest away.
 //
 // Expressions are rebuilt only where something folds; ids of untouched
 // expressions stay. Must run before schedules are applied (it reads each loop
