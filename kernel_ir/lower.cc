@@ -1,6 +1,7 @@
 // FusedFunction -> LoopKernel by inlining compute rules.
 #include "kernel_ir/lower.h"
 
+#include "kernel_ir/border_split.h"
 #include "kernel_ir/range_fold.h"
 
 #include <array>
@@ -639,6 +640,7 @@ class Lowering {
 loop::LoopKernel lowerToLoops(const FusedFunction& f, const LowerOptions& options) {
   loop::LoopKernel k;
   Lowering(f, k, options).run();
+  if (options.splitBorders) loop::splitBorders(k);
   loop::foldByRanges(k);
   return k;
 }

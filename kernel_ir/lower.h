@@ -22,6 +22,9 @@ struct LowerOptions {
   // A dense layer's bias and ReLU applied by the CPU runtime's GEMM as it
   // finishes C (jit::GemmPost) instead of a loop nest over C afterwards.
   bool gemmPostOps = false;
+  // Loops at the borders of padded windows split so that their interiors run
+  // without guards (kernel_ir/border_split.h): CPU kernels.
+  bool splitBorders = false;
 };
 
 // Throws kiln::Error when an operator in `f` has no lowering yet.

@@ -85,18 +85,85 @@ std::optional<bool> compare(BinaryOp op, const Range& x, const Range& y) {
   }
 }
 
+// Each loop variable's range: [0, extent - 1] of the loops that bind it (the
+// widest, should one be bound twice), unbounded above for a run-time extent.
+using VarRanges = std::unordered_map<int32_t, Range>;
+
+VarRanges loopVariableRanges(const LoopKernel& k) {
+  VarRanges vars;
+  auto bind = [&](int32_t var, ExprId extent) {
+    const ExprNode& n = k.expr(extent);
+    int64_t hi = n.kind != ExprKind::IntConst ? kMax : n.ival <= 0 ? 0 : n.ival - 1;
+    auto [it, fresh] = vars.emplace(var, Range{0, hi});
+    if (!fresh) it->second.hi = std::max(it->second.hi, hi);
+  };
+  for (const StmtNode& s : k.stmts)
+    if (s.kind == StmtKind::For) bind(s.var, s.extent);
+  for (size_t i = 0; i < k.reduceVars.size(); ++i) bind(k.reduceVars[i], k.reduceExtents[i]);
+  return vars;
+}
+
+// Only index arithmetic (int64) gets a range from its operands: narrower
+// integers wrap at their width, which these intervals do not model. `range`
+// gives an operand's range.
+template <class OperandRange>
+Range rangeOf(const LoopKernel& k, const ExprNode& n, const VarRanges& vars, OperandRange range) {
+  if (n.kind == ExprKind::IntConst) return {n.ival, n.ival};
+  if (n.type != DType::Int64) return {};
+  switch (n.kind) {
+    case ExprKind::Dim: return {0, kMax};
+    case ExprKind::Var: {
+      auto it = vars.find(n.a);
+      return it == vars.end() ? Range{0, kMax} : it->second;
+    }
+    case ExprKind::Select: {
+      const Range &x = range(n.b), &y = range(n.c);
+      return {std::min(x.lo, y.lo), std::max(x.hi, y.hi)};
+    }
+    case ExprKind::Binary: break;
+    default: return {};
+  }
+  const Range &x = range(n.a), &y = range(n.b);
+  const ExprNode& rhs = k.expr(n.b);
+  int64_t c = rhs.ival;
+  bool positiveConstant = rhs.kind == ExprKind::IntConst && c > 0;
+  switch (static_cast<BinaryOp>(n.op)) {
+    case BinaryOp::Add: return add(x, y);
+    case BinaryOp::Sub: return sub(x, y);
+    case BinaryOp::Mul: return mul(x, y);
+    case BinaryOp::Div: return positiveConstant ? divide(x, c, false) : Range{};
+    case BinaryOp::FloorDiv: return positiveConstant ? divide(x, c, true) : Range{};
+    case BinaryOp::Mod:
+      if (!positiveConstant) return {};
+      return x.lo >= 0 ? Range{0, std::min(x.hi, c - 1)} : Range{-(c - 1), c - 1};
+    case BinaryOp::FloorMod:
+      if (!positiveConstant) return {};
+      return {0, x.lo >= 0 ? std::min(x.hi, c - 1) : c - 1};
+    case BinaryOp::Max: return {std::max(x.lo, y.lo), std::max(x.hi, y.hi)};
+    case BinaryOp::Min: return {std::min(x.lo, y.lo), std::min(x.hi, y.hi)};
+    default: return {};
+  }
+}
+
+// An integer comparison's value over the ranges, or nullopt.
+template <class OperandRange>
+std::optional<bool> decide(const LoopKernel& k, const ExprNode& n, OperandRange range) {
+  if (n.kind != ExprKind::Binary || !isComparison(static_cast<BinaryOp>(n.op)) || isFloat(k.expr(n.a).type)) return std::nullopt;
+  return compare(static_cast<BinaryOp>(n.op), range(n.a), range(n.b));
+}
+
 class RangeFolder {
  public:
   explicit RangeFolder(LoopKernel& k) : k_(k), b_(k) {}
 
   int run() {
-    bindVariables();
+    vars_ = loopVariableRanges(k_);
     const auto n = static_cast<ExprId>(k_.exprs.size());
     to_.resize(static_cast<size_t>(n));
     ranges_.resize(static_cast<size_t>(n));
     // Children have smaller ids than their parents (expressions are built bottom-up).
     for (ExprId id = 0; id < n; ++id) {
-      ranges_[static_cast<size_t>(id)] = rangeOf(id);
+      ranges_[static_cast<size_t>(id)] = rangeOf(k_, k_.expr(id), vars_, [&](ExprId e) -> const Range& { return range(e); });
       to_[static_cast<size_t>(id)] = rewrite(id);
     }
     for (StmtNode& s : k_.stmts) remapStatement(s);
@@ -108,70 +175,14 @@ class RangeFolder {
   ExprId map(ExprId e) const { return e < 0 || static_cast<size_t>(e) >= to_.size() ? e : to_[static_cast<size_t>(e)]; }
   const Range& range(ExprId e) const { return ranges_[static_cast<size_t>(e)]; }
 
-  // Each loop variable's upper bound: extent - 1 of the loops that bind it (all of
-  // them, should one be bound twice), unbounded for a run-time extent.
-  void bindVariables() {
-    auto bind = [&](int32_t var, ExprId extent) {
-      int64_t e;
-      int64_t hi = !b_.isIntConst(extent, &e) ? kMax : e <= 0 ? 0 : e - 1;
-      auto [it, fresh] = varHigh_.emplace(var, hi);
-      if (!fresh) it->second = std::max(it->second, hi);
-    };
-    for (const StmtNode& s : k_.stmts)
-      if (s.kind == StmtKind::For) bind(s.var, s.extent);
-    for (size_t i = 0; i < k_.reduceVars.size(); ++i) bind(k_.reduceVars[i], k_.reduceExtents[i]);
-  }
-
-  // Only index arithmetic (int64) gets a range from its operands: narrower
-  // integers wrap at their width, which these intervals do not model.
-  Range rangeOf(ExprId id) const {
-    const ExprNode& n = k_.expr(id);
-    if (n.kind == ExprKind::IntConst) return {n.ival, n.ival};
-    if (n.type != DType::Int64) return {};
-    switch (n.kind) {
-      case ExprKind::Dim: return {0, kMax};
-      case ExprKind::Var: {
-        auto it = varHigh_.find(n.a);
-        return {0, it == varHigh_.end() ? kMax : it->second};
-      }
-      case ExprKind::Select: {
-        const Range &x = range(n.b), &y = range(n.c);
-        return {std::min(x.lo, y.lo), std::max(x.hi, y.hi)};
-      }
-      case ExprKind::Binary: break;
-      default: return {};
-    }
-    const Range &x = range(n.a), &y = range(n.b);
-    int64_t c;
-    bool positiveConstant = b_.isIntConst(n.b, &c) && c > 0;
-    switch (static_cast<BinaryOp>(n.op)) {
-      case BinaryOp::Add: return add(x, y);
-      case BinaryOp::Sub: return sub(x, y);
-      case BinaryOp::Mul: return mul(x, y);
-      case BinaryOp::Div: return positiveConstant ? divide(x, c, false) : Range{};
-      case BinaryOp::FloorDiv: return positiveConstant ? divide(x, c, true) : Range{};
-      case BinaryOp::Mod:
-        if (!positiveConstant) return {};
-        return x.lo >= 0 ? Range{0, std::min(x.hi, c - 1)} : Range{-(c - 1), c - 1};
-      case BinaryOp::FloorMod:
-        if (!positiveConstant) return {};
-        return {0, x.lo >= 0 ? std::min(x.hi, c - 1) : c - 1};
-      case BinaryOp::Max: return {std::max(x.lo, y.lo), std::max(x.hi, y.hi)};
-      case BinaryOp::Min: return {std::min(x.lo, y.lo), std::min(x.hi, y.hi)};
-      default: return {};
-    }
-  }
-
   ExprId rewrite(ExprId id) {
     const ExprNode n = k_.expr(id);  // a copy: the builder appends to k_.exprs
     switch (n.kind) {
       case ExprKind::Binary: {
         auto op = static_cast<BinaryOp>(n.op);
-        if (isComparison(op) && !isFloat(k_.expr(n.a).type)) {
-          if (std::optional<bool> v = compare(op, range(n.a), range(n.b))) {
-            ++decided_;
-            return b_.intConst(*v ? 1 : 0, DType::Bool);
-          }
+        if (std::optional<bool> v = decide(k_, n, [&](ExprId e) -> const Range& { return range(e); })) {
+          ++decided_;
+          return b_.intConst(*v ? 1 : 0, DType::Bool);
         }
         ExprId a = map(n.a), b = map(n.b);
         if (a == n.a && b == n.b) return id;
@@ -225,7 +236,7 @@ class RangeFolder {
 
   LoopKernel& k_;
   LoopBuilder b_;
-  std::unordered_map<int32_t, int64_t> varHigh_;
+  VarRanges vars_;
   std::vector<ExprId> to_;
   std::vector<Range> ranges_;
   int decided_ = 0;
@@ -234,5 +245,60 @@ class RangeFolder {
 }  // namespace
 
 int foldByRanges(LoopKernel& k) { return RangeFolder(k).run(); }
+
+int undecidedComparisons(const LoopKernel& k, StmtId stmt, int32_t var, int64_t lo, int64_t hi) {
+  VarRanges vars = loopVariableRanges(k);
+  vars[var] = {lo, hi};
+  std::vector<std::optional<Range>> memo(k.exprs.size());
+  // Operands have smaller ids than their users, so the recursion is as deep as
+  // the expression, not the kernel.
+  auto range = [&](auto& self, ExprId e) -> const Range& {
+    auto& slot = memo[static_cast<size_t>(e)];
+    if (!slot) slot = rangeOf(k, k.expr(e), vars, [&](ExprId o) -> const Range& { return self(self, o); });
+    return *slot;
+  };
+  std::vector<bool> seen(k.exprs.size());
+  std::vector<ExprId> work;
+  auto visit = [&](ExprId e) {
+    if (e >= 0 && !seen[static_cast<size_t>(e)]) {
+      seen[static_cast<size_t>(e)] = true;
+      work.push_back(e);
+    }
+  };
+  std::vector<StmtId> stmts{stmt};
+  while (!stmts.empty()) {
+    const StmtNode& s = k.stmt(stmts.back());
+    stmts.pop_back();
+    for (ExprId e : {s.extent, s.index, s.value}) visit(e);
+    stmts.insert(stmts.end(), s.body.begin(), s.body.end());
+    stmts.insert(stmts.end(), s.orElse.begin(), s.orElse.end());
+  }
+  int undecided = 0;
+  while (!work.empty()) {
+    ExprId e = work.back();
+    work.pop_back();
+    const ExprNode& n = k.expr(e);
+    if (n.kind == ExprKind::Binary && isComparison(static_cast<BinaryOp>(n.op)) && !isFloat(k.expr(n.a).type) &&
+        !decide(k, n, [&](ExprId o) -> const Range& { return range(range, o); }))
+      ++undecided;
+    switch (n.kind) {
+      case ExprKind::Load: visit(n.b); break;
+      case ExprKind::Unary:
+      case ExprKind::Cast:
+      case ExprKind::Reduce: visit(n.a); break;
+      case ExprKind::Binary:
+        visit(n.a);
+        visit(n.b);
+        break;
+      case ExprKind::Select:
+        visit(n.a);
+        visit(n.b);
+        visit(n.c);
+        break;
+      default: break;
+    }
+  }
+  return undecided;
+}
 
 }  // namespace kiln::loop

@@ -26,4 +26,9 @@ namespace kiln::loop {
 // Rewrites `k` in place; returns how many comparisons it decided.
 int foldByRanges(LoopKernel& k);
 
+// How many integer comparisons in statement `stmt` (its expressions and those
+// of the statements inside it) the ranges leave undecided when loop variable
+// `var` lies in [lo, hi] and every other variable ranges over its loops.
+int undecidedComparisons(const LoopKernel& k, StmtId stmt, int32_t var, int64_t lo, int64_t hi);
+
 }  // namespace kiln::loop

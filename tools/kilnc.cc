@@ -97,7 +97,7 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
     if (emit == "kernels") {
       out += f.toString() + "\n\n";
     } else if (emit == "loops") {
-      out += kiln::kernel_ir::lowerToLoops(f, {.directConv = true, .gemmPostOps = true}).toString() + "\n";  // what the CPU runs
+      out += kiln::kernel_ir::lowerToLoops(f, {.directConv = true, .gemmPostOps = true, .splitBorders = true}).toString() + "\n";  // what the CPU runs
     } else if (emit == "ptx" && kiln::kernel_ir::isDynamicKernel(f)) {
       out += "// a data-dependent operator: it runs natively on the host, no PTX\n\n";
     } else if (emit == "ptx") {

@@ -157,7 +157,7 @@ TaskList extractTasks(const Executable& exe, const ExtractOptions& options) {
     if (why.empty()) {
       // Nothing for a schedule to change (a kernel with no loops of its own).
       try {
-        loop::LoopKernel loops = kernel_ir::lowerToLoops(f, {.directConv = true, .gemmPostOps = true});
+        loop::LoopKernel loops = kernel_ir::lowerToLoops(f, {.directConv = true, .gemmPostOps = true, .splitBorders = true});
         if (loop::scheduleSpaceOf(loops).dimensions() == 0) why = "nothing a schedule changes";
       } catch (const Error&) {
         why = "not lowered by Kiln's code generator";

@@ -76,7 +76,7 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
     }
     auto taskStart = std::chrono::steady_clock::now();
     const kernel_ir::FusedFunction& f = *exe.kernels()[task.kernel].function;
-    loop::ScheduleSpace space = loop::scheduleSpaceOf(kernel_ir::lowerToLoops(f, {.directConv = true, .gemmPostOps = true}));
+    loop::ScheduleSpace space = loop::scheduleSpaceOf(kernel_ir::lowerToLoops(f, {.directConv = true, .gemmPostOps = true, .splitBorders = true}));
     std::set<std::string> tried = {loop::Schedule{}.toString()};
     std::vector<std::pair<double, loop::Schedule>> scored;  // (speedup, schedule), best first
     double defaultMicros = 0;
