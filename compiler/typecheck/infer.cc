@@ -2,6 +2,7 @@
 // unknown invalidates a rule's earlier result (see solver.h).
 #include "compiler/typecheck/infer.h"
 
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -116,14 +117,19 @@ class Inferer {
     } else {
       sig = signature(f);
     }
+    const GlobalFunction* global = current_ && current_->fn == f ? current_ : nullptr;
+    auto what = [global] { return global ? "@" + std::string(global->var->name) : std::string("the function"); };
+    // Each branch in tail position is checked against a declared result type on
+    // its own: joined first, an arm of (1, 16) and one of (1, 8) made (1, ?),
+    // which a declared (1, 8) accepted, and the wrong arm failed only at run time.
+    if (f->resultAnnotation && (f->body->kind == ExprKind::If || f->body->kind == ExprKind::Match || f->body->kind == ExprKind::Let))
+      markTails(f->body, f, 1, f->loc, {f->resultAnnotation, what(), f->loc});
     const Type* body = infer(f->body, f, 1);
     // A polymorphic function returned where a monomorphic function type is
     // declared is instantiated there, as an argument is (TVM's eta-expansion
     // tests: `def @main[A]() -> fn(A, List[A]) -> List[A] { fn [A](...) {...} }`).
     if (auto* want = asFunc(f->resultAnnotation); want && want->typeParams.empty())
       if (auto* pf = asFunc(s_.resolve(body)); pf && !pf->typeParams.empty()) body = instantiate(pf, {f, 2});
-    const GlobalFunction* global = current_ && current_->fn == f ? current_ : nullptr;
-    auto what = [global] { return global ? "@" + std::string(global->var->name) : std::string("the function"); };
     if (f->resultAnnotation)
       unifyAt(useLoc(f->body, f->loc), f->resultAnnotation, body, UnifyMode::Check, [&] { return what() + " is declared to return " + show(f->resultAnnotation) + ", but its body has another type"; });
     else
@@ -134,12 +140,53 @@ class Inferer {
 
   void record(const Expr* e, const Type* t) { exprTypes_.emplace_back(e, t); }
 
+  // A place whose value a function returns (a branch of an `if` or a clause of
+  // a `match` in tail position, through `let`s), named by the (site, slot) that
+  // infer() is called with: a Var node is shared by all its uses, so the place,
+  // not the node, is what is in tail position.
+  struct TailCheck {
+    const Type* declared;
+    std::string function;
+    SourceLoc context;  // where to report a Var's mismatch (the branch or clause)
+    const char* place = "its body";
+  };
+  void markTails(const Expr* e, const void* site, uint32_t slot, SourceLoc context, TailCheck check,
+                 const char* place = "its body") {
+    switch (e->kind) {
+      case ExprKind::If: {
+        auto* i = static_cast<const If*>(e);
+        markTails(i->thenBranch, i, 2, useLoc(i->thenBranch, i->loc), check, "the 'then' branch of this 'if'");
+        markTails(i->elseBranch, i, 3, useLoc(i->elseBranch, i->loc), check, "the 'else' branch of this 'if'");
+        return;
+      }
+      case ExprKind::Match:
+        for (const Clause& c : static_cast<const Match*>(e)->clauses) markTails(c.body, &c, 1, c.pattern->loc, check, "this clause of 'match'");
+        return;
+      case ExprKind::Let: {
+        const Let* last = static_cast<const Let*>(e);
+        while (last->body->kind == ExprKind::Let) last = static_cast<const Let*>(last->body);
+        markTails(last->body, last, 2, useLoc(last->body, last->loc), check, place);
+        return;
+      }
+      default:
+        check.context = context;
+        check.place = place;
+        tails_[{site, slot}] = std::move(check);
+    }
+  }
+
   // ---- expressions ----
   // `site` and `slot` name the place `e` occurs in. Global references are one node
   // per name, so a polymorphic global is instantiated per place, not per node.
   const Type* infer(const Expr* e, const void* site, uint32_t slot) {
     if (e->kind == ExprKind::GlobalVar) return globalRef(static_cast<const GlobalVar*>(e), {site, slot});
     const Type* t = inferNode(e);
+    if (!tails_.empty())
+      if (auto it = tails_.find({site, slot}); it != tails_.end()) {
+        const TailCheck& c = it->second;
+        unifyAt(useLoc(e, c.context), c.declared, t, UnifyMode::Check,
+                [&] { return c.function + " is declared to return " + show(c.declared) + ", but " + c.place + " has another type"; });
+      }
     record(e, t);
     return t;
   }
@@ -482,6 +529,7 @@ class Inferer {
   std::unordered_map<const GlobalVar*, const Type*> globalTypes_;
   std::vector<const Var*> boundVars_;  // every variable bound in this pass; its type is in Var::type
   std::vector<std::pair<const Expr*, const Type*>> exprTypes_;
+  std::unordered_map<MetaKey, TailCheck, MetaKeyHash> tails_;
 
   // A variable's type during a pass lives in its own node (the slot that ends up
   // holding its checked type); every pass binds a variable before any use.

@@ -140,6 +140,18 @@ const BadProgram kBadPrograms[] = {
      "2:17: error: @f takes 1 argument(s), but 2 were given"},
     {"return mismatch", "def @main(%x: float32) -> int32 { %x }",
      "1:1: error: @main is declared to return int32, but its body has another type: expected int32, but found float32"},
+    // Each returned branch against the declared result, at the branch: joined first,
+    // (1, 8) and (1, 16) made (1, ?), which the declaration accepted.
+    {"return mismatch in a branch",
+     "def @main(%x: Tensor[(1, 16), float32], %c: bool) -> Tensor[(1, 8), float32] {\n"
+     "  if (%c) { zeros(shape=[1, 8], dtype=\"float32\") } else { %x }\n}",
+     "2:3: error: @main is declared to return Tensor[(1, 8), float32], but the 'else' branch of this 'if' has another type: "
+     "expected Tensor[(1, 8), float32], but found Tensor[(1, 16), float32]"},
+    {"return mismatch in a clause",
+     "type L { N, C(Tensor[(1, 16), float32], L) }\ndef @main(%l: L) -> Tensor[(1, 8), float32] {\n  match (%l) {\n"
+     "    N => zeros(shape=[1, 8], dtype=\"float32\"),\n    C(%h, _) => let %y = %h; %y,\n  }\n}",
+     "5:17: error: @main is declared to return Tensor[(1, 8), float32], but this clause of 'match' has another type: "
+     "expected Tensor[(1, 8), float32], but found Tensor[(1, 16), float32]"},
     {"let annotation", "def @main(%x: float32) {\n  let %y: int32 = %x;\n  %y\n}",
      "2:3: error: the value bound to %y does not match its annotation: expected int32, but found float32"},
     {"call non-function", "def @main(%x: float32) { %x(1) }",
