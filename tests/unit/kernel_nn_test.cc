@@ -27,6 +27,52 @@ void checkApprox(const Tensor& got, const std::vector<double>& want, double eps 
 
 std::vector<Tensor> run(const std::string& src, std::vector<Tensor> inputs) { return (*test::kernelFrom(src))(inputs); }
 
+// 2-D pooling of every image and channel of `x` (n x c x h x w), in double:
+// window kh x kw, strides, dilations, padding top/left (the output's size given),
+// max (NaN if the window holds one) or average (over the whole window or over the
+// elements inside the image).
+struct PoolWindow {
+  int64_t kh, kw, sh, sw, dh = 1, dw = 1, top = 0, left = 0;
+};
+std::vector<double> poolReference(const Tensor& x, const PoolWindow& p, int64_t oh, int64_t ow, bool max, bool includePad) {
+  int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  std::vector<double> want;
+  for (int64_t img = 0; img < n; ++img)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double m = -INFINITY, sum = 0;
+          bool nan = false;
+          int count = 0;
+          for (int64_t a = 0; a < p.kh; ++a)
+            for (int64_t b = 0; b < p.kw; ++b) {
+              int64_t ih = i * p.sh + a * p.dh - p.top, iw = j * p.sw + b * p.dw - p.left;
+              if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+              double v = at(x, {img, ch, ih, iw});
+              nan = nan || std::isnan(v);
+              m = std::max(m, v);
+              sum += v;
+              ++count;
+            }
+          want.push_back(max ? (nan ? NAN : m) : sum / static_cast<double>(includePad ? p.kh * p.kw : count));
+        }
+  return want;
+}
+
+// Output (oc, i, j) of the 3x3, padding 1, stride 1 convolution of image `x`
+// (1 x c x h x w) by filters `k` (o x c x 3 x 3), summed in double.
+double conv3x3Pad1At(const Tensor& x, const Tensor& k, int64_t oc, int64_t i, int64_t j) {
+  int64_t channels = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  double sum = 0;
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t a = 0; a < 3; ++a)
+      for (int64_t b = 0; b < 3; ++b) {
+        int64_t ih = i + a - 1, iw = j + b - 1;
+        if (ih >= 0 && ih < h && iw >= 0 && iw < w) sum += at(x, {0, c, ih, iw}) * at(k, {oc, c, a, b});
+      }
+  return sum;
+}
+
 }  // namespace
 
 TEST_CASE("dense, matmul and batch_matmul match the reference") {
@@ -234,22 +280,7 @@ TEST_CASE("pooling windows without padding fold their guards, unroll and vectori
         Tensor y = run(src, {x})[0];
         int64_t oh = (9 - w.kh) / w.stride + 1, ow = (20 - w.kw) / w.stride + 1;
         REQUIRE(y.shape() == Shape{2, 3, oh, ow});
-        std::vector<double> want;
-        for (int64_t n = 0; n < 2; ++n)
-          for (int64_t c = 0; c < 3; ++c)
-            for (int64_t i = 0; i < oh; ++i)
-              for (int64_t j = 0; j < ow; ++j) {
-                double m = -INFINITY, sum = 0;
-                bool nan = false;
-                for (int64_t a = 0; a < w.kh; ++a)
-                  for (int64_t b = 0; b < w.kw; ++b) {
-                    double v = at(x, {n, c, i * w.stride + a, j * w.stride + b});
-                    nan = nan || std::isnan(v);
-                    m = std::max(m, v);
-                    sum += v;
-                  }
-                want.push_back(max ? (nan ? NAN : m) : sum / static_cast<double>(w.kh * w.kw));
-              }
+        std::vector<double> want = poolReference(x, {w.kh, w.kw, w.stride, w.stride}, oh, ow, max, true);
         for (size_t i = 0; i < want.size(); ++i) {
           double got = getElement(y, static_cast<int64_t>(i));
           CAPTURE(i);
@@ -301,24 +332,7 @@ TEST_CASE("padded windows split at their borders: guard-free interiors, every ou
     std::string program = "def @main(%x: Tensor[(?, 3, 23, 26), float32]) { " + std::string(p.op) + "(%x, " + attrs + ") }";
     Tensor y = run(program, {x})[0];
     REQUIRE(y.shape() == Shape{2, 3, oh, ow});
-    std::vector<double> want;
-    for (int64_t n = 0; n < 2; ++n)
-      for (int64_t ch = 0; ch < 3; ++ch)
-        for (int64_t i = 0; i < oh; ++i)
-          for (int64_t j = 0; j < ow; ++j) {
-            double m = -INFINITY, sum = 0;
-            int count = 0;
-            for (int64_t a = 0; a < p.kh; ++a)
-              for (int64_t b = 0; b < p.kw; ++b) {
-                int64_t ih = i * p.sh + a * p.dh - p.top, iw = j * p.sw + b * p.dw - p.left;
-                if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
-                m = std::max(m, at(x, {n, ch, ih, iw}));
-                sum += at(x, {n, ch, ih, iw});
-                ++count;
-              }
-            want.push_back(max ? m : sum / (p.includePad ? p.kh * p.kw : count));
-          }
-    checkApprox(y, want);
+    checkApprox(y, poolReference(x, {p.kh, p.kw, p.sh, p.sw, p.dh, p.dw, p.top, p.left}, oh, ow, max, p.includePad));
     // The interior's store reads the input with no guard left.
     std::string loops = kernel_ir::lowerToLoops(test::fusedFrom(program), {.splitBorders = true}).toString();
     bool guardFree = false;
@@ -339,16 +353,7 @@ TEST_CASE("padded windows split at their borders: guard-free interiors, every ou
   std::vector<double> cwant;
   for (int64_t o = 0; o < 3; ++o)
     for (int64_t i = 0; i < 12; ++i)
-      for (int64_t j = 0; j < 13; ++j) {
-        double sum = 0;
-        for (int64_t c = 0; c < 2; ++c)
-          for (int64_t a = 0; a < 3; ++a)
-            for (int64_t b = 0; b < 3; ++b) {
-              int64_t ih = i + a - 1, iw = j + b - 1;
-              if (ih >= 0 && ih < 12 && iw >= 0 && iw < 13) sum += at(cx, {0, c, ih, iw}) * at(cw, {o, c, a, b});
-            }
-        cwant.push_back(sum);
-      }
+      for (int64_t j = 0; j < 13; ++j) cwant.push_back(conv3x3Pad1At(cx, cw, o, i, j));
   checkApprox(cy, cwant, 1e-9);
 }
 
@@ -434,13 +439,7 @@ TEST_CASE("dense, conv2d and pooling in other dtypes (the generic lowering)") {
     for (int64_t o = 0; o < 3; ++o)
       for (int64_t i = 0; i < 5; ++i)
         for (int64_t j = 0; j < 5; ++j) {
-          double s = 0;
-          for (int64_t ci = 0; ci < 2; ++ci)
-            for (int64_t a = 0; a < 3; ++a)
-              for (int64_t b = 0; b < 3; ++b) {
-                int64_t ih = i + a - 1, iw = j + b - 1;
-                if (ih >= 0 && ih < 5 && iw >= 0 && iw < 5) s += at(img, {0, ci, ih, iw}) * at(k, {o, ci, a, b});
-              }
+          double s = conv3x3Pad1At(img, k, o, i, j);
           if (dt == DType::Int8) s = static_cast<int8_t>(static_cast<int64_t>(s));
           CHECK(getElement(c, (o * 5 + i) * 5 + j) == doctest::Approx(s).epsilon(dt == DType::Float16 ? 2e-2 : 1e-9).scale(1.0));
         }
