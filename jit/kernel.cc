@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <memory>
 
 #include "device/cuda_driver.h"
 #include "kernel_ir/lower.h"
@@ -357,9 +359,20 @@ void CompiledKernel::launch(TensorRefs inputs, TensorRefs outputs,
   if (!fixed)
     for (const Shape& s : shapes) flat.insert(flat.end(), s.begin(), s.end());
   const int64_t* shapeArray = fixed ? staticFlat_.data() : flat.data();
-  boost::container::small_vector<void*, 16> buffers;
-  for (const Tensor* t : inputs) buffers.push_back(t->data());
-  for (const Tensor* t : outputs) buffers.push_back(t->data());
+  // The kernel's arguments, in loops_.buffers order; on the stack for up to 16
+  // (small_vector's push_back was an out-of-line call per buffer, and a tree
+  // node's kernel call makes several).
+  size_t numBuffers = std::max(loops_.buffers.size(), inputs.size() + outputs.size());
+  void* onStack[16];
+  std::unique_ptr<void*[]> onHeap;
+  void** buffers = onStack;
+  if (numBuffers > std::size(onStack)) {
+    onHeap = std::make_unique<void*[]>(numBuffers);
+    buffers = onHeap.get();
+  }
+  size_t nextBuffer = 0;
+  for (const Tensor* t : inputs) buffers[nextBuffer++] = t->data();
+  for (const Tensor* t : outputs) buffers[nextBuffer++] = t->data();
   // Scratch buffers (values kept in memory inside the kernel, e.g. a GEMM result
   // before its epilogue) live for this call.
   boost::container::small_vector<Tensor, 2> scratch;
@@ -371,7 +384,7 @@ void CompiledKernel::launch(TensorRefs inputs, TensorRefs outputs,
       // In preparedInputs() order; the GEMM reads B itself when none is given.
       const float* p = nextPrepared < prepared.size() ? prepared[nextPrepared] : nullptr;
       ++nextPrepared;
-      buffers.push_back(const_cast<float*>(p));
+      buffers[nextBuffer++] = const_cast<float*>(p);
       continue;
     }
     int64_t n = 1;
@@ -382,22 +395,22 @@ void CompiledKernel::launch(TensorRefs inputs, TensorRefs outputs,
     }
     if (!gpu_ && !arena) arena.emplace();
     if (void* p = gpu_ ? nullptr : arena->take(static_cast<size_t>(n) * dtypeSize(decl.dtype))) {
-      buffers.push_back(p);
+      buffers[nextBuffer++] = p;
       continue;
     }
     scratch.push_back(Tensor::empty(decl.dtype, {n}, device_));
-    buffers.push_back(scratch.back().data());
+    buffers[nextBuffer++] = scratch.back().data();
   }
   if (gpu_) {
     bool synchronous = false;
     CudaStream& stream = streamFor(device_, synchronous);
-    gpu_->run(buffers.data(), shapeArray, fixed ? staticFlat_.size() : flat.size(), stream);
+    gpu_->run(buffers, shapeArray, fixed ? staticFlat_.size() : flat.size(), stream);
     // Scratch blocks go back to the pool tagged with this stream, so no other
     // stream reuses them before these launches have run.
     if (synchronous) stream.synchronize();
     return;
   }
-  entry_(buffers.data(), shapeArray);
+  entry_(buffers, shapeArray);
 }
 
 namespace {

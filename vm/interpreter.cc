@@ -268,15 +268,18 @@ dispatch:
     auto refer = [R](bytecode::RegisterList list, boost::container::small_vector<Tensor, 8>& temps,
                      boost::container::small_vector<const Tensor*, 16>& refs, const char* what) {
       temps.clear();
-      refs.clear();
       temps.reserve(list.size);
+      // Sized once and filled in place: a push_back per operand was an
+      // out-of-line call each.
+      refs.resize(list.size);
+      const Tensor** out = refs.data();
       for (uint32_t i = 0; i < list.size; ++i) {
         const Value& v = R[list[i]];
         if (v.isObject(ObjectKind::Tensor)) {
-          refs.push_back(&v.asTensorObject()->tensor);
+          out[i] = &v.asTensorObject()->tensor;
         } else {
           temps.push_back(tensorOf(v, what));
-          refs.push_back(&temps.back());
+          out[i] = &temps.back();
         }
       }
     };
