@@ -23,7 +23,12 @@ class BorderSplitter {
   explicit BorderSplitter(LoopKernel& k) : k_(k), b_(k) {}
 
   int run() {
-    if (k_.body >= 0) k_.body = visit(k_.body);
+    // Most kernels (element-wise chains, reductions) compare no integers at all:
+    // nothing to split, and no per-loop analysis on the JIT's path.
+    bool compares = std::any_of(k_.exprs.begin(), k_.exprs.end(), [](const ExprNode& n) {
+      return n.kind == ExprKind::Binary && isComparison(static_cast<BinaryOp>(n.op)) && n.type == DType::Bool;
+    });
+    if (compares && k_.body >= 0) k_.body = visit(k_.body);
     return splits_;
   }
 
@@ -62,6 +67,7 @@ class BorderSplitter {
     if (most <= 0 || !onlyElementWise(id)) return std::nullopt;
     int32_t var = s.var;
     int whole = undecidedComparisons(k_, id, var, 0, extent - 1);
+    if (whole == 0) return std::nullopt;
     int best = undecidedComparisons(k_, id, var, most, extent - 1 - most);
     if (best >= whole) return std::nullopt;
     Borders cut{most, most};
@@ -121,39 +127,13 @@ class BorderSplitter {
     const ExprNode n = k_.expr(e);  // a copy: the builder appends to k_.exprs
     ExprId out = e;
     switch (n.kind) {
-      case ExprKind::Var:
-        if (n.a == var_) out = replacement_;
-        break;
-      case ExprKind::Load:
-        if (ExprId i = substitute(n.b); i != n.b) out = b_.load(n.a, i);
-        break;
+      case ExprKind::Var: out = n.a == var_ ? replacement_ : e; break;
+      case ExprKind::Load: out = b_.withOperands(e, n.a, substitute(n.b), n.c); break;
       case ExprKind::Unary:
-        if (ExprId a = substitute(n.a); a != n.a) out = b_.unary(static_cast<UnaryOp>(n.op), a);
-        break;
       case ExprKind::Cast:
-        if (ExprId a = substitute(n.a); a != n.a) out = b_.cast(n.type, a);
-        break;
-      case ExprKind::Binary: {
-        ExprId a = substitute(n.a), b = substitute(n.b);
-        if (a == n.a && b == n.b) break;
-        auto op = static_cast<BinaryOp>(n.op);
-        out = op == BinaryOp::Add ? b_.add(a, b) : op == BinaryOp::Mul ? b_.mul(a, b) : b_.binary(op, a, b);
-        break;
-      }
-      case ExprKind::Select: {
-        ExprId c = substitute(n.a), a = substitute(n.b), b = substitute(n.c);
-        if (c != n.a || a != n.b || b != n.c) out = b_.select(c, a, b);
-        break;
-      }
-      case ExprKind::Reduce:
-        if (ExprId body = substitute(n.a); body != n.a) {
-          // Its own reduction variables, bound where it is emitted: a copy with the new body.
-          ExprNode r = n;
-          r.a = body;
-          k_.exprs.push_back(r);
-          out = static_cast<ExprId>(k_.exprs.size() - 1);
-        }
-        break;
+      case ExprKind::Reduce: out = b_.withOperands(e, substitute(n.a), n.b, n.c); break;
+      case ExprKind::Binary: out = b_.withOperands(e, substitute(n.a), substitute(n.b), n.c); break;
+      case ExprKind::Select: out = b_.withOperands(e, substitute(n.a), substitute(n.b), substitute(n.c)); break;
       default: break;
     }
     memo_.emplace(e, out);

@@ -132,6 +132,29 @@ ExprId LoopBuilder::select(ExprId cond, ExprId a, ExprId b) {
   return intern(n);
 }
 
+ExprId LoopBuilder::withOperands(ExprId id, ExprId a, ExprId b, ExprId c) {
+  const ExprNode n = k_.expr(id);  // a copy: building appends to k_.exprs
+  switch (n.kind) {
+    case ExprKind::Load: return b == n.b ? id : load(n.a, b);
+    case ExprKind::Unary: return a == n.a ? id : unary(static_cast<UnaryOp>(n.op), a);
+    case ExprKind::Cast: return a == n.a ? id : cast(n.type, a);
+    case ExprKind::Binary: {
+      if (a == n.a && b == n.b) return id;
+      auto op = static_cast<BinaryOp>(n.op);
+      return op == BinaryOp::Add ? add(a, b) : op == BinaryOp::Mul ? mul(a, b) : binary(op, a, b);
+    }
+    case ExprKind::Select: return a == n.a && b == n.b && c == n.c ? id : select(a, b, c);
+    case ExprKind::Reduce: {
+      if (a == n.a) return id;
+      ExprNode r = n;
+      r.a = a;
+      k_.exprs.push_back(r);
+      return static_cast<ExprId>(k_.exprs.size() - 1);
+    }
+    default: return id;
+  }
+}
+
 ExprId LoopBuilder::cast(DType type, ExprId a) {
   if (type == DType::Float16) type = DType::Float32;
   if (typeOf(a) == type) return a;

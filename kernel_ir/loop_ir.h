@@ -212,6 +212,10 @@ class LoopBuilder {
   StmtId conv2d(const Conv2dArgs& args);
 
   bool isIntConst(ExprId e, int64_t* value = nullptr) const;
+  // Expression `id` with its operands (a, b, c as ExprNode holds them; a Load's
+  // index is b) replaced, rebuilt through the folds above; `id` itself when none
+  // changed. A Reduce keeps its own variables: a copy with the new body.
+  ExprId withOperands(ExprId id, ExprId a, ExprId b, ExprId c);
 
  private:
   ExprId intern(const ExprNode& n);

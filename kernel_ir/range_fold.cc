@@ -145,10 +145,14 @@ Range rangeOf(const LoopKernel& k, const ExprNode& n, const VarRanges& vars, Ope
   }
 }
 
+bool isIntComparison(const LoopKernel& k, const ExprNode& n) {
+  return n.kind == ExprKind::Binary && isComparison(static_cast<BinaryOp>(n.op)) && !isFloat(k.expr(n.a).type);
+}
+
 // An integer comparison's value over the ranges, or nullopt.
 template <class OperandRange>
 std::optional<bool> decide(const LoopKernel& k, const ExprNode& n, OperandRange range) {
-  if (n.kind != ExprKind::Binary || !isComparison(static_cast<BinaryOp>(n.op)) || isFloat(k.expr(n.a).type)) return std::nullopt;
+  if (!isIntComparison(k, n)) return std::nullopt;
   return compare(static_cast<BinaryOp>(n.op), range(n.a), range(n.b));
 }
 
@@ -175,40 +179,16 @@ class RangeFolder {
   ExprId map(ExprId e) const { return e < 0 || static_cast<size_t>(e) >= to_.size() ? e : to_[static_cast<size_t>(e)]; }
   const Range& range(ExprId e) const { return ranges_[static_cast<size_t>(e)]; }
 
+  // Comparisons the ranges decide become constants; everything above them is
+  // rebuilt through the builder, whose folds take the rest away.
   ExprId rewrite(ExprId id) {
-    const ExprNode n = k_.expr(id);  // a copy: the builder appends to k_.exprs
-    switch (n.kind) {
-      case ExprKind::Binary: {
-        auto op = static_cast<BinaryOp>(n.op);
-        if (std::optional<bool> v = decide(k_, n, [&](ExprId e) -> const Range& { return range(e); })) {
-          ++decided_;
-          return b_.intConst(*v ? 1 : 0, DType::Bool);
-        }
-        ExprId a = map(n.a), b = map(n.b);
-        if (a == n.a && b == n.b) return id;
-        if (op == BinaryOp::Add) return b_.add(a, b);
-        if (op == BinaryOp::Mul) return b_.mul(a, b);
-        return b_.binary(op, a, b);
-      }
-      case ExprKind::Select:
-        if (map(n.a) == n.a && map(n.b) == n.b && map(n.c) == n.c) return id;
-        return b_.select(map(n.a), map(n.b), map(n.c));
-      case ExprKind::Unary:
-        return map(n.a) == n.a ? id : b_.unary(static_cast<UnaryOp>(n.op), map(n.a));
-      case ExprKind::Cast:
-        return map(n.a) == n.a ? id : b_.cast(n.type, map(n.a));
-      case ExprKind::Load:
-        return map(n.b) == n.b ? id : b_.load(n.a, map(n.b));
-      case ExprKind::Reduce: {
-        if (map(n.a) == n.a) return id;
-        // Not shared (each has its own variables): a copy with the new body.
-        ExprNode r = n;
-        r.a = map(n.a);
-        k_.exprs.push_back(r);
-        return static_cast<ExprId>(k_.exprs.size() - 1);
-      }
-      default: return id;
+    const ExprNode& n = k_.expr(id);
+    if (std::optional<bool> v = decide(k_, n, [&](ExprId e) -> const Range& { return range(e); })) {
+      ++decided_;
+      return b_.intConst(*v ? 1 : 0, DType::Bool);
     }
+    if (n.kind == ExprKind::Load) return b_.withOperands(id, n.a, map(n.b), n.c);
+    return b_.withOperands(id, map(n.a), map(n.b), map(n.c));
   }
 
   void remapStatement(StmtNode& s) {
@@ -278,9 +258,7 @@ int undecidedComparisons(const LoopKernel& k, StmtId stmt, int32_t var, int64_t 
     ExprId e = work.back();
     work.pop_back();
     const ExprNode& n = k.expr(e);
-    if (n.kind == ExprKind::Binary && isComparison(static_cast<BinaryOp>(n.op)) && !isFloat(k.expr(n.a).type) &&
-        !decide(k, n, [&](ExprId o) -> const Range& { return range(range, o); }))
-      ++undecided;
+    if (isIntComparison(k, n) && !decide(k, n, [&](ExprId o) -> const Range& { return range(range, o); })) ++undecided;
     switch (n.kind) {
       case ExprKind::Load: visit(n.b); break;
       case ExprKind::Unary:
