@@ -42,6 +42,7 @@ class Inferer {
         fail(v->loc, "cannot infer the type of parameter %" + std::string(v->name) + " of @" + std::string(gname) +
                          "; add a type annotation");
     }
+    failDeferredChecks();
     for (const auto& [cond, t] : conditions_) checkCondition(cond, t);
     s_.defaultUnbound(tupleType(a_, {}));
     for (const Match* mt : matches_) {
@@ -71,10 +72,30 @@ class Inferer {
   // `context` builds the error's lead-in; it runs only when unification fails.
   template <class Context>
   const Type* unifyAt(SourceLoc loc, const Type* expected, const Type* actual, UnifyMode mode, Context&& context) {
+    std::vector<DeferredCheck>& deferred = s_.deferredChecks();
+    size_t before = deferred.size();
+    const Type* joined;
     try {
-      return s_.unify(expected, actual, mode);
+      joined = s_.unify(expected, actual, mode);
     } catch (const TypeMismatch& m) {
       fail(loc, std::string(context()) + ": " + m.what);
+    }
+    if (deferred.size() != before) {
+      deferredAt_.push_back({loc, std::string(context()), current_});
+      for (size_t i = before; i < deferred.size(); ++i) deferred[i].tag = static_cast<uint32_t>(deferredAt_.size() - 1);
+    }
+    return joined;
+  }
+
+  // The checks the solver deferred (solver.h says why), reported on the last pass.
+  void failDeferredChecks() {
+    for (const DeferredCheck& d : s_.deferredChecks()) {
+      if (s_.compatible(d.checked, d.found)) continue;
+      const DeferredSite& at = deferredAt_[d.tag];
+      current_ = at.function;
+      const Type* expected = d.foundExpected ? d.found : d.checked;
+      const Type* found = d.foundExpected ? d.checked : d.found;
+      fail(at.loc, at.context + ": expected " + show(expected) + ", but found " + show(found));
     }
   }
 
@@ -547,6 +568,13 @@ class Inferer {
   std::vector<std::pair<const Expr*, const Type*>> conditions_;
   std::vector<const Match*> matches_;
   std::vector<PendingRule> pending_;
+  // Where each deferred check was made (DeferredCheck::tag indexes it).
+  struct DeferredSite {
+    SourceLoc loc;
+    std::string context;
+    const GlobalFunction* function;
+  };
+  std::vector<DeferredSite> deferredAt_;
   const Type* scalars_[kNumDTypes] = {};
 };
 

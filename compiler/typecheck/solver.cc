@@ -130,7 +130,41 @@ void TypeSolver::widen(uint32_t id, const Type* joined) {
   bindings_[id] = joined;
 }
 
-const Type* TypeSolver::unifyMeta(const MetaType* m, const Type* other) {
+bool TypeSolver::compatible(const Type* a, const Type* b) const {
+  a = resolve(a);
+  b = resolve(b);
+  if (a == b || a->kind == TypeKind::Meta || b->kind == TypeKind::Meta) return true;
+  if (a->kind != b->kind) return false;
+  auto allCompatible = [&](std::span<const Type* const> x, std::span<const Type* const> y) {
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (!compatible(x[i], y[i])) return false;
+    return true;
+  };
+  switch (a->kind) {
+    case TypeKind::Tensor: {
+      auto *x = static_cast<const TensorType*>(a), *y = static_cast<const TensorType*>(b);
+      if (x->dtype != y->dtype || x->rank() != y->rank()) return false;
+      for (size_t i = 0; i < x->shape.size(); ++i)
+        if (x->shape[i] != y->shape[i] && x->shape[i] != kAnyDim && y->shape[i] != kAnyDim) return false;
+      return true;
+    }
+    case TypeKind::Tuple:
+      return allCompatible(static_cast<const TupleType*>(a)->fields, static_cast<const TupleType*>(b)->fields);
+    case TypeKind::Func: {
+      auto *x = static_cast<const FuncType*>(a), *y = static_cast<const FuncType*>(b);
+      return allCompatible(x->params, y->params) && compatible(x->result, y->result);
+    }
+    case TypeKind::Adt: {
+      auto *x = static_cast<const AdtType*>(a), *y = static_cast<const AdtType*>(b);
+      return x->def == y->def && allCompatible(x->args, y->args);
+    }
+    // Type parameters and the rest: left to unification, as before.
+    default: return true;
+  }
+}
+
+const Type* TypeSolver::unifyMeta(const MetaType* m, const Type* other, UnifyMode mode, bool metaExpected) {
   uint32_t id = m->id;
   const Type* b = bindingOf(id);
   if (!b) {
@@ -138,8 +172,14 @@ const Type* TypeSolver::unifyMeta(const MetaType* m, const Type* other) {
     bindings_[id] = other;
     return m;
   }
-  // A bound unknown widens to take in the other type.
+  // A bound unknown widens to take in the other type; joining, types of another
+  // dtype or rank are a mismatch here, in either mode.
   const Type* joined = unify(b, other, UnifyMode::Join);
+  // Widening to pass a check would hide the mismatch (see solver.h).
+  if (mode == UnifyMode::Check && !compatible(other, b)) {
+    deferred_.push_back({other, zonk(b), metaExpected});
+    return m;
+  }
   widen(id, joined);
   return m;
 }
@@ -159,7 +199,7 @@ const Type* TypeSolver::unify(const Type* a, const Type* b, UnifyMode mode) {
   if (a == b) return a;
   if (a->kind == TypeKind::Meta) {
     auto* ma = static_cast<const MetaType*>(a);
-    if (!bindingOf(ma->id)) return unifyMeta(ma, b);
+    if (!bindingOf(ma->id)) return unifyMeta(ma, b, mode, true);
     if (b->kind == TypeKind::Meta && !bindingOf(static_cast<const MetaType*>(b)->id)) {
       bindings_[static_cast<const MetaType*>(b)->id] = a;
       return a;
@@ -172,9 +212,9 @@ const Type* TypeSolver::unify(const Type* a, const Type* b, UnifyMode mode) {
       bindings_[mb->id] = a;
       return a;
     }
-    return unifyMeta(ma, b);
+    return unifyMeta(ma, b, mode, true);
   }
-  if (b->kind == TypeKind::Meta) return unifyMeta(static_cast<const MetaType*>(b), a);
+  if (b->kind == TypeKind::Meta) return unifyMeta(static_cast<const MetaType*>(b), a, mode, false);
   if (a->kind != b->kind) mismatch(a, b);
 
   switch (a->kind) {

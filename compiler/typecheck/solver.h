@@ -7,11 +7,16 @@
 // type). Rigid types — those written in annotations — are checked, not widened:
 // in Check mode, two different static sizes are a mismatch.
 //
-// A widening after an operator rule already read the unknown makes the rule's
-// result stale; the solver notes it (needsAnotherPass) and the caller runs type
-// inference again, seeding each unknown with the final type of the last pass
-// (hints, keyed by the syntax that created the unknown). Dimensions only ever
-// widen, so this terminates.
+// An unknown already bound to a type that a Check contradicts (a pattern variable
+// bound to Tensor[(1, 16)] returned where (1, 8) is declared) is not widened to
+// `?` to make the check pass: its binding is kept and the check deferred
+// (deferredChecks). The caller reports it once inference has converged: in that
+// last pass no operator rule's result is stale, so the binding is a join of
+// values that reach the checked place, and its static sizes are theirs. (Decided
+// on the unknown's final type instead, it would pass: a `match` result joined to
+// that unknown widens it with the other clauses' types, which flow out of the
+// place, not into it.)
+//
 #pragma once
 
 #include <functional>
@@ -43,6 +48,16 @@ struct MetaKeyHash {
 };
 using Hints = std::unordered_map<MetaKey, const Type*, MetaKeyHash>;
 
+// A Check between `checked` (the other side) and a bound unknown whose binding,
+// `found`, contradicted it in static sizes; `foundExpected`: the unknown was the
+// expected side. `tag` is the caller's, to say where the check was made.
+struct DeferredCheck {
+  const Type* checked;
+  const Type* found;
+  bool foundExpected;
+  uint32_t tag = 0;
+};
+
 class TypeSolver {
  public:
   TypeSolver(Arena& arena, const Hints& hints) : a_(arena), hints_(hints) {}
@@ -64,13 +79,19 @@ class TypeSolver {
   // Binds every still-unbound unknown to `t` (used to close off unconstrained ones).
   void defaultUnbound(const Type* t);
 
+  // Whether two types can be the same value's: equal but for dimensions that are
+  // `?` on either side and unknowns still unbound. Binds nothing.
+  bool compatible(const Type* a, const Type* b) const;
+  std::vector<DeferredCheck>& deferredChecks() { return deferred_; }
+
   bool needsAnotherPass() const { return stale_; }
   Hints exportHints() const;
 
  private:
   const Type* bindingOf(uint32_t id) const { return bindings_[id]; }
   bool occurs(uint32_t id, const Type* t) const;
-  const Type* unifyMeta(const MetaType* m, const Type* other);
+  // `metaExpected`: `m` is the expected side of the unification (for messages).
+  const Type* unifyMeta(const MetaType* m, const Type* other, UnifyMode mode, bool metaExpected);
   void widen(uint32_t id, const Type* joined);
   [[noreturn]] void mismatch(const Type* a, const Type* b) const;
 
@@ -80,6 +101,7 @@ class TypeSolver {
   std::vector<bool> observed_;
   std::vector<MetaKey> keys_;
   std::unordered_map<MetaKey, const MetaType*, MetaKeyHash> byKey_;
+  std::vector<DeferredCheck> deferred_;
   bool stale_ = false;
 };
 

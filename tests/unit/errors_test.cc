@@ -152,6 +152,25 @@ const BadProgram kBadPrograms[] = {
      "    N => zeros(shape=[1, 8], dtype=\"float32\"),\n    C(%h, _) => let %y = %h; %y,\n  }\n}",
      "5:17: error: @main is declared to return Tensor[(1, 8), float32], but this clause of 'match' has another type: "
      "expected Tensor[(1, 8), float32], but found Tensor[(1, 16), float32]"},
+    // A pattern variable of a type argument is an unknown bound to (1, 16): the
+    // check no longer widens it, nor does the other clause's (1, 8) joined into
+    // the match's result (which shares that unknown) hide the mismatch.
+    {"return mismatch through a type argument",
+     "type O[A] { No, Yes(A) }\ndef @main(%o: O[Tensor[(1, 16), float32]]) -> Tensor[(1, 8), float32] {\n"
+     "  match (%o) {\n    Yes(%v) => %v,\n    No => zeros(shape=[1, 8], dtype=\"float32\"),\n  }\n}",
+     "4:5: error: @main is declared to return Tensor[(1, 8), float32], but this clause of 'match' has another type: "
+     "expected Tensor[(1, 8), float32], but found Tensor[(1, 16), float32]"},
+    {"return mismatch through a type argument, in a closure",
+     "type O[A] { No, Yes(A) }\ndef @main(%o: O[Tensor[(1, 16), float32]]) -> Tensor[(1, 8), float32] {\n"
+     "  let %g = fn (%p: O[Tensor[(1, 16), float32]]) -> Tensor[(1, 8), float32] {\n"
+     "    match (%p) {\n      No => zeros(shape=[1, 8], dtype=\"float32\"),\n      Yes(%v) => %v,\n    }\n  };\n  %g(%o)\n}",
+     "6:7: error: the function is declared to return Tensor[(1, 8), float32], but this clause of 'match' has another type: "
+     "expected Tensor[(1, 8), float32], but found Tensor[(1, 16), float32]"},
+    {"argument mismatch through a type argument",
+     "type O[A] { No, Yes(A) }\ndef @f(%x: Tensor[(1, 8), float32]) { %x }\n"
+     "def @main(%o: O[Tensor[(1, 16), float32]]) {\n  match (%o) {\n    Yes(%v) => @f(%v),\n"
+     "    No => zeros(shape=[1, 8], dtype=\"float32\"),\n  }\n}",
+     "5:18: error: argument 1 of @f: expected Tensor[(1, 8), float32], but found Tensor[(1, 16), float32]"},
     {"let annotation", "def @main(%x: float32) {\n  let %y: int32 = %x;\n  %y\n}",
      "2:3: error: the value bound to %y does not match its annotation: expected int32, but found float32"},
     {"call non-function", "def @main(%x: float32) { %x(1) }",

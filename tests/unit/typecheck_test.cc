@@ -184,6 +184,14 @@ TEST_CASE("? dimensions accept static sizes and widen where types meet") {
   // Match arms.
   CHECK(mainResult("def @main(%o: Option[int32], %a: Tensor[(2,), float32], %b: Tensor[(5,), float32]) {"
                    " match (%o) { Some(_) => %a, None => %b } }") == "Tensor[(?,), float32]");
+  // A pattern variable of a type argument, checked against a declared result: a
+  // `?` on either side accepts it (errors_test has the static sizes that differ).
+  CHECK(mainResult("def @main(%o: Option[Tensor[(1, 16), float32]]) -> Tensor[(1, ?), float32] {"
+                   " match (%o) { Some(%v) => %v, None => zeros(shape=[1, 8], dtype=\"float32\") } }") ==
+        "Tensor[(1, ?), float32]");
+  CHECK(mainResult("def @main(%o: Option[Tensor[(1, ?), float32]]) -> Tensor[(1, 8), float32] {"
+                   " match (%o) { Some(%v) => %v, None => zeros(shape=[1, 8], dtype=\"float32\") } }") ==
+        "Tensor[(1, 8), float32]");
 }
 
 TEST_CASE("polymorphic globals, constructors and closures are instantiated per use") {
