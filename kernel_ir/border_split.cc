@@ -25,9 +25,7 @@ class BorderSplitter {
   int run() {
     // Most kernels (element-wise chains, reductions) compare no integers at all:
     // nothing to split, and no per-loop analysis on the JIT's path.
-    bool compares = std::any_of(k_.exprs.begin(), k_.exprs.end(), [](const ExprNode& n) {
-      return n.kind == ExprKind::Binary && isComparison(static_cast<BinaryOp>(n.op)) && n.type == DType::Bool;
-    });
+    bool compares = std::any_of(k_.exprs.begin(), k_.exprs.end(), [&](const ExprNode& n) { return isIntComparison(k_, n); });
     if (compares && k_.body >= 0) k_.body = visit(k_.body);
     return splits_;
   }

@@ -145,10 +145,6 @@ Range rangeOf(const LoopKernel& k, const ExprNode& n, const VarRanges& vars, Ope
   }
 }
 
-bool isIntComparison(const LoopKernel& k, const ExprNode& n) {
-  return n.kind == ExprKind::Binary && isComparison(static_cast<BinaryOp>(n.op)) && !isFloat(k.expr(n.a).type);
-}
-
 // An integer comparison's value over the ranges, or nullopt.
 template <class OperandRange>
 std::optional<bool> decide(const LoopKernel& k, const ExprNode& n, OperandRange range) {
@@ -223,6 +219,10 @@ class RangeFolder {
 };
 
 }  // namespace
+
+bool isIntComparison(const LoopKernel& k, const ExprNode& n) {
+  return n.kind == ExprKind::Binary && isComparison(static_cast<BinaryOp>(n.op)) && !isFloat(k.expr(n.a).type);
+}
 
 int foldByRanges(LoopKernel& k) { return RangeFolder(k).run(); }
 

@@ -30,5 +30,7 @@ int foldByRanges(LoopKernel& k);
 // of the statements inside it) the ranges leave undecided when loop variable
 // `var` lies in [lo, hi] and every other variable ranges over its loops.
 int undecidedComparisons(const LoopKernel& k, StmtId stmt, int32_t var, int64_t lo, int64_t hi);
+// Whether `n` compares integers (the comparisons ranges can decide).
+bool isIntComparison(const LoopKernel& k, const ExprNode& n);
 
 }  // namespace kiln::loop
