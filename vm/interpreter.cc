@@ -172,12 +172,12 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     for (uint32_t i = 0; i < n; ++i) argTmp.push_back(TAKE(list[i]));
     return clo->function;
   };
-  // An `M` list's values, taken in order.
-  auto takeList = [](Value* R, bytecode::RegisterList list) {
-    std::vector<Value> fields;
-    fields.reserve(list.size);
+  // An ADT value (a tuple for kTupleCtor) of an `M` list's values, taken in
+  // order, gathered on the stack: no heap buffer beside the value itself.
+  auto makeAdt = [](Value* R, uint32_t ctor, bytecode::RegisterList list) {
+    boost::container::small_vector<Value, 8> fields;
     for (uint32_t i = 0; i < list.size; ++i) fields.push_back(TAKE(list[i]));
-    return fields;
+    return Value::adtTaking(ctor, std::span<Value>(fields.data(), fields.size()));
   };
   auto traceReads = [&](const auto& ts) {
     for (const Tensor& t : ts) trace->read(t);
@@ -420,13 +420,13 @@ dispatch:
   DISPATCH();
   CASE(AllocAdt) {
     OPS(AllocAdt);
-    REG(0) = Value::adt(IDX(1), takeList(R, o.list<2>()));
+    REG(0) = makeAdt(R, IDX(1), o.list<2>());
     NEXT();
   }
   DISPATCH();
   CASE(AllocTuple) {
     OPS(AllocTuple);
-    REG(0) = Value::tuple(takeList(R, o.list<1>()));
+    REG(0) = makeAdt(R, kTupleCtor, o.list<1>());
     NEXT();
   }
   DISPATCH();

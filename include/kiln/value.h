@@ -119,6 +119,9 @@ class Value {
   }
   static Value tuple(std::vector<Value> fields);
   static Value adt(uint32_t ctor, std::vector<Value> fields);
+  // The same, moving each of `fields` into the value (they are left empty):
+  // for callers that gather fields in a buffer of their own.
+  static Value adtTaking(uint32_t ctor, std::span<Value> fields);
   static Value closure(uint32_t function, std::span<const Value> captured);
   static Value storage(std::shared_ptr<void> buffer, size_t bytes, Device device);
   static Value ref(Value content);

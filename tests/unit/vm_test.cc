@@ -112,6 +112,39 @@ TEST_CASE("vm: a list of a million cells is built, returned and freed without re
   CHECK(l.isAdt());
 }
 
+TEST_CASE("value: freeing a wide, deep structure frees every object in it once") {
+  // Storage blocks whose buffers count their frees: a tuple of 100 (more than the
+  // destroy worklist keeps on the stack), each field a pair of a block and a
+  // chain of 50 nested tuples ending in a block, with one block shared by all.
+  int freed = 0;
+  auto block = [&freed] {
+    return Value::storage(std::shared_ptr<void>(new char[16], [&freed](void* p) {
+                            delete[] static_cast<char*>(p);
+                            ++freed;
+                          }),
+                          16, kiln::Device{});
+  };
+  Value shared = block();
+  std::vector<Value> fields;
+  for (int i = 0; i < 100; ++i) {
+    Value chain = block();
+    for (int d = 0; d < 50; ++d) chain = Value::tuple({chain, shared});
+    fields.push_back(Value::tuple({block(), chain}));
+  }
+  Value wide = Value::tuple(std::move(fields));
+  CHECK(freed == 0);
+  wide = Value();
+  CHECK(freed == 200);
+  shared = Value();
+  CHECK(freed == 201);
+  // A lone block and a tuple of a few, the common deaths.
+  block();
+  CHECK(freed == 202);
+  Value few = Value::tuple({block(), block(), Value::intScalar(kiln::DType::Int32, 3)});
+  few = Value();
+  CHECK(freed == 204);
+}
+
 TEST_CASE("vm: reference cells are shared, mutable, and print without looping on a cycle") {
   auto exe = kiln::compile(R"(
     type Node { N(ref(Option[Node])) }
