@@ -7,8 +7,9 @@
 // the median latencies, their ratio (below 1: Kiln is faster), the same program
 // partitioned for oneDNN (`dnnl us`: what oneDNN takes runs there), and the workload's
 // physical floor measured in the same run: the time to stream its weights once
-// from where they live with a vector read loop, or its FLOPs at peak where that
-// is larger.
+// from where they live with a vector read loop (timed as Kiln is, in blocks of the
+// same rounds, its median: see StreamFloor), or its FLOPs at peak where that is
+// larger.
 //
 //   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR] [--tuning-log FILE] [--profile]
 // --profile prints, instead of the timings, each workload's per-kernel table on 1
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -105,38 +107,64 @@ float readOnce(const float* p, size_t n) {
   return s;
 }
 
-// Seconds to read `bytes` once, warm (the buffer read many times over, as a
-// model's weights are from one run to the next), split over `threads` threads
-// that each read their own part concurrently.
-double streamSeconds(double bytes, int threads) {
-  size_t floats = static_cast<size_t>(bytes / 4);
-  std::vector<float> buf(floats, 1.0f);
-  std::vector<double> best(static_cast<size_t>(threads), 1e30);
-  std::vector<std::thread> ts;
-  volatile float sink = 0;
-  for (int t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] {
-      size_t begin = floats * static_cast<size_t>(t) / static_cast<size_t>(threads);
-      size_t end = floats * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
-      for (int r = 0; r < 200; ++r) {
+// The floor's read loop, timed as Kiln is: in blocks of runs after the same
+// pause, in the same rounds as Kiln's blocks, each run reading the weights of
+// every step once (a loop's step reads its step's weights: the buffer is one
+// step's, read `steps` times), split over `threads` threads that start each run
+// together and each time their own part; a run takes as long as its slowest part.
+// Its median stands beside Kiln's median: the same statistic, under the same
+// conditions. After the pause a model's weights have partly left the caches, for
+// Kiln's first runs of a block and the floor's alike; the fastest of back-to-back
+// warm reads, set against Kiln's median, was a floor no block ever saw.
+class StreamFloor {
+ public:
+  StreamFloor(double bytesPerStep, int steps, int threads)
+      : buf_(static_cast<size_t>(bytesPerStep / 4), 1.0f), steps_(steps), threads_(threads) {}
+
+  void timeBlock(int per, std::vector<double>& micros) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
+    size_t parts = static_cast<size_t>(threads_), runs = static_cast<size_t>(per);
+    std::vector<double> seconds(runs * parts);
+    std::vector<float> sums(parts);
+    std::atomic<size_t> arrived{0};
+    auto work = [&](size_t t) {
+      size_t begin = buf_.size() * t / parts, end = buf_.size() * (t + 1) / parts;
+      float sum = 0;
+      for (size_t r = 0; r < runs; ++r) {
+        // Every part arrives before any starts run r (so none is still in run r - 1).
+        arrived.fetch_add(1);
+        while (arrived.load() < (r + 1) * parts) _mm_pause();
         auto t0 = Clock::now();
-        float s = readOnce(buf.data() + begin, end - begin);
-        best[static_cast<size_t>(t)] = std::min(best[static_cast<size_t>(t)], secondsSince(t0));
-        sink = sink + s;
+        for (int k = 0; k < steps_; ++k) sum += readOnce(buf_.data() + begin, end - begin);
+        seconds[r * parts + t] = secondsSince(t0);
       }
-    });
-  for (auto& t : ts) t.join();
-  return *std::max_element(best.begin(), best.end());
-}
+      sums[t] = sum;
+    };
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < parts; ++t) helpers.emplace_back(work, t);
+    work(0);
+    for (auto& h : helpers) h.join();
+    for (size_t r = 0; r < runs; ++r)
+      micros.push_back(*std::max_element(seconds.begin() + static_cast<ptrdiff_t>(r * parts),
+                                         seconds.begin() + static_cast<ptrdiff_t>((r + 1) * parts)) * 1e6);
+    for (float v : sums) sink_ = sink_ + v;
+  }
+
+ private:
+  std::vector<float> buf_;
+  int steps_, threads_;
+  volatile float sink_ = 0;  // keeps the reads alive
+};
 
 struct Floor {
   double seconds;
   const char* what;
 };
 
-// Loops stream the weights of one step per step: the buffer read is one step's.
-Floor floorOf(const Workload& w, int threads, double peak) {
-  double stream = streamSeconds(w.weightBytes / w.steps, threads) * w.steps;
+// The larger of the weights streamed (the median of the floor's runs, in us) and
+// the FLOPs at peak.
+Floor floorOf(const Workload& w, int threads, double peak, double streamMicros) {
+  double stream = streamMicros * 1e-6;
   double compute = w.flops / (peak * threads);
   return compute > stream ? Floor{compute, "FLOPs at peak"} : Floor{stream, "weights streamed"};
 }
@@ -403,10 +431,12 @@ int main(int argc, char** argv) {
       bool withOrt = !dir.empty() && ort.load(dir, threads, ortError_);
       if (!ortError_.empty()) std::fprintf(stderr, "%s: ORT: %s\n", w.name.c_str(), ortError_.c_str());
       int per = runsPerBlock(m);
-      std::vector<double> kiln, kilnOnnx, kilnDnnl, kilnTuned, onnx, micros;
+      std::vector<double> kiln, kilnOnnx, kilnDnnl, kilnTuned, onnx, micros, floorRuns;
       std::vector<float> out;
+      StreamFloor streamFloor(w.weightBytes / w.steps, w.steps, threads);
       for (int r = 0; r < rounds; ++r) {
         timeBlock(&m, per, kiln);
+        streamFloor.timeBlock(per, floorRuns);
         timeBlock(imported.get(), per, kilnOnnx);
         timeBlock(tuned.get(), per, kilnTuned);
         timeBlock(partitioned.get(), per, kilnDnnl);
@@ -423,7 +453,7 @@ int main(int argc, char** argv) {
                     ortError(out, w.expected));
         return 1;
       }
-      Floor floor = floorOf(w, threads, peak);
+      Floor floor = floorOf(w, threads, peak, median(floorRuns));
       double k = median(kiln), o = median(onnx);
       char ortCol[32] = "-", ratio[32] = "-", onnxCol[32] = "-", onnxRatio[32] = "-", dnnlCol[32] = "-", dnnlRatio[32] = "-";
       char tunedCol[32] = "-", tunedRatio[32] = "-";
