@@ -114,8 +114,8 @@ float readOnce(const float* p, size_t n) {
 // together and each time their own part; a run takes as long as its slowest part.
 // Its median stands beside Kiln's median: the same statistic, under the same
 // conditions. After the pause a model's weights have partly left the caches, for
-// Kiln's first runs of a block and the floor's alike; the fastest of back-to-back
-// warm reads, set against Kiln's median, was a floor no block ever saw.
+// Kiln's first runs of a block and the floor's alike. The fastest of 200
+// back-to-back warm reads, the floor before, set a best case against a median.
 class StreamFloor {
  public:
   StreamFloor(double bytesPerStep, int steps, int threads)
