@@ -2,6 +2,7 @@
 // that never recurses (a list of a million cells is freed with a worklist).
 #include "kiln/value.h"
 
+#include <boost/container/small_vector.hpp>
 #include <new>
 
 #include "kiln/error.h"
@@ -86,44 +87,22 @@ std::string Value::describe() const {
 
 // Frees `first` and every object that dies with it, iteratively: fields whose last
 // reference was held by a dying object join the worklist instead of recursing.
-// Most deaths are a kernel's output tensor or a small tuple: a tensor or
-// storage block is freed at once, and the worklist lives on the stack until a
-// structure is wider or deeper than it (a heap vector per death was a malloc and
-// a free beside every kernel call of a loop).
+// The worklist lives on the stack until a structure is wider than it: a heap
+// vector per death was a malloc and a free beside every kernel output that died
+// in a loop, and every tuple a split made.
 void Value::destroy(Object* first) {
-  if (first->kind == ObjectKind::Tensor) {
-    delete static_cast<TensorObject*>(first);
-    return;
-  }
-  if (first->kind == ObjectKind::Storage) {
-    delete static_cast<StorageObject*>(first);
-    return;
-  }
-  constexpr size_t kInline = 32;
-  Object* inlineWork[kInline];
-  std::vector<Object*> spill;  // allocates only when the inline part is full
-  size_t inlineCount = 0;
-  auto push = [&](Object* o) {
-    if (inlineCount < kInline) inlineWork[inlineCount++] = o;
-    else spill.push_back(o);
-  };
-  auto pop = [&]() -> Object* {
-    if (!spill.empty()) {
-      Object* o = spill.back();
-      spill.pop_back();
-      return o;
-    }
-    return inlineCount ? inlineWork[--inlineCount] : nullptr;
-  };
+  boost::container::small_vector<Object*, 32> work{first};
   auto dropInline = [&](Value* vs, uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) {
       Value& v = vs[i];
-      if (v.kind_ == Kind::Object && v.bits_.o->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) push(v.bits_.o);
+      if (v.kind_ == Kind::Object && v.bits_.o->refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
+        work.push_back(v.bits_.o);
       v.kind_ = Kind::Empty;
     }
   };
-  push(first);
-  while (Object* o = pop()) {
+  while (!work.empty()) {
+    Object* o = work.back();
+    work.pop_back();
     switch (o->kind) {
       case ObjectKind::Tensor: delete static_cast<TensorObject*>(o); break;
       case ObjectKind::Storage: delete static_cast<StorageObject*>(o); break;
