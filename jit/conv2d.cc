@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "device/thread_pool.h"
+#include "jit/conv2d_internal.h"
 #include "jit/gemm.h"
 #include "jit/gemm_internal.h"
 
@@ -91,28 +92,6 @@ void gatherRowPortable(const ConvJob& j, int64_t j0, int64_t count, const float*
     }
     row[l] = v;
   }
-}
-
-// Input columns [first, first + 16) of a row `width` wide; columns outside it
-// read as zero and are neither read nor faulted on (masked load).
-__attribute__((target("avx512f"), always_inline)) inline __m512 loadColumns512(const float* row, int64_t first, int64_t width) {
-  __m512i col = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                 _mm512_set1_epi32(static_cast<int32_t>(first)));
-  __mmask16 m = _mm512_cmpge_epi32_mask(col, _mm512_setzero_si512()) &
-                _mm512_cmplt_epi32_mask(col, _mm512_set1_epi32(static_cast<int32_t>(width)));
-  const float* at = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(first * 4));
-  return _mm512_maskz_loadu_ps(m, at);
-}
-
-// 16 lanes of a run: lane l reads column first + l * stride (stride 1 or 2) of
-// `row`, zero outside [0, width); a null row (outside the image) reads zeros.
-__attribute__((target("avx512f"), always_inline)) inline __m512 runLanes512(const float* row, int64_t first, int64_t stride,
-                                                                           int64_t width) {
-  if (!row) return _mm512_setzero_ps();
-  __m512 lo = loadColumns512(row, first, width);
-  if (stride == 1) return lo;
-  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  return _mm512_permutex2var_ps(lo, evens, loadColumns512(row, first + 16, width));
 }
 
 // The same for 32 lanes with AVX-512: masked contiguous loads where the lanes
@@ -527,6 +506,10 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
   auto gather = ConvJob::Gather::Portable;
   if (in32 && nr == 32 && __builtin_cpu_supports("avx512f")) gather = ConvJob::Gather::Avx512;
   if (in32 && nr == 16 && __builtin_cpu_supports("avx2")) gather = ConvJob::Gather::Avx2;
+  // Output rows that fill 16-lane strips read a padded copy of the image in
+  // place instead (conv2d_rows.cc), with the same packed filters (8-row panels).
+  if (gather == ConvJob::Gather::Avx512 && mr == 8 && rowConvApplies(d))
+    return rowConv2d(d, x, filters, mpad, convSlice(k, nr), out, post);
   ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, convSlice(k, nr), perTask, (panels + perTask - 1) / perTask, gather, post};
   device::parallelFor(d.n * d.groups * job.tasksPerImageGroup, d.n * d.o * pixels * k / 64, convTask,
                       reinterpret_cast<void* const*>(&job), nullptr);

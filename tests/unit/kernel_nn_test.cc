@@ -1,9 +1,11 @@
 // Linear algebra, convolution and pooling kernels against plain reference loops.
 #include "jit/conv2d.h"
+#include "jit/conv2d_internal.h"
 #include "jit/gemm.h"
 #include "device/thread_pool.h"
 #include "kernel_ir/lower.h"
 #include "kernel_util.h"
+#include "test_skip.h"
 
 using namespace kiln;
 using test::getElement;
@@ -731,6 +733,73 @@ TEST_CASE("direct convolution: prepacked filters give the per-call result - filt
                x[static_cast<size_t>(((n * 6 + o / 3 * 2 + c) * 13 + iy) * 41 + ix)];
         }
     CHECK(plain[probe] == doctest::Approx(s).epsilon(1e-4));
+  }
+}
+
+// The row path (jit/conv2d_rows.cc) on shapes that take it: the model bench's
+// two convolutions, stride 2 with dilation, groups, filters that do not fill a
+// 4-row tile, a last tile of fewer than four strips, strips narrower than 16, two
+// images, and windows deeper than one contraction slice; bias and ReLU on every
+// other one, a NaN kept. Outputs 7 wide and stride 3 take the panel path.
+TEST_CASE("direct convolution: the row path reads a padded copy and matches the definition") {
+  if (!__builtin_cpu_supports("avx512f")) return test::skip("the row path needs AVX-512; this CPU has none");
+  jit::Conv2dDims ineligible[] = {{1, 8, 7, 7, 8, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1, 1},
+                                  {1, 8, 30, 30, 8, 3, 3, 10, 10, 3, 3, 0, 0, 1, 1, 1}};
+  for (const jit::Conv2dDims& d : ineligible) CHECK_FALSE(jit::detail::rowConvApplies(d));
+  struct Case {
+    int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups;
+  };
+  const Case cases[] = {
+      {1, 3, 64, 64, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1},   // model_bench's first convolution
+      {1, 32, 64, 64, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1},  // and its second: 288 deep, slices
+      {2, 6, 11, 29, 10, 3, 3, 1, 2, 2, 1, 2, 2, 2},   // dilated, stride (1, 2), 2 groups of 5 filters
+      {1, 5, 9, 13, 7, 2, 3, 2, 1, 0, 2, 1, 1, 1},     // 15 wide, 7 filters: a 3-row tile
+      {1, 40, 5, 40, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1},    // 360 deep; 5 rows of 3 strips: the last tile partial
+  };
+  std::mt19937 rng(53);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (const Case& k : cases) {
+    CAPTURE(k.c);
+    CAPTURE(k.w);
+    jit::Conv2dDims d{k.n, k.c, k.h, k.w, k.o, k.kh, k.kw, 0, 0, k.sh, k.sw, k.ph, k.pw, k.dh, k.dw, k.groups};
+    d.oh = (k.h + 2 * k.ph - k.dh * (k.kh - 1) - 1) / k.sh + 1;
+    d.ow = (k.w + 2 * k.pw - k.dw * (k.kw - 1) - 1) / k.sw + 1;
+    REQUIRE(jit::detail::rowConvApplies(d));
+    int64_t cg = k.c / k.groups, og = k.o / k.groups;
+    std::vector<float> x(static_cast<size_t>(k.n * k.c * k.h * k.w)), w(static_cast<size_t>(k.o * cg * k.kh * k.kw)),
+        bias(static_cast<size_t>(k.o));
+    for (float& v : x) v = dist(rng);
+    for (float& v : w) v = dist(rng);
+    for (float& v : bias) v = dist(rng);
+    bool post = &k - cases < 3;
+    if (post) x[5] = std::nanf("");
+    std::vector<float> out(static_cast<size_t>(k.n * k.o * d.oh * d.ow), -7.0f);
+    jit::sconv2d(d, x.data(), w.data(), nullptr, out.data(), post ? jit::ConvPostOps{bias.data(), true} : jit::ConvPostOps{});
+    int64_t wrong = 0, nans = 0, nanWindows = 0;
+    for (int64_t n = 0; n < k.n; ++n)
+      for (int64_t o = 0; o < k.o; ++o)
+        for (int64_t oy = 0; oy < d.oh; ++oy)
+          for (int64_t ox = 0; ox < d.ow; ++ox) {
+            double s = post ? bias[static_cast<size_t>(o)] : 0.0;
+            bool nan = false;
+            for (int64_t c = 0; c < cg; ++c)
+              for (int64_t ky = 0; ky < k.kh; ++ky)
+                for (int64_t kx = 0; kx < k.kw; ++kx) {
+                  int64_t iy = oy * k.sh + ky * k.dh - k.ph, ix = ox * k.sw + kx * k.dw - k.pw;
+                  if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w) continue;
+                  size_t at = static_cast<size_t>(((n * k.c + o / og * cg + c) * k.h + iy) * k.w + ix);
+                  nan |= std::isnan(x[at]);
+                  s += double(w[static_cast<size_t>(((o * cg + c) * k.kh + ky) * k.kw + kx)]) * x[at];
+                }
+            if (post) s = std::max(s, 0.0);
+            float got = out[static_cast<size_t>(((n * k.o + o) * d.oh + oy) * d.ow + ox)];
+            nanWindows += nan;
+            if (nan) nans += std::isnan(got);
+            else wrong += !(std::fabs(got - s) <= 1e-4 * std::max(1.0, std::fabs(s)));
+          }
+    CHECK(wrong == 0);
+    CHECK(nans == nanWindows);
+    if (post) CHECK(nans > 0);
   }
 }
 

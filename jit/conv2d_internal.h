@@ -1,0 +1,47 @@
+// Pieces the convolution's two AVX-512 paths share (conv2d.cc gathers panels,
+// conv2d_rows.cc reads rows of a padded copy): masked column loads, and the
+// padded-copy path's entry points. Internal to jit/.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "jit/conv2d.h"
+
+namespace kiln::jit::detail {
+
+// Input columns [first, first + 16) of a row `width` wide; columns outside it
+// read as zero and are neither read nor faulted on (masked load). The address
+// of a column left of the row is formed as an integer, never as a pointer.
+__attribute__((target("avx512f"), always_inline)) inline __m512 loadColumns512(const float* row, int64_t first, int64_t width) {
+  __m512i col = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                 _mm512_set1_epi32(static_cast<int32_t>(first)));
+  __mmask16 m = _mm512_cmpge_epi32_mask(col, _mm512_setzero_si512()) &
+                _mm512_cmplt_epi32_mask(col, _mm512_set1_epi32(static_cast<int32_t>(width)));
+  const float* at = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(first * 4));
+  return _mm512_maskz_loadu_ps(m, at);
+}
+
+// 16 lanes of a run: lane l reads column first + l * stride (stride 1 or 2) of
+// `row`, zero outside [0, width); a null row (outside the image) reads zeros.
+__attribute__((target("avx512f"), always_inline)) inline __m512 runLanes512(const float* row, int64_t first, int64_t stride,
+                                                                           int64_t width) {
+  if (!row) return _mm512_setzero_ps();
+  __m512 lo = loadColumns512(row, first, width);
+  if (stride == 1) return lo;
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  return _mm512_permutex2var_ps(lo, evens, loadColumns512(row, first + 16, width));
+}
+
+// Whether the row path takes this convolution: an AVX-512 machine, a column
+// stride of 1 or 2, output rows that fill most of their 16-lane groups, and a
+// padded image small enough to copy and to address in 32 bits.
+bool rowConvApplies(const Conv2dDims& d);
+
+// The convolution through the row path. `filters` are packed as sconv2d packs
+// them (per group, slices `slice` deep of 8-row panels, `mpad` rows a group).
+void rowConv2d(const Conv2dDims& d, const float* x, const float* filters, int64_t mpad, int64_t slice, float* out,
+               const ConvPostOps& post);
+
+}  // namespace kiln::jit::detail
