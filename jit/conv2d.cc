@@ -427,10 +427,16 @@ namespace {
 
 // The contraction slice: the whole window when its panel (k x NR floats) fits
 // in 20 KiB of L1 beside the filter rows streaming through, so that each output
-// tile is written once, post-ops included (a 3x3 window of 32 channels is 288
-// deep: slices of 128 stored and re-read every tile three times and ran a
-// 32-deep remainder); otherwise kKC.
-int64_t convSlice(int64_t k, int64_t nr) { return k * nr * 4 <= 20 * 1024 ? k : kKC; }
+// tile is written once, post-ops included; otherwise equal slices of at most 160
+// (a 32-wide panel of 18 KiB). Slices of 128 left a short remainder (a 3x3 window
+// of 32 channels, 288 deep, ran 128 + 128 + 32, each slice storing and
+// re-reading every tile); as 144 + 144 the row path's (conv2d_rows.cc) stride-2
+// convolution of model_bench took 168 us instead of 173.
+int64_t convSlice(int64_t k, int64_t nr) {
+  if (k * nr * 4 <= 20 * 1024) return k;
+  int64_t slices = (k + 159) / 160;
+  return (k + slices - 1) / slices;
+}
 
 // The filters of every group as the A operand, rows [g*og, (g+1)*og) of the o x
 // k matrix: group g at out + g * k * mpad, its slice at depth p0 at + p0 * mpad.

@@ -1,14 +1,14 @@
-// The convolution's row path on AVX-512: each image copied once, padded, with a
-// strided convolution's columns split by phase, so that every tap of 16
-// neighbouring output pixels is 16 consecutive floats; a 4 x 64 register tile
-// then reads them in place, with no gathered panel.
+// The convolution's row path on AVX-512: each task copies the padded input rows
+// its output rows read, with a strided convolution's columns split by phase, so
+// that every tap of 16 neighbouring output pixels is 16 consecutive floats; a
+// 4 x 64 register tile then reads them in place, with no gathered panel.
 //
 // Why: the panel path (conv2d.cc) gathers each 32-pixel panel's windows before
 // its 8 x 32 tiles run. On an AVX-512 Zen 5 the gather took 16% of a 3x3
 // stride-2 convolution of 32 channels and 23% of a 3-channel one, and the 8 x 32
 // tile, whose eight broadcasts feed sixteen FMAs, tops out at 0.91 of FP32 peak
 // where a 4 x 64 tile (four broadcasts, four loads, sixteen FMAs) reaches 0.99.
-// Copying the padded image costs one pass over the input.
+// The copy costs about one pass over the input.
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -27,14 +27,17 @@ constexpr int64_t kTileRows = 4;     // output channels a tile covers
 // Floats past the copy: a strip's last loads may run past its phase row into the
 // next one, and past the last row into these (their lanes are never stored).
 constexpr int64_t kSlack = 64;
-// The copy is made per call: an image whose copy would take more memory takes the panel path.
+// An image whose padded copy would take more memory takes the panel path (a task copies a band of it).
 constexpr int64_t kMaxCopyFloats = int64_t(1) << 26;
 
-// The padded copy of one image. Channel c, padded row r (input row r - ph),
+// The padded copy of one image (a task's band holds some of its rows). Channel c, padded row r (input row r - ph),
 // phase q, element e holds input column e * sw + q - pw (zero outside the image),
 // at c * channel + r * row + q * phase + e. Output pixel (oy, ox) reads tap
 // (ky, kx) at row oy * sh + ky * dh, phase (kx * dw) % sw, element
-// ox + (kx * dw) / sw: neighbouring pixels read neighbouring floats.
+// ox + (kx * dw) / sw: neighbouring pixels read neighbouring floats. A phase is
+// a multiple of 16 floats long, so that the copy is stored whole vectors at a
+// time and strips of taps without a column offset load aligned vectors (conv2
+// of model_bench: 177 -> 173 us).
 struct PaddedLayout {
   int64_t rows = 0, phase = 0, row = 0, channel = 0, floats = 0;
 };
@@ -50,7 +53,7 @@ PaddedLayout paddedLayout(const Conv2dDims& d) {
     return p;
   if (down > kMaxCopyFloats || rowsTaps > kMaxCopyFloats || across > kMaxCopyFloats || colsTaps > kMaxCopyFloats) return p;
   p.rows = down + rowsTaps + 1;
-  p.phase = (across + colsTaps + 1 + d.sw - 1) / d.sw;
+  p.phase = ((across + colsTaps + 1 + d.sw - 1) / d.sw + 15) / 16 * 16;
   p.row = d.sw * p.phase;
   if (p.row > kMaxCopyFloats / p.rows) return p;
   p.channel = p.rows * p.row;
@@ -59,53 +62,54 @@ PaddedLayout paddedLayout(const Conv2dDims& d) {
   return p;
 }
 
-struct CopyJob {
-  const Conv2dDims* d;
-  PaddedLayout p;
-  const float* image;  // c planes of h x w
-  float* copy;
-};
-
-// Channels [begin, end) of the image into the padded copy. Stride 2 reads 32
-// input columns a step and keeps the even ones for one phase and the odd ones for
-// the other; columns outside the image read as zero (masked loads).
-__attribute__((target("avx512f"))) void copyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
-  const CopyJob& j = *reinterpret_cast<const CopyJob*>(ctx);
-  const Conv2dDims& d = *j.d;
+// Input channels [c0, c0 + channels) of `image`, padded rows [r0, r1), into a
+// band laid out as the padded copy with `channelFloats` a channel. A channel's
+// input rows are first placed in `lines` (r1 - r0 rows `columns` wide) at their
+// padded positions (plain copies; the padding around them is zeroed once and
+// never written); then each line is stored phase by phase: stride 2 reads 32 of
+// its columns a step and keeps the even ones for one phase and the odd ones for
+// the other. A whole channel's copies go first because a line read back right
+// after its (unaligned) copy waited on store forwarding, and masked loads at the
+// image's edges were slow too: either way the copy took a tenth of a 3x3
+// stride-2 convolution's time.
+__attribute__((target("avx512f"))) void copyRows(const Conv2dDims& d, const PaddedLayout& p, const float* image, int64_t c0,
+                                                 int64_t channels, int64_t r0, int64_t r1, int64_t channelFloats,
+                                                 float* band, float* lines, int64_t columns) {
   const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  for (int64_t c = begin; c < end; ++c)
-    for (int64_t r = 0; r < j.p.rows; ++r) {
-      float* to = j.copy + c * j.p.channel + r * j.p.row;
-      int64_t iy = r - d.ph;
-      if (iy < 0 || iy >= d.h) {
-        std::memset(to, 0, sizeof(float) * static_cast<size_t>(j.p.row));
-        continue;
-      }
-      const float* from = j.image + (c * d.h + iy) * d.w;
-      for (int64_t e = 0; e < j.p.phase; e += 16) {
-        auto lanes = static_cast<__mmask16>((1u << std::min<int64_t>(16, j.p.phase - e)) - 1);
-        int64_t first = e * d.sw - d.pw;  // the input column of phase 0's element e
-        if (d.sw == 1) {  // rowConvApplies: stride 1 or 2
-          _mm512_mask_storeu_ps(to + e, lanes, loadColumns512(from, first, d.w));
-        } else {
-          __m512 lo = loadColumns512(from, first, d.w), hi = loadColumns512(from, first + 16, d.w);
-          _mm512_mask_storeu_ps(to + e, lanes, _mm512_permutex2var_ps(lo, evens, hi));
-          _mm512_mask_storeu_ps(to + j.p.phase + e, lanes, _mm512_permutex2var_ps(lo, odds, hi));
+  int64_t top = std::max(r0, d.ph), bottom = std::min(r1, d.ph + d.h);  // padded rows inside the image
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* plane = image + (c0 + c) * d.h * d.w;
+    for (int64_t r = top; r < bottom; ++r)
+      std::memcpy(lines + (r - r0) * columns + d.pw, plane + (r - d.ph) * d.w, sizeof(float) * static_cast<size_t>(d.w));
+    for (int64_t r = r0; r < r1; ++r) {
+      float* to = band + c * channelFloats + (r - r0) * p.row;
+      const float* line = lines + (r - r0) * columns;
+      if (r < top || r >= bottom) {
+        std::memset(to, 0, sizeof(float) * static_cast<size_t>(p.row));
+      } else if (d.sw == 1) {  // rowConvApplies: stride 1 or 2
+        std::memcpy(to, line, sizeof(float) * static_cast<size_t>(p.row));
+      } else {
+        for (int64_t e = 0; e < p.phase; e += 16) {  // phase: a multiple of 16
+          __m512 lo = _mm512_loadu_ps(line + 2 * e), hi = _mm512_loadu_ps(line + 2 * e + 16);
+          _mm512_store_ps(to + e, _mm512_permutex2var_ps(lo, evens, hi));
+          _mm512_store_ps(to + p.phase + e, _mm512_permutex2var_ps(lo, odds, hi));
         }
       }
     }
+  }
 }
 
 struct RowJob {
   Conv2dDims d;
   PaddedLayout p;
-  const float* copy;     // the image's padded copy
-  const int32_t* taps;   // k offsets into a group's channels of the copy, one per contraction index (c, ky, kx)
+  const float* x;        // the input images
+  const int32_t* taps;   // k offsets into a band, one per contraction index (c, ky, kx)
   const float* filters;  // group g at filters + g * k * mpad: slices `slice` deep of 8-row panels
-  float* out;            // the image's output
+  float* out;            // the output images
   int64_t k, og, cg, mpad, slice, pixels;
   int64_t stripsPerRow, tiles, tilesPerTask, tasksPerGroup;
+  int64_t bandRows;  // padded rows a task's band holds at most, per channel
   ConvPostOps post;
 };
 
@@ -126,6 +130,7 @@ __attribute__((target("avx512f,fma"))) void rowTile(const RowJob& j, const float
   const float *at0 = at[0], *at1 = at[1], *at2 = at[2], *at3 = at[3];
   const float* a = group + p0 * j.mpad + row0 / 8 * 8 * kc + row0 % 8;
   const int32_t* taps = j.taps + p0;
+#pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p, a += 8) {
     int64_t o = taps[p];
     __m512 b[kStrips] = {_mm512_loadu_ps(at0 + o), _mm512_loadu_ps(at1 + o), _mm512_loadu_ps(at2 + o),
@@ -154,15 +159,30 @@ __attribute__((target("avx512f,fma"))) void rowTile(const RowJob& j, const float
   }
 }
 
-// One task: a run of tiles (four strips each) of one group, over all its filters.
+// One task: a run of tiles (four strips each) of one image and group, over all its
+// filters. The task first copies the padded rows its output rows read, of the
+// group's channels, into a band of its own thread's: the band stays in that
+// core's L2, where one copy of the whole image beside the image and the output
+// did not (a 32-channel 64x64 image, copied, is 1.3 MB with them).
 void rowTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   const RowJob& j = *reinterpret_cast<const RowJob*>(ctx);
-  int64_t strips = j.d.oh * j.stripsPerRow;
+  int64_t strips = j.d.oh * j.stripsPerRow, channelFloats = j.bandRows * j.p.row;
+  // A line holds a padded row; the input row may reach past it (columns no tap reads).
+  int64_t columns = (std::max(j.p.row, j.d.pw + j.d.w) + 15) / 16 * 16;
+  float* band = scratch(1, static_cast<size_t>(j.cg * channelFloats + kSlack + j.bandRows * columns));
+  float* lines = band + j.cg * channelFloats + kSlack;
+  std::memset(band + j.cg * channelFloats, 0, sizeof(float) * static_cast<size_t>(kSlack + j.bandRows * columns));
   for (int64_t t = begin; t < end; ++t) {
-    int64_t g = t / j.tasksPerGroup, first = t % j.tasksPerGroup * j.tilesPerTask;
-    const float* groupCopy = j.copy + g * j.cg * j.p.channel;
+    int64_t img = t / (j.d.groups * j.tasksPerGroup), g = t / j.tasksPerGroup % j.d.groups;
+    int64_t first = t % j.tasksPerGroup * j.tilesPerTask;
+    const float* image = j.x + img * j.d.c * j.d.h * j.d.w;
+    float* out = j.out + (img * j.d.o + g * j.og) * j.pixels;
+    int64_t last = std::min(j.tiles, first + j.tilesPerTask);
+    int64_t r0 = first * kStrips / j.stripsPerRow * j.d.sh;
+    int64_t r1 = (std::min(strips, last * kStrips) - 1) / j.stripsPerRow * j.d.sh + (j.d.kh - 1) * j.d.dh + 1;
+    copyRows(j.d, j.p, image, g * j.cg, j.cg, r0, r1, channelFloats, band, lines, columns);
     const float* group = j.filters + g * j.k * j.mpad;
-    for (int64_t tile = first; tile < std::min(j.tiles, first + j.tilesPerTask); ++tile) {
+    for (int64_t tile = first; tile < last; ++tile) {
       const float* at[kStrips];
       float* to[kStrips];
       __mmask16 valid[kStrips];
@@ -176,8 +196,8 @@ void rowTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
         }
         int64_t oy = s / j.stripsPerRow, ox = s % j.stripsPerRow * kStripLanes;
         int64_t lanes = std::min(kStripLanes, j.d.ow - ox);
-        at[v] = groupCopy + oy * j.d.sh * j.p.row + ox;
-        to[v] = j.out + g * j.og * j.pixels + oy * j.d.ow + ox;
+        at[v] = band + (oy * j.d.sh - r0) * j.p.row + ox;
+        to[v] = out + oy * j.d.ow + ox;
         valid[v] = static_cast<__mmask16>((1u << lanes) - 1);
       }
       // Slice by slice, every filter of the group: the slice's input rows are
@@ -218,30 +238,25 @@ void rowConv2d(const Conv2dDims& d, const float* x, const float* filters, int64_
                const ConvPostOps& post) {
   PaddedLayout p = paddedLayout(d);
   int64_t cg = d.c / d.groups, og = d.o / d.groups, k = cg * d.kh * d.kw, pixels = d.oh * d.ow;
-  // The copy and the tap offsets in the calling thread's scratch (slot 2); the
-  // tasks only read them.
-  int64_t tapFloats = (k + 15) / 16 * 16;
-  float* space = scratch(2, static_cast<size_t>(tapFloats + p.floats));
-  auto* taps = reinterpret_cast<int32_t*>(space);
-  float* copy = space + tapFloats;
-  std::memset(copy + d.c * p.channel, 0, sizeof(float) * kSlack);
+  int64_t stripsPerRow = (d.ow + kStripLanes - 1) / kStripLanes;
+  int64_t tiles = (d.oh * stripsPerRow + kStrips - 1) / kStrips;
+  // A few tasks per thread in all, each a run of whole tiles of one image and group.
+  int64_t wanted = std::max<int64_t>(1, 4 * device::currentThreads() / (d.n * d.groups));
+  int64_t perTask = (tiles + std::min(tiles, wanted) - 1) / std::min(tiles, wanted);
+  // A task's strips start anywhere in a row: they cover at most this many output rows.
+  int64_t outRows = std::min(d.oh, (perTask * kStrips + stripsPerRow - 1) / stripsPerRow + 1);
+  int64_t bandRows = std::min(p.rows, (outRows - 1) * d.sh + (d.kh - 1) * d.dh + 1);
+  // The tap offsets, shared by the tasks (the calling thread's scratch, slot 2).
+  auto* taps = reinterpret_cast<int32_t*>(scratch(2, static_cast<size_t>(k)));
   for (int64_t c = 0, i = 0; c < cg; ++c)
     for (int64_t ky = 0; ky < d.kh; ++ky)
       for (int64_t kx = 0; kx < d.kw; ++kx, ++i)
-        taps[i] = static_cast<int32_t>(c * p.channel + ky * d.dh * p.row + kx * d.dw % d.sw * p.phase + kx * d.dw / d.sw);
-  int64_t stripsPerRow = (d.ow + kStripLanes - 1) / kStripLanes;
-  int64_t tiles = (d.oh * stripsPerRow + kStrips - 1) / kStrips;
-  // A few tasks per thread in all, each a run of whole tiles of one group.
-  int64_t wanted = std::max<int64_t>(1, 4 * device::currentThreads() / d.groups);
-  int64_t perTask = (tiles + std::min(tiles, wanted) - 1) / std::min(tiles, wanted);
-  for (int64_t img = 0; img < d.n; ++img) {
-    CopyJob copyJob{&d, p, x + img * d.c * d.h * d.w, copy};
-    device::parallelFor(d.c, d.c * p.channel, copyTask, reinterpret_cast<void* const*>(&copyJob), nullptr);
-    RowJob job{d,  p,      copy, taps,         filters, out + img * d.o * pixels, k, og, cg, mpad, slice, pixels,
-               stripsPerRow, tiles, perTask, (tiles + perTask - 1) / perTask, post};
-    device::parallelFor(d.groups * job.tasksPerGroup, og * d.groups * pixels * k / 64, rowTask,
-                        reinterpret_cast<void* const*>(&job), nullptr);
-  }
+        taps[i] = static_cast<int32_t>(c * bandRows * p.row + ky * d.dh * p.row + kx * d.dw % d.sw * p.phase +
+                                       kx * d.dw / d.sw);
+  RowJob job{d,      p,           x,     taps,    filters,         out,      k,        og, cg, mpad, slice,
+             pixels, stripsPerRow, tiles, perTask, (tiles + perTask - 1) / perTask, bandRows, post};
+  device::parallelFor(d.n * d.groups * job.tasksPerGroup, d.n * d.o * pixels * k / 64, rowTask,
+                      reinterpret_cast<void* const*>(&job), nullptr);
 }
 
 }  // namespace kiln::jit::detail

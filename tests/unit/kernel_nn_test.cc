@@ -161,8 +161,8 @@ TEST_CASE("conv2d with padding, strides, dilation and groups matches the referen
       {1, 8, 9, 64, 16, 3, 3, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},
       {1, 2, 10, 36, 4, 3, 3, 1, {1, 1}, {2, 2}, {2, 2, 2, 2}},
       // A window deeper than one contraction slice is on every machine (40 * 9 =
-      // 360: slices of 128 and a remainder, each tile added to the last); the
-      // 32-channel windows above are one whole slice where the panel fits L1.
+      // 360: three slices of 120, each tile added to the last); the 32-channel
+      // windows above are one whole slice where the panel fits L1.
       {1, 40, 10, 19, 7, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {1, 40, 9, 34, 13, 3, 3, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},
   };
