@@ -62,42 +62,49 @@ PaddedLayout paddedLayout(const Conv2dDims& d) {
   return p;
 }
 
-// Input channels [c0, c0 + channels) of `image`, padded rows [r0, r1), into a
-// band laid out as the padded copy with `channelFloats` a channel. A channel's
-// input rows are first placed in `lines` (r1 - r0 rows `columns` wide) at their
-// padded positions (plain copies; the padding around them is zeroed once and
-// never written); then each line is stored phase by phase: stride 2 reads 32 of
-// its columns a step and keeps the even ones for one phase and the odd ones for
-// the other. A whole channel's copies go first because a line read back right
-// after its (unaligned) copy waited on store forwarding, and masked loads at the
-// image's edges were slow too: either way the copy took a tenth of a 3x3
-// stride-2 convolution's time.
-__attribute__((target("avx512f"))) void copyRows(const Conv2dDims& d, const PaddedLayout& p, const float* image, int64_t c0,
-                                                 int64_t channels, int64_t r0, int64_t r1, int64_t channelFloats,
-                                                 float* band, float* lines, int64_t columns) {
+// One padded input row into its phase rows (`phase` floats each, a multiple of
+// 16): 16 elements of a phase a step, read straight from the input row `from`
+// (`width` columns; plain loads inside it, masked ones across its ends, zero
+// outside); stride 2 reads 32 columns a step and keeps the even ones for one
+// phase and the odd ones for the other. Sizes come as locals: read through the
+// layout's fields, they were reloaded after every store.
+template <int Stride>
+__attribute__((target("avx512f"), always_inline)) inline void copyRow(const float* from, int64_t width, int64_t left,
+                                                                     int64_t phase, float* to) {
   const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  int64_t top = std::max(r0, d.ph), bottom = std::min(r1, d.ph + d.h);  // padded rows inside the image
-  for (int64_t c = 0; c < channels; ++c) {
-    const float* plane = image + (c0 + c) * d.h * d.w;
-    for (int64_t r = top; r < bottom; ++r)
-      std::memcpy(lines + (r - r0) * columns + d.pw, plane + (r - d.ph) * d.w, sizeof(float) * static_cast<size_t>(d.w));
-    for (int64_t r = r0; r < r1; ++r) {
-      float* to = band + c * channelFloats + (r - r0) * p.row;
-      const float* line = lines + (r - r0) * columns;
-      if (r < top || r >= bottom) {
-        std::memset(to, 0, sizeof(float) * static_cast<size_t>(p.row));
-      } else if (d.sw == 1) {  // rowConvApplies: stride 1 or 2
-        std::memcpy(to, line, sizeof(float) * static_cast<size_t>(p.row));
-      } else {
-        for (int64_t e = 0; e < p.phase; e += 16) {  // phase: a multiple of 16
-          __m512 lo = _mm512_loadu_ps(line + 2 * e), hi = _mm512_loadu_ps(line + 2 * e + 16);
-          _mm512_store_ps(to + e, _mm512_permutex2var_ps(lo, evens, hi));
-          _mm512_store_ps(to + p.phase + e, _mm512_permutex2var_ps(lo, odds, hi));
-        }
-      }
+  for (int64_t e = 0; e < phase; e += 16) {
+    int64_t first = e * Stride - left;  // the input column of phase 0's element e
+    bool inside = first >= 0 && first + 16 * Stride <= width;
+    __m512 lo = inside ? _mm512_loadu_ps(from + first) : loadColumns512(from, first, width);
+    if constexpr (Stride == 1) {
+      _mm512_store_ps(to + e, lo);
+    } else {
+      __m512 hi = inside ? _mm512_loadu_ps(from + first + 16) : loadColumns512(from, first + 16, width);
+      _mm512_store_ps(to + e, _mm512_permutex2var_ps(lo, evens, hi));
+      _mm512_store_ps(to + phase + e, _mm512_permutex2var_ps(lo, odds, hi));
     }
   }
+}
+
+// Input channels [c0, c0 + channels) of `image`, padded rows [r0, r1), into a
+// band laid out as the padded copy with `channelFloats` a channel.
+__attribute__((target("avx512f"))) void copyRows(const Conv2dDims& d, const PaddedLayout& p, const float* image, int64_t c0,
+                                                 int64_t channels, int64_t r0, int64_t r1, int64_t channelFloats,
+                                                 float* band) {
+  const int64_t h = d.h, width = d.w, top = d.ph, left = d.pw, phase = p.phase, row = p.row;
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t r = r0; r < r1; ++r) {
+      float* to = band + c * channelFloats + (r - r0) * row;
+      int64_t iy = r - top;
+      if (iy < 0 || iy >= h) {
+        std::memset(to, 0, sizeof(float) * static_cast<size_t>(row));
+        continue;
+      }
+      const float* from = image + ((c0 + c) * h + iy) * width;
+      if (d.sw == 1) copyRow<1>(from, width, left, phase, to);
+      else copyRow<2>(from, width, left, phase, to);  // rowConvApplies: stride 1 or 2
+    }
 }
 
 struct RowJob {
@@ -167,11 +174,8 @@ __attribute__((target("avx512f,fma"))) void rowTile(const RowJob& j, const float
 void rowTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   const RowJob& j = *reinterpret_cast<const RowJob*>(ctx);
   int64_t strips = j.d.oh * j.stripsPerRow, channelFloats = j.bandRows * j.p.row;
-  // A line holds a padded row; the input row may reach past it (columns no tap reads).
-  int64_t columns = (std::max(j.p.row, j.d.pw + j.d.w) + 15) / 16 * 16;
-  float* band = scratch(1, static_cast<size_t>(j.cg * channelFloats + kSlack + j.bandRows * columns));
-  float* lines = band + j.cg * channelFloats + kSlack;
-  std::memset(band + j.cg * channelFloats, 0, sizeof(float) * static_cast<size_t>(kSlack + j.bandRows * columns));
+  float* band = scratch(1, static_cast<size_t>(j.cg * channelFloats + kSlack));
+  std::memset(band + j.cg * channelFloats, 0, sizeof(float) * kSlack);
   for (int64_t t = begin; t < end; ++t) {
     int64_t img = t / (j.d.groups * j.tasksPerGroup), g = t / j.tasksPerGroup % j.d.groups;
     int64_t first = t % j.tasksPerGroup * j.tilesPerTask;
@@ -180,7 +184,7 @@ void rowTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
     int64_t last = std::min(j.tiles, first + j.tilesPerTask);
     int64_t r0 = first * kStrips / j.stripsPerRow * j.d.sh;
     int64_t r1 = (std::min(strips, last * kStrips) - 1) / j.stripsPerRow * j.d.sh + (j.d.kh - 1) * j.d.dh + 1;
-    copyRows(j.d, j.p, image, g * j.cg, j.cg, r0, r1, channelFloats, band, lines, columns);
+    copyRows(j.d, j.p, image, g * j.cg, j.cg, r0, r1, channelFloats, band);
     const float* group = j.filters + g * j.k * j.mpad;
     for (int64_t tile = first; tile < last; ++tile) {
       const float* at[kStrips];
