@@ -34,10 +34,11 @@ constexpr int64_t kMaxCopyFloats = int64_t(1) << 26;
 // phase q, element e holds input column e * sw + q - pw (zero outside the image),
 // at c * channel + r * row + q * phase + e. Output pixel (oy, ox) reads tap
 // (ky, kx) at row oy * sh + ky * dh, phase (kx * dw) % sw, element
-// ox + (kx * dw) / sw: neighbouring pixels read neighbouring floats. A phase is
-// a multiple of 16 floats long, so that the copy is stored whole vectors at a
-// time and strips of taps without a column offset load aligned vectors (conv2
-// of model_bench: 177 -> 173 us).
+// ox + (kx * dw) / sw: neighbouring pixels read neighbouring floats. A row is a
+// multiple of 16 floats long (its phases are not), so that every row starts on
+// a cache line: strips of phase 0's taps without a column offset load aligned
+// vectors. (Phases rounded to 16 floats too aligned more of the loads, but the
+// copy stored half as much again for model_bench's stride-2 convolution.)
 struct PaddedLayout {
   int64_t rows = 0, phase = 0, row = 0, channel = 0, floats = 0;
 };
@@ -53,8 +54,8 @@ PaddedLayout paddedLayout(const Conv2dDims& d) {
     return p;
   if (down > kMaxCopyFloats || rowsTaps > kMaxCopyFloats || across > kMaxCopyFloats || colsTaps > kMaxCopyFloats) return p;
   p.rows = down + rowsTaps + 1;
-  p.phase = ((across + colsTaps + 1 + d.sw - 1) / d.sw + 15) / 16 * 16;
-  p.row = d.sw * p.phase;
+  p.phase = (across + colsTaps + 1 + d.sw - 1) / d.sw;
+  p.row = (d.sw * p.phase + 15) / 16 * 16;
   if (p.row > kMaxCopyFloats / p.rows) return p;
   p.channel = p.rows * p.row;
   if (d.c < 1 || d.c > (kMaxCopyFloats - kSlack) / p.channel) return p;
@@ -62,12 +63,13 @@ PaddedLayout paddedLayout(const Conv2dDims& d) {
   return p;
 }
 
-// One padded input row into its phase rows (`phase` floats each, a multiple of
-// 16): 16 elements of a phase a step, read straight from the input row `from`
-// (`width` columns; plain loads inside it, masked ones across its ends, zero
-// outside); stride 2 reads 32 columns a step and keeps the even ones for one
-// phase and the odd ones for the other. Sizes come as locals: read through the
-// layout's fields, they were reloaded after every store.
+// One padded input row into its phase rows (`phase` floats each): 16 elements
+// of a phase a step, read straight from the input row `from` (`width` columns;
+// plain loads inside it, masked ones across its ends, zero outside); stride 2
+// reads 32 columns a step and keeps the even ones for one phase and the odd ones
+// for the other; a phase's last step stores only its own elements. Sizes come
+// as locals: read through the layout's fields, they were reloaded after every
+// store.
 template <int Stride>
 __attribute__((target("avx512f"), always_inline)) inline void copyRow(const float* from, int64_t width, int64_t left,
                                                                      int64_t phase, float* to) {
@@ -77,12 +79,13 @@ __attribute__((target("avx512f"), always_inline)) inline void copyRow(const floa
     int64_t first = e * Stride - left;  // the input column of phase 0's element e
     bool inside = first >= 0 && first + 16 * Stride <= width;
     __m512 lo = inside ? _mm512_loadu_ps(from + first) : loadColumns512(from, first, width);
+    __mmask16 m = phase - e >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (phase - e)) - 1);
     if constexpr (Stride == 1) {
-      _mm512_store_ps(to + e, lo);
+      _mm512_mask_storeu_ps(to + e, m, lo);
     } else {
       __m512 hi = inside ? _mm512_loadu_ps(from + first + 16) : loadColumns512(from, first + 16, width);
-      _mm512_store_ps(to + e, _mm512_permutex2var_ps(lo, evens, hi));
-      _mm512_store_ps(to + phase + e, _mm512_permutex2var_ps(lo, odds, hi));
+      _mm512_mask_storeu_ps(to + e, m, _mm512_permutex2var_ps(lo, evens, hi));
+      _mm512_mask_storeu_ps(to + phase + e, m, _mm512_permutex2var_ps(lo, odds, hi));
     }
   }
 }
@@ -125,7 +128,7 @@ struct RowJob {
 // [p0, p0 + kc): added to what the earlier slices stored unless `first`, the
 // post-ops applied when `last`. Each strip's loads start at its own address, so
 // a tile's strips may lie on different output rows.
-__attribute__((target("avx512f,fma"))) void rowTile(const RowJob& j, const float* group, int64_t row0, int64_t rows,
+__attribute__((target("avx512f,fma"), always_inline)) inline void rowTile(const RowJob& j, const float* group, int64_t row0, int64_t rows,
                                                     int64_t p0, int64_t kc, const float* const (&at)[kStrips],
                                                     float* const (&to)[kStrips], const __mmask16 (&valid)[kStrips],
                                                     const float* bias, bool first, bool last) {
@@ -171,7 +174,7 @@ __attribute__((target("avx512f,fma"))) void rowTile(const RowJob& j, const float
 // group's channels, into a band of its own thread's: the band stays in that
 // core's L2, where one copy of the whole image beside the image and the output
 // did not (a 32-channel 64x64 image, copied, is 1.3 MB with them).
-void rowTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+__attribute__((target("avx512f,fma"))) void rowTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   const RowJob& j = *reinterpret_cast<const RowJob*>(ctx);
   int64_t strips = j.d.oh * j.stripsPerRow, channelFloats = j.bandRows * j.p.row;
   float* band = scratch(1, static_cast<size_t>(j.cg * channelFloats + kSlack));
