@@ -512,8 +512,8 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
   auto gather = ConvJob::Gather::Portable;
   if (in32 && nr == 32 && __builtin_cpu_supports("avx512f")) gather = ConvJob::Gather::Avx512;
   if (in32 && nr == 16 && __builtin_cpu_supports("avx2")) gather = ConvJob::Gather::Avx2;
-  // Output rows that fill 16-lane strips read a padded copy of the image in
-  // place instead (conv2d_rows.cc), with the same packed filters (8-row panels).
+  // Output rows that fill 16-lane strips read padded copies of their input rows
+  // in place instead (conv2d_rows.cc), with the same packed filters (8-row panels).
   if (gather == ConvJob::Gather::Avx512 && mr == 8 && rowConvApplies(d))
     return rowConv2d(d, x, filters, mpad, convSlice(k, nr), out, post);
   ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, convSlice(k, nr), perTask, (panels + perTask - 1) / perTask, gather, post};

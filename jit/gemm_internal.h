@@ -48,8 +48,9 @@ const Isa& isa();
 void packA(const float* a, int64_t lda, bool t, int64_t i0, int64_t rows, int64_t p0, int64_t kc, int64_t mr, float* out);
 
 // Packing space of the calling thread, 64-byte aligned, kept and grown between
-// calls. Slot 0 holds A panels, slot 1 B panels, slot 2 a convolution's tap
-// offsets (conv2d_rows.cc).
+// calls. Slot 0 holds A panels, slot 1 B panels (or the row convolution's band
+// of padded input rows), slot 2 the row convolution's tap offsets
+// (conv2d_rows.cc).
 float* scratch(int slot, size_t floats);
 
 }  // namespace kiln::jit::detail
