@@ -94,6 +94,17 @@ void gatherRowPortable(const ConvJob& j, int64_t j0, int64_t count, const float*
   }
 }
 
+// 16 lanes of a run: lane l reads column first + l * stride (stride 1 or 2) of
+// `row`, zero outside [0, width); a null row (outside the image) reads zeros.
+__attribute__((target("avx512f"), always_inline)) inline __m512 runLanes512(const float* row, int64_t first, int64_t stride,
+                                                                           int64_t width) {
+  if (!row) return _mm512_setzero_ps();
+  __m512 lo = loadColumns512(row, first, width);
+  if (stride == 1) return lo;
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  return _mm512_permutex2var_ps(lo, evens, loadColumns512(row, first + 16, width));
+}
+
 // The same for 32 lanes with AVX-512: masked contiguous loads where the lanes
 // are one run of input pixels, masked gathers otherwise.
 __attribute__((target("avx512f"), always_inline)) inline void gatherRow512(const ConvJob& j, const PanelOrigin& o, const float* plane, int64_t ky,

@@ -1,6 +1,6 @@
 // Pieces the convolution's two AVX-512 paths share (conv2d.cc gathers panels,
-// conv2d_rows.cc reads rows of a padded copy): masked column loads, and the
-// padded-copy path's entry points. Internal to jit/.
+// conv2d_rows.cc reads rows of a padded copy): the masked column load, and the
+// row path's entry points. Internal to jit/.
 #pragma once
 
 #include <immintrin.h>
@@ -23,19 +23,8 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 loadColumns512(c
   return _mm512_maskz_loadu_ps(m, at);
 }
 
-// 16 lanes of a run: lane l reads column first + l * stride (stride 1 or 2) of
-// `row`, zero outside [0, width); a null row (outside the image) reads zeros.
-__attribute__((target("avx512f"), always_inline)) inline __m512 runLanes512(const float* row, int64_t first, int64_t stride,
-                                                                           int64_t width) {
-  if (!row) return _mm512_setzero_ps();
-  __m512 lo = loadColumns512(row, first, width);
-  if (stride == 1) return lo;
-  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  return _mm512_permutex2var_ps(lo, evens, loadColumns512(row, first + 16, width));
-}
-
 // Whether the row path takes this convolution: an AVX-512 machine, a column
-// stride of 1 or 2, output rows that fill most of their 16-lane groups, and a
+// stride of 1 or 2, output rows that fill most of their 16-lane strips, and a
 // padded image small enough to copy and to address in 32 bits.
 bool rowConvApplies(const Conv2dDims& d);
 
