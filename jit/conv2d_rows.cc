@@ -24,6 +24,9 @@ namespace {
 constexpr int64_t kStripLanes = 16;  // a strip: up to 16 neighbouring output pixels of one row
 constexpr int64_t kStrips = 4;       // strips a tile covers (64 lanes)
 constexpr int64_t kTileRows = 4;     // output channels a tile covers
+// rowTile and rowTask spell out the four strips' pointers one by one, and a
+// tile's rows are half of one of the filters' 8-row panels.
+static_assert(kStrips == 4 && kTileRows * 2 == 8);
 // Floats past the copy: a strip's last loads may run past its phase row into the
 // next one, and past the last row into these (their lanes are never stored).
 constexpr int64_t kSlack = 64;
