@@ -1,6 +1,8 @@
 // The pipeline: front end, partitioning, fusion, ANF, lambda lifting, device placement, bytecode.
 #include "compiler/pipeline.h"
 
+#include <algorithm>
+
 #include "compiler/codegen/bytecode_emitter.h"
 #include "compiler/frontend.h"
 #include "compiler/partition/partition.h"
@@ -39,7 +41,8 @@ Stages runPasses(std::string_view source, const std::string& file, const Compile
       s.partitionNotes = std::move(ps.notes);
       folded = std::move(ps.lowered);
     }
-    s.fused = fuseOps(*folded, FuseOptions{options.fuse});
+    bool cpuOnly = std::none_of(options.devices.begin(), options.devices.end(), [](const Device& d) { return d.isGpu(); });
+    s.fused = fuseOps(*folded, FuseOptions{options.fuse, cpuOnly});
     s.anf = toANF(*s.fused);
     s.lifted = lambdaLift(*s.anf);
     s.placed = placeDevices(*s.lifted, options.devices);

@@ -485,6 +485,41 @@ bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t 
          header[4] == convSlice(k, isa().tile.nr);
 }
 
+namespace {
+
+// Whether input offsets and window coordinates (from -padding to (out - 1) *
+// stride + (window - 1) * dilation) fit in int32, as the vector gathers take them.
+bool windowsFitInt32(const Conv2dDims& d) {
+  auto fits = [](int64_t out, int64_t stride, int64_t window, int64_t dilation, int64_t pad) {
+    return pad <= INT32_MAX && (out - 1) <= INT32_MAX / stride && (window - 1) <= INT32_MAX / dilation &&
+           (out - 1) * stride <= INT32_MAX - (window - 1) * dilation;
+  };
+  return d.h * d.w <= INT32_MAX && fits(d.oh, d.sh, d.kh, d.dh, d.ph) && fits(d.ow, d.sw, d.kw, d.dw, d.pw);
+}
+
+}  // namespace
+
+namespace detail {
+
+const float* convFilters(const Conv2dDims& d, const float* w, const float* packedW, int64_t& mpad, int64_t& slice) {
+  const Tile tile = isa().tile;
+  int64_t og = d.o / d.groups, k = d.c / d.groups * d.kh * d.kw;
+  mpad = (og + tile.mr - 1) / tile.mr * tile.mr;
+  slice = convSlice(k, tile.nr);
+  if (packedW && packedConvFilterMatches(packedW, d.o, k, d.groups)) return packedW + kPackedHeaderFloats;
+  float* packed = scratch(0, static_cast<size_t>(d.groups * k * mpad));
+  packFilters(w, d.o, k, d.groups, packed);
+  return packed;
+}
+
+bool takesRowPath(const Conv2dDims& d) {
+  const Isa& cpu = isa();
+  return windowsFitInt32(d) && cpu.tile.mr == 8 && cpu.tile.nr == 32 && __builtin_cpu_supports("avx512f") &&
+         rowConvApplies(d);
+}
+
+}  // namespace detail
+
 void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out,
              const ConvPostOps& post) {
   int64_t pixels = d.oh * d.ow;
@@ -499,35 +534,21 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
     return;
   }
   const Isa& cpu = isa();
-  int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
-  int64_t mpad = (og + mr - 1) / mr * mr;
+  int64_t nr = cpu.tile.nr, mpad = 0, slice = 0;
   // Filters prepacked once for a constant weight, or packed now.
-  const float* filters;
-  if (packedW && packedConvFilterMatches(packedW, d.o, k, d.groups)) {
-    filters = packedW + kPackedHeaderFloats;
-  } else {
-    float* packed = scratch(0, static_cast<size_t>(d.groups * k * mpad));
-    packFilters(w, d.o, k, d.groups, packed);
-    filters = packed;
-  }
+  const float* filters = convFilters(d, w, packedW, mpad, slice);
+  // Output rows that fill 16-lane strips read padded copies of their input rows
+  // in place instead (conv2d_rows.cc), with the same packed filters (8-row panels).
+  if (takesRowPath(d)) return rowConv2d(d, x, filters, mpad, slice, out, post);
   // A few tasks per thread in all, each a run of whole panels of one image and group.
   int64_t panels = (pixels + nr - 1) / nr;
   int64_t wanted = std::max<int64_t>(1, 4 * device::currentThreads() / std::max<int64_t>(1, d.n * d.groups));
   int64_t perTask = (panels + std::min(panels, wanted) - 1) / std::min(panels, wanted);
-  // Window coordinates run from -padding to (out - 1) * stride + (window - 1) * dilation.
-  auto fits = [](int64_t out, int64_t stride, int64_t window, int64_t dilation, int64_t pad) {
-    return pad <= INT32_MAX && (out - 1) <= INT32_MAX / stride && (window - 1) <= INT32_MAX / dilation &&
-           (out - 1) * stride <= INT32_MAX - (window - 1) * dilation;
-  };
-  bool in32 = d.h * d.w <= INT32_MAX && fits(d.oh, d.sh, d.kh, d.dh, d.ph) && fits(d.ow, d.sw, d.kw, d.dw, d.pw);
+  bool in32 = windowsFitInt32(d);
   auto gather = ConvJob::Gather::Portable;
   if (in32 && nr == 32 && __builtin_cpu_supports("avx512f")) gather = ConvJob::Gather::Avx512;
   if (in32 && nr == 16 && __builtin_cpu_supports("avx2")) gather = ConvJob::Gather::Avx2;
-  // Output rows that fill 16-lane strips read padded copies of their input rows
-  // in place instead (conv2d_rows.cc), with the same packed filters (8-row panels).
-  if (gather == ConvJob::Gather::Avx512 && mr == 8 && rowConvApplies(d))
-    return rowConv2d(d, x, filters, mpad, convSlice(k, nr), out, post);
-  ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, convSlice(k, nr), perTask, (panels + perTask - 1) / perTask, gather, post};
+  ConvJob job{d, x, out, filters, cg, og, k, mpad, pixels, slice, perTask, (panels + perTask - 1) / perTask, gather, post};
   device::parallelFor(d.n * d.groups * job.tasksPerImageGroup, d.n * d.o * pixels * k / 64, convTask,
                       reinterpret_cast<void* const*>(&job), nullptr);
 }

@@ -41,6 +41,15 @@ struct ConvPostOps {
 void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out,
              const ConvPostOps& post = {});
 
+// b(relu?(a(x))) with b's input the output of a (b.n == a.n, b.c == a.o, b.h
+// == a.oh, b.w == a.ow; otherwise `out` is filled with NaN). `between` holds a's
+// output (n x a.o x a.oh x a.ow floats) where the pair runs as two calls; where
+// both take the row path, a writes b's padded copy instead, into the calling
+// thread's scratch (conv2d_pair.cc), and `between` is not touched.
+void sconv2dPair(const Conv2dDims& a, const float* x, const float* wa, const float* packedA, const ConvPostOps& postA,
+                 const Conv2dDims& b, const float* wb, const float* packedB, const ConvPostOps& postB, float* between,
+                 float* out);
+
 // Prepacked filters: o filters of k = (c / groups) * kh * kw weights each, in
 // the layout sconv2d reads them (per group, KC slices of MR-tall panels), made
 // once for a constant weight. A header of kPackedHeaderFloats floats (gemm.h)
@@ -56,3 +65,9 @@ bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t 
 // runs it on the calling thread alone (loop::Schedule::parallel).
 extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out,
                              const float* bias, int64_t flags);
+
+// Two chained convolutions (sconv2dPair): `dims` holds a's 16 fields, then b's;
+// `flags` bit 0 is ReLU after a, bit 1 as kiln_sconv2d's, bit 2 ReLU after b.
+extern "C" void kiln_sconv2d_pair(const int64_t* dims, const float* x, const float* wa, const float* packedA,
+                                  const float* biasA, const float* wb, const float* packedB, const float* biasB,
+                                  float* between, float* out, int64_t flags);

@@ -28,9 +28,35 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 loadColumns512(c
 // padded image small enough to copy and to address in 32 bits.
 bool rowConvApplies(const Conv2dDims& d);
 
+// The filters as sconv2d reads them: `packedW` past its header when it was
+// packed for this convolution, otherwise `w` packed now into the calling
+// thread's scratch (slot 0). Sets the rows a group's panels take and the slice depth.
+const float* convFilters(const Conv2dDims& d, const float* w, const float* packedW, int64_t& mpad, int64_t& slice);
+
+// Whether sconv2d takes the row path for d on this machine.
+bool takesRowPath(const Conv2dDims& d);
+
 // The convolution through the row path. `filters` are packed as sconv2d packs
 // them (per group, slices `slice` deep of 8-row panels, `mpad` rows a group).
 void rowConv2d(const Conv2dDims& d, const float* x, const float* filters, int64_t mpad, int64_t slice, float* out,
                const ConvPostOps& post);
+
+// One convolution of a chained pair, as rowConv2d takes it.
+struct RowConv {
+  Conv2dDims d;
+  const float* x;  // the first's input (the second's is the first's output)
+  const float* filters;
+  int64_t mpad, slice;
+  ConvPostOps post;
+};
+
+// Whether rowConv2dChained takes a pair whose convolutions both take the row
+// path: b's input is a's output, and neither has groups.
+bool rowChainApplies(const Conv2dDims& a, const Conv2dDims& b);
+
+// b(a(x)) through the row path without a's output ever written whole: each of
+// b's tasks computes the rows of a's output its band holds straight into the
+// band, in the padded, phase-split layout the band's copy would have.
+void rowConv2dChained(const RowConv& a, const RowConv& b, float* out);
 
 }  // namespace kiln::jit::detail

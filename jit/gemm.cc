@@ -366,8 +366,8 @@ struct FreeFloats {
 // Packing space, kept per thread and grown as needed: no allocation (and no page
 // faults on fresh memory) per call once warm. `slot` keeps A and B apart.
 float* detail::scratch(int slot, size_t floats) {
-  thread_local std::unique_ptr<float, FreeFloats> buf[3];
-  thread_local size_t cap[3] = {0, 0, 0};
+  thread_local std::unique_ptr<float, FreeFloats> buf[4];
+  thread_local size_t cap[4] = {0, 0, 0, 0};
   if (cap[slot] < floats) {
     buf[slot].reset(static_cast<float*>(::operator new(floats * sizeof(float), std::align_val_t(64))));
     cap[slot] = floats;

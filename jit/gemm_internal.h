@@ -50,7 +50,8 @@ void packA(const float* a, int64_t lda, bool t, int64_t i0, int64_t rows, int64_
 // Packing space of the calling thread, 64-byte aligned, kept and grown between
 // calls. Slot 0 holds A panels, slot 1 B panels (or the row convolution's band
 // of padded input rows), slot 2 the row convolution's tap offsets
-// (conv2d_rows.cc).
+// (conv2d_rows.cc), slot 3 the padded copy two chained convolutions pass
+// between them (conv2d_pair.cc).
 float* scratch(int slot, size_t floats);
 
 }  // namespace kiln::jit::detail

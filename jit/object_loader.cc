@@ -38,6 +38,7 @@ void* resolveExternal(const std::string& name) {
       {"kiln_sgemm_packed", reinterpret_cast<void*>(&kiln_sgemm_packed)},
       {"kiln_sgemm_post", reinterpret_cast<void*>(&kiln_sgemm_post)},
       {"kiln_sconv2d", reinterpret_cast<void*>(&kiln_sconv2d)},
+      {"kiln_sconv2d_pair", reinterpret_cast<void*>(&kiln_sconv2d_pair)},
       // The emulated CUDA device's runtime, for GPU code compiled for the host.
       {"kiln_emu_sreg", reinterpret_cast<void*>(&kiln_emu_sreg)},
       {"kiln_emu_barrier", reinterpret_cast<void*>(&kiln_emu_barrier)},

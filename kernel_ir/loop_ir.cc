@@ -345,6 +345,15 @@ void stmtString(const LoopKernel& k, StmtId id, int indent, std::string& out) {
       out += ")";
       if (c.bias >= 0) out += " + " + buf(c.bias) + "[o]";
       if (c.relu) out += ", relu";
+      if (c.next.w >= 0) {
+        out += "\n" + pad + "  chained into * " + buf(c.next.w) + "  (";
+        for (size_t i = 0; i < c.next.dims.size(); ++i)
+          out += std::string(i ? ", " : "") + names[i] + "=" + exprString(k, c.next.dims[i]);
+        out += ")";
+        if (c.next.bias >= 0) out += " + " + buf(c.next.bias) + "[o]";
+        if (c.next.relu) out += ", relu";
+        out += ", through " + buf(c.next.between);
+      }
       out += "\n";
       break;
     }

@@ -100,6 +100,15 @@ struct Conv2dArgs {
   // plus bias buffer `bias` (one float32 per output channel) when >= 0, then ReLU.
   int32_t bias = -1;
   bool relu = false;
+  // A chained pair (jit::sconv2dPair) when next.w >= 0: this convolution, its
+  // post-ops applied, is the data of `next`, whose output (its own post-ops
+  // applied) is `out`. `between` is a scratch buffer of the first output's
+  // shape, used where the runtime runs the pair as two calls.
+  struct Next {
+    int32_t w = -1, packedW = -1, bias = -1, between = -1;
+    bool relu = false;
+    std::array<ExprId, 16> dims = {};
+  } next;
 };
 
 struct StmtNode {

@@ -224,10 +224,28 @@ class Lowering {
 
   std::vector<loop::StmtId> lowerGemms(const std::vector<int32_t>& outBuffers) {
     std::vector<loop::StmtId> stmts;
+    // Chained convolutions (fuse_ops.cc): the second's value -> the first's, with
+    // the first's epilogue. The pair is one statement, made at the second.
+    std::unordered_map<int32_t, std::pair<int32_t, PostOps>> chained;
     for (size_t i = 0; i < f_.nodes.size(); ++i) {
       const FusedNode& n = f_.nodes[i];
-      if (!gemmable(n)) continue;
       int32_t value = static_cast<int32_t>(f_.params.size() + i);
+      if (!gemmable(n) || n.op->name != "nn.conv2d") continue;
+      int32_t next = -1;
+      PostOps post = postOps(value, 1, &next);
+      if (next >= 0 && f_.isParam(f_.node(next).inputs[1]) && f_.typeOf(f_.node(next).inputs[1]).dtype == DType::Float32)
+        chained[next] = {value, post};
+    }
+    for (size_t i = 0; i < f_.nodes.size(); ++i) {
+      const FusedNode& n = f_.nodes[i];
+      int32_t value = static_cast<int32_t>(f_.params.size() + i);
+      bool firstOfPair = std::any_of(chained.begin(), chained.end(), [&](const auto& c) { return c.second.first == value; });
+      if (firstOfPair) continue;
+      if (auto pair = chained.find(value); pair != chained.end()) {
+        stmts.push_back(convPair(pair->second.first, pair->second.second, value, outBuffers));
+        continue;
+      }
+      if (!gemmable(n)) continue;
       int32_t target = -1;
       for (size_t o = 0; o < f_.outputs.size(); ++o)
         if (f_.outputs[o] == value) target = outBuffers[o];
@@ -348,7 +366,10 @@ class Lowering {
     int32_t end = -1, bias = -1;
     bool relu = false;
   };
-  PostOps postOps(int32_t value, int64_t biasAxis) const {
+  // With `chainTo`, the epilogue of the first of two chained convolutions
+  // (fuse_ops.cc): it ends in the second's data operand instead, whose value is
+  // set there (-1: no match).
+  PostOps postOps(int32_t value, int64_t biasAxis, int32_t* chainTo = nullptr) const {
     std::vector<int32_t> uses(f_.numValues(), 0), user(f_.numValues(), -1);
     for (size_t i = 0; i < f_.nodes.size(); ++i)
       for (int32_t in : f_.nodes[i].inputs) {
@@ -378,9 +399,20 @@ class Lowering {
       post.relu = true;
       v = user[static_cast<size_t>(v)];
     }
-    if (v == value || uses[static_cast<size_t>(v)] != 0 || f_.typeOf(v).dtype != DType::Float32) return {};
     for (int32_t o : f_.outputs) outputs += o == v;
-    if (outputs != 1) return {};
+    if (f_.typeOf(v).dtype != DType::Float32) return {};
+    if (chainTo) {
+      // Chained: the only use of the end is as the data of a convolution.
+      *chainTo = -1;
+      if (outputs != 0 || uses[static_cast<size_t>(v)] != 1) return {};
+      int32_t u = user[static_cast<size_t>(v)];
+      const FusedNode& n = f_.node(u);
+      if (n.isConstant() || n.op->name != "nn.conv2d" || n.inputs[0] != v) return {};
+      *chainTo = u;
+      post.end = v;
+      return post;
+    }
+    if (v == value || uses[static_cast<size_t>(v)] != 0 || outputs != 1) return {};
     post.end = v;
     return post;
   }
@@ -400,6 +432,41 @@ class Lowering {
               k(win.pad[1]),        k(win.dilation[0]),   k(win.dilation[1]),   k(attrs.getInt("groups", 1))};
     c.packedW = preparedBuffer(w, loop::PreparedLayout::ConvFilter, attrs.getInt("groups", 1));
     return c;
+  }
+
+  // Two chained convolutions as one statement (jit::sconv2dPair): `first`
+  // with its epilogue `post1` feeds `second`, whose own epilogue, if the
+  // runtime applies it, ends in the kernel's output.
+  loop::StmtId convPair(int32_t first, const PostOps& post1, int32_t second, const std::vector<int32_t>& outBuffers) {
+    const FusedNode& n1 = f_.node(first);
+    const FusedNode& n2 = f_.node(second);
+    // The first's output, where the runtime runs the pair as two calls.
+    int32_t between = static_cast<int32_t>(k_.buffers.size());
+    k_.buffers.push_back({DType::Float32, true, "tmp" + std::to_string(post1.end), post1.end});
+    bufferOf_[static_cast<size_t>(post1.end)] = between;
+    bufferOf_[static_cast<size_t>(first)] = between;
+    int32_t target = -1;
+    PostOps post2 = postOps(second, 1);
+    int32_t end = post2.end >= 0 ? post2.end : second;
+    for (size_t o = 0; o < f_.outputs.size(); ++o)
+      if (f_.outputs[o] == end) target = outBuffers[o];
+    if (target < 0) {
+      target = static_cast<int32_t>(k_.buffers.size());
+      k_.buffers.push_back({DType::Float32, true, "tmp" + std::to_string(second), second});
+    }
+    if (post2.end >= 0) bufferOf_[static_cast<size_t>(post2.end)] = target;
+    bufferOf_[static_cast<size_t>(second)] = target;
+    loop::Conv2dArgs c = directConv2d(n1, first, n1.inputs[0], n1.inputs[1], target);
+    if (post1.bias >= 0) c.bias = bufferOf_[static_cast<size_t>(post1.bias)];
+    c.relu = post1.relu;
+    loop::Conv2dArgs c2 = directConv2d(n2, second, n2.inputs[0], n2.inputs[1], target);
+    c.next.w = c2.w;
+    c.next.packedW = c2.packedW;
+    c.next.dims = c2.dims;
+    c.next.between = between;
+    if (post2.bias >= 0) c.next.bias = bufferOf_[static_cast<size_t>(post2.bias)];
+    c.next.relu = post2.relu;
+    return b_.conv2d(c);
   }
 
   // conv2d (NCHW, OIHW) as im2col + GEMM: for each image and group, the input

@@ -205,6 +205,8 @@ class RangeFolder {
       }
       case StmtKind::Conv2d:
         for (ExprId& e : s.conv.dims) e = map(e);
+        if (s.conv.next.w >= 0)
+          for (ExprId& e : s.conv.next.dims) e = map(e);
         break;
       case StmtKind::Block: break;
     }

@@ -29,6 +29,8 @@ bool isAnchor(ops::OpPattern p) { return p == ops::OpPattern::CommReduce || p ==
 // Finds the groups of one function: which operator calls fuse with which.
 class Grouping {
  public:
+  explicit Grouping(const FuseOptions& opts) : opts_(opts) {}
+
   void run(const Expr* body, bool fuse) {
     countUses(body);
     addVariableUses();
@@ -224,13 +226,50 @@ class Grouping {
     anchors_[cr] += anchors_[pr];
   }
 
+  // A float32 NCHW/OIHW conv2d.
+  static bool plainConv(const Call* c) {
+    const ops::OpDef* op = opOf(c);
+    if (!op || op->name != "nn.conv2d" || c->args.size() != 2 || !c->type || c->type->kind != TypeKind::Tensor) return false;
+    if (static_cast<const TensorType*>(c->type)->dtype != DType::Float32) return false;
+    ops::AttrMap none;
+    ops::AttrReader attrs(op->name, c->attrs ? *c->attrs : none);
+    return attrs.getString("data_layout", "NCHW") == "NCHW" && attrs.getString("kernel_layout", "OIHW") == "OIHW";
+  }
+
+  // The group whose root is `p` when it is a convolution and the epilogue the
+  // runtime applies itself (`relu?(bias_add?(conv2d(x, w), %b))`, kernel_ir's
+  // PostOps, with %b not computed here), to be chained into the convolution
+  // `c` it feeds: the pair is then one kernel (jit::sconv2dPair), in which the
+  // first convolution's output is never written out whole.
+  bool chainableInto(const Call* p, const Call* c) {
+    if (!opts_.convChains || !plainConv(c) || region_[p] != region_[c] || usesOf(p) != 1 || find(p) != p ||
+        anchors_[p] != 1)
+      return false;
+    const Call* q = p;
+    if (opOf(q)->name == "nn.relu") {
+      q = asCall(q->args[0]);
+      if (!q || usesOf(q) != 1 || find(q) != p) return false;
+    }
+    if (opOf(q)->name == "nn.bias_add") {
+      ops::AttrMap none;
+      int64_t axis = ops::AttrReader("nn.bias_add", q->attrs ? *q->attrs : none).getInt("axis", 1);
+      if ((axis != 1 && axis != -3) || q->args.size() != 2 || asCall(q->args[1])) return false;
+      q = asCall(q->args[0]);
+      if (!q || usesOf(q) != 1 || find(q) != p) return false;
+    }
+    return plainConv(q) && find(q) == p;
+  }
+
   void fuseInto(const Call* c) {
     const ops::OpDef* cop = opOf(c);
     anchors_[c] = isAnchor(cop->pattern) ? 1 : 0;
     if (cop->pattern == ops::OpPattern::OutEWiseFusable) {
-      // dense/matmul/conv2d inline no other input.
+      // dense/matmul/conv2d inline no other input, but for a concatenated data
+      // operand of a product and a chained convolution.
       const Call* p = concatOperand(c, cop);
       if (p && region_[p] == region_[c] && usesOf(p) == 1 && anchors_[find(p)] == 0) join(p, c);
+      const Call* producer = c->args.empty() ? nullptr : asCall(c->args[0]);
+      if (producer && chainableInto(producer, c)) join(producer, c);
       return;
     }
     // Opaque operators stand alone.
@@ -245,12 +284,13 @@ class Grouping {
       // reduction or a dense/conv is its epilogue.
       bool ok = (pop->pattern <= ops::OpPattern::Injective && cop->pattern <= ops::OpPattern::CommReduce) ||
                 (isAnchor(pop->pattern) && cop->pattern <= ops::OpPattern::Broadcast);
-      if (!ok || anchors_[pr] + anchors_[cr] > 1) continue;
+      if (!ok || (anchors_[pr] > 0 && anchors_[cr] > 0)) continue;
       // The producer's group must have p as its root (its only exit is into c).
       join(p, c);
     }
   }
 
+  const FuseOptions& opts_;
   std::vector<const Call*> calls_;
   std::unordered_map<const Expr*, int> region_;
   int regions_ = 0;
@@ -399,7 +439,7 @@ std::unique_ptr<Module> fuseOps(const Module& m, const FuseOptions& opts) {
   auto out = std::make_unique<Module>(m.arenaPtr(), m.file());
   for (const auto& t : m.typeDefs()) out->addTypeDef(t.def, t.fromPrelude);
   for (const GlobalFunction& g : m.functions()) {
-    Grouping grouping;
+    Grouping grouping(opts);
     grouping.run(g.fn->body, opts.fuse);
     FuseRewriter rewriter(m.arena(), grouping, m.file());
     const Expr* body = rewriter.mutate(g.fn->body);

@@ -7,7 +7,9 @@
 // reduction; a reduction or a dense/matmul/conv2d (out-element-wise-fusable)
 // takes element-wise consumers as an epilogue; a group has at most one such
 // anchor, and the inputs of dense/matmul/conv2d are never inlined (they would be
-// recomputed per output element). Every group, single operators included,
+// recomputed per output element). The exception (FuseOptions::convChains): a
+// conv2d with a bias/ReLU epilogue joins the conv2d its output feeds, which
+// computes it band by band as it reads it (jit::sconv2dPair). Every group, single operators included,
 // becomes a primitive function called where its root was; the VM calls each as a
 // kernel. The pass builds a new module that shares the old one's arena.
 #pragma once
@@ -21,6 +23,9 @@ namespace kiln::compiler {
 
 struct FuseOptions {
   bool fuse = true;  // false: every operator is a kernel of its own (for comparisons)
+  // Chained convolutions as one kernel: CPU kernels only (the GPU lowering has no
+  // such statement), so only where every device is a CPU.
+  bool convChains = false;
 };
 
 std::unique_ptr<ir::Module> fuseOps(const ir::Module& m, const FuseOptions& opts = {});

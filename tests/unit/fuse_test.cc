@@ -3,6 +3,8 @@
 #include <unordered_map>
 
 #include "compiler/passes/fuse_ops.h"
+#include "compiler/passes/to_fused_function.h"
+#include "compiler/pipeline.h"
 #include "kiln/compile.h"
 #include "kiln/vm.h"
 #include "kernel_util.h"
@@ -13,9 +15,9 @@ using namespace kiln::ir;
 namespace {
 
 // Operator names of every kernel of @main, e.g. {"nn.dense nn.bias_add nn.relu", "nn.softmax"}.
-std::vector<std::string> kernelsOf(const std::string& src) {
+std::vector<std::string> kernelsOf(const std::string& src, const compiler::FuseOptions& options = {}) {
   auto m = test::check(src);
-  auto fused = compiler::fuseOps(*m);
+  auto fused = compiler::fuseOps(*m, options);
   std::vector<std::string> out;
   for (const Function* fn : compiler::primitiveFunctions(*fused)) {
     kernel_ir::FusedFunction f = compiler::toFusedFunction(fn, "k");
@@ -233,4 +235,97 @@ def @main(%x: Tensor[(32, 1, 7), float32]) {
   Value d = dvm.invoke("main", {Value(Tensor::empty(DType::Float32, {3, 5}))});
   CHECK(dyn->format(d) == "(i32=3, i32=5)");
   CHECK(dyn->kernels().size() == 2);  // shape_of and its take, for the ? dimension only
+}
+
+TEST_CASE("a convolution with a bias/ReLU epilogue feeding another is one kernel with it (CPU devices only)") {
+  const std::string chain =
+      "def @main(%x: Tensor[(?, 3, 16, 16), float32], %w1: Tensor[(8, 3, 3, 3), float32], %b1: Tensor[(8,), float32],"
+      "          %w2: Tensor[(6, 8, 3, 3), float32], %b2: Tensor[(6,), float32]) {"
+      " nn.relu(nn.bias_add(nn.conv2d(nn.relu(nn.bias_add(nn.conv2d(%x, %w1, padding=[1, 1]), %b1)), %w2,"
+      " strides=[2, 2], padding=[1, 1]), %b2)) }";
+  compiler::FuseOptions chains;
+  chains.convChains = true;
+  CHECK(kernelsOf(chain, chains) ==
+        std::vector<std::string>{"nn.conv2d nn.bias_add nn.relu nn.conv2d nn.bias_add nn.relu"});
+  CHECK(kernelsOf(chain) == std::vector<std::string>{"nn.conv2d nn.bias_add nn.relu", "nn.conv2d nn.bias_add nn.relu"});
+  // The first's output used twice, or an epilogue the convolution does not
+  // apply itself: no chain. Three in a row: the first two.
+  CHECK(kernelsOf("def @main(%x: Tensor[(1, 3, 8, 8), float32], %w1: Tensor[(4, 3, 3, 3), float32], %w2: Tensor[(4, 4, 3, 3), float32]) {"
+                  " let %a = nn.relu(nn.conv2d(%x, %w1)); (nn.conv2d(%a, %w2), %a) }",
+                  chains) == std::vector<std::string>{"nn.conv2d nn.relu", "nn.conv2d"});
+  CHECK(kernelsOf("def @main(%x: Tensor[(1, 3, 8, 8), float32], %w1: Tensor[(4, 3, 3, 3), float32], %w2: Tensor[(4, 4, 3, 3), float32]) {"
+                  " nn.conv2d(nn.conv2d(%x, %w1) * 2f, %w2) }",
+                  chains) == std::vector<std::string>{"nn.conv2d multiply", "nn.conv2d"});
+  CHECK(kernelsOf("def @main(%x: Tensor[(1, 3, 12, 12), float32], %w1: Tensor[(4, 3, 3, 3), float32],"
+                  " %w2: Tensor[(4, 4, 3, 3), float32], %w3: Tensor[(4, 4, 3, 3), float32]) {"
+                  " nn.conv2d(nn.conv2d(nn.conv2d(%x, %w1), %w2), %w3) }",
+                  chains) == std::vector<std::string>{"nn.conv2d nn.conv2d", "nn.conv2d"});
+  // The pipeline chains where every device is a CPU; with a GPU among them
+  // (whose kernels have no such statement) it does not.
+  auto convsPerKernel = [&](const std::vector<Device>& devices) {
+    CompileOptions o;
+    o.devices = devices;
+    compiler::Stages s = compiler::runPasses(chain, "chain.relay", o);
+    int most = 0;
+    for (const Function* fn : compiler::primitiveFunctions(*s.fused)) {
+      int convs = 0;
+      for (const auto& n : compiler::toFusedFunction(fn, "k").nodes) convs += !n.isConstant() && n.op->name == "nn.conv2d";
+      most = std::max(most, convs);
+    }
+    return most;
+  };
+  CHECK(convsPerKernel({Device{}}) == 2);
+  CHECK(convsPerKernel({Device{Device::Kind::CudaEmu, 0}}) == 1);
+}
+
+TEST_CASE("chained convolutions give the unfused results: fused functions and the compiled program, ? images") {
+  std::mt19937 rng(54);
+  struct Case {
+    std::string src;
+    std::vector<int64_t> x, w1, w2;
+  };
+  const std::vector<Case> cases = {
+      // model_bench's CNN, smaller: a stride-2 second, bias and ReLU on both.
+      {"def @main(%x: Tensor[(?, 3, 32, 32), float32], %w1: Tensor[(16, 3, 3, 3), float32], %b1: Tensor[(16,), float32],"
+       " %w2: Tensor[(12, 16, 3, 3), float32], %b2: Tensor[(12,), float32]) {"
+       " nn.relu(nn.bias_add(nn.conv2d(nn.relu(nn.bias_add(nn.conv2d(%x, %w1, padding=[1, 1]), %b1)), %w2,"
+       " strides=[2, 2], padding=[1, 1]), %b2)) }",
+       {2, 3, 32, 32}, {16, 3, 3, 3}, {12, 16, 3, 3}},
+      // No epilogue on the first; the second's output read by an element-wise tail.
+      {"def @main(%x: Tensor[(?, 4, 30, 30), float32], %w1: Tensor[(8, 4, 3, 3), float32], %b1: Tensor[(8,), float32],"
+       " %w2: Tensor[(5, 8, 3, 3), float32], %b2: Tensor[(5,), float32]) {"
+       " tanh(nn.conv2d(nn.conv2d(%x, %w1, padding=[1, 1]), %w2, padding=[1, 1])) }",
+       {3, 4, 30, 30}, {8, 4, 3, 3}, {5, 8, 3, 3}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.src);
+    std::vector<Tensor> in{test::randomTensor(DType::Float32, c.x, rng), test::randomTensor(DType::Float32, c.w1, rng),
+                           test::randomTensor(DType::Float32, {c.w1[0]}, rng), test::randomTensor(DType::Float32, c.w2, rng),
+                           test::randomTensor(DType::Float32, {c.w2[0]}, rng)};
+    auto m = test::check(c.src);
+    compiler::FuseOptions chains, none;
+    chains.convChains = true;
+    none.fuse = false;
+    int chainedCalls = 0, unfusedCalls = 0;
+    auto a = evaluate(*compiler::fuseOps(*m, chains), in, &chainedCalls);
+    auto b = evaluate(*compiler::fuseOps(*m, none), in, &unfusedCalls);
+    CHECK(chainedCalls < unfusedCalls);
+    // The whole pipeline (chains on for a CPU), the weights as constants.
+    CompileOptions o;
+    const char* weights[] = {"w1", "b1", "w2", "b2"};  // parameters 1..4
+    for (size_t i = 0; i < 4; ++i) o.params[weights[i]] = in[i + 1];
+    VirtualMachine vm(kiln::compile(c.src, "chain.relay", o));
+    Tensor run = vm.invoke("main", {Value(in[0])}).tensor();
+    REQUIRE(a.size() == 1);
+    REQUIRE(b.size() == 1);
+    REQUIRE(a[0].shape() == b[0].shape());
+    REQUIRE(run.shape() == b[0].shape());
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < b[0].numel(); ++i) {
+      double want = test::getElement(b[0], i);
+      wrong += !(std::fabs(test::getElement(a[0], i) - want) <= 1e-4 * std::max(1.0, std::fabs(want)));
+      wrong += !(std::fabs(test::getElement(run, i) - want) <= 1e-4 * std::max(1.0, std::fabs(want)));
+    }
+    CHECK(wrong == 0);
+  }
 }
