@@ -41,11 +41,12 @@ struct ConvPostOps {
 void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out,
              const ConvPostOps& post = {});
 
-// b(relu?(a(x))) with b's input the output of a (b.n == a.n, b.c == a.o, b.h
-// == a.oh, b.w == a.ow; otherwise `out` is filled with NaN). `between` holds a's
-// output (n x a.o x a.oh x a.ow floats) where the pair runs as two calls; where
-// both take the row path, a writes b's padded copy instead, into the calling
-// thread's scratch (conv2d_pair.cc), and `between` is not touched.
+// b(a(x)), each with its post-ops, b's input the output of a (b.n == a.n, b.c
+// == a.o, b.h == a.oh, b.w == a.ow; otherwise `out` is filled with NaN). Where
+// both take the row path with prepacked filters, b's tasks compute the rows of
+// a's output they read into their own bands (conv2d_pair.cc) and `between` is
+// not touched; otherwise the pair runs as two calls, a's output in `between`
+// (n x a.o x a.oh x a.ow floats).
 void sconv2dPair(const Conv2dDims& a, const float* x, const float* wa, const float* packedA, const ConvPostOps& postA,
                  const Conv2dDims& b, const float* wb, const float* packedB, const ConvPostOps& postB, float* between,
                  float* out);

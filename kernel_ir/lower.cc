@@ -4,9 +4,11 @@
 #include "kernel_ir/border_split.h"
 #include "kernel_ir/range_fold.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <span>
+#include <unordered_map>
 
 #include "kiln/error.h"
 #include "kernel_ir/compute.h"
@@ -202,6 +204,15 @@ class Lowering {
     return true;
   }
 
+  // The second convolution of a chained pair: as gemmable, but for its data
+  // operand, the first's output.
+  bool chainable(const FusedNode& n) const {
+    if (n.isConstant() || n.op->name != "nn.conv2d" || n.type.dtype != DType::Float32) return false;
+    ops::AttrReader attrs(n.op->name, n.attrs);
+    if (attrs.getString("data_layout", "NCHW") != "NCHW" || attrs.getString("kernel_layout", "OIHW") != "OIHW") return false;
+    return f_.isParam(n.inputs[1]) && f_.typeOf(n.inputs[1]).dtype == DType::Float32;
+  }
+
   bool isConcatenation(int32_t value) const {
     if (f_.isParam(value)) return false;
     const FusedNode& n = f_.node(value);
@@ -233,8 +244,7 @@ class Lowering {
       if (!gemmable(n) || n.op->name != "nn.conv2d") continue;
       int32_t next = -1;
       PostOps post = postOps(value, 1, &next);
-      if (next >= 0 && f_.isParam(f_.node(next).inputs[1]) && f_.typeOf(f_.node(next).inputs[1]).dtype == DType::Float32)
-        chained[next] = {value, post};
+      if (next >= 0 && chainable(f_.node(next))) chained[next] = {value, post};
     }
     for (size_t i = 0; i < f_.nodes.size(); ++i) {
       const FusedNode& n = f_.nodes[i];
