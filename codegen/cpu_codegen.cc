@@ -344,47 +344,39 @@ class CpuCodegen final : public LoopEmitter {
                           at(g.b, g.bOffset), emitExpr(g.ldb), at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(flags)});
   }
 
+  // One convolution's call of the runtime (kiln_sconv2d), or a chained pair's
+  // (kiln_sconv2d_pair: both convolutions' dims in one array, the first's first).
   void emitConv2d(const loop::StmtNode& s) override {
     const loop::Conv2dArgs& c = s.conv;
+    bool pair = c.next.w >= 0;
     llvm::Type* ptr = b_.getPtrTy();
     llvm::Type* i64 = b_.getInt64Ty();
-    llvm::FunctionCallee conv = m_->getOrInsertFunction(
-        "kiln_sconv2d", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr, ptr, ptr, i64}, false));
     llvm::IRBuilder<> entryB(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
-    llvm::AllocaInst* dims = entryB.CreateAlloca(llvm::ArrayType::get(i64, c.dims.size()));
-    for (size_t i = 0; i < c.dims.size(); ++i)
-      b_.CreateStore(emitExpr(c.dims[i]), b_.CreateConstInBoundsGEP2_64(dims->getAllocatedType(), dims, 0, i));
-    auto buffer = [&](int32_t b) { return fn_->getArg(static_cast<unsigned>(b)); };
-    llvm::Value* packed = c.packedW >= 0 ? static_cast<llvm::Value*>(buffer(c.packedW))
-                                         : llvm::ConstantPointerNull::get(b_.getPtrTy());
-    llvm::Value* bias = c.bias >= 0 ? static_cast<llvm::Value*>(buffer(c.bias)) : llvm::ConstantPointerNull::get(b_.getPtrTy());
-    if (c.next.w >= 0) return emitConv2dPair(c, dims->getAllocatedType(), dims);
-    b_.CreateCall(conv, {dims, buffer(c.x), buffer(c.w), packed, buffer(c.out), bias,
-                         b_.getInt64((c.relu ? 1 : 0) | (k_.schedule.parallel ? 0 : 2))});
-  }
-
-  // A chained pair: kiln_sconv2d_pair with both convolutions' dims, the first's
-  // 16 already stored in `first`.
-  void emitConv2dPair(const loop::Conv2dArgs& c, llvm::Type* firstType, llvm::AllocaInst* first) {
-    llvm::Type* ptr = b_.getPtrTy();
-    llvm::Type* i64 = b_.getInt64Ty();
-    llvm::FunctionCallee pair = m_->getOrInsertFunction(
-        "kiln_sconv2d_pair",
-        llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64}, false));
-    llvm::IRBuilder<> entryB(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
-    llvm::AllocaInst* dims = entryB.CreateAlloca(llvm::ArrayType::get(i64, 32));
-    for (size_t i = 0; i < 16; ++i) {
-      llvm::Value* v = b_.CreateLoad(i64, b_.CreateConstInBoundsGEP2_64(firstType, first, 0, i));
-      b_.CreateStore(v, b_.CreateConstInBoundsGEP2_64(dims->getAllocatedType(), dims, 0, i));
-      b_.CreateStore(emitExpr(c.next.dims[i]), b_.CreateConstInBoundsGEP2_64(dims->getAllocatedType(), dims, 0, 16 + i));
-    }
+    llvm::AllocaInst* dims = entryB.CreateAlloca(llvm::ArrayType::get(i64, pair ? 32 : 16));
+    auto store = [&](const std::array<loop::ExprId, 16>& values, size_t at) {
+      for (size_t i = 0; i < values.size(); ++i)
+        b_.CreateStore(emitExpr(values[i]), b_.CreateConstInBoundsGEP2_64(dims->getAllocatedType(), dims, 0, at + i));
+    };
+    store(c.dims, 0);
     auto buffer = [&](int32_t b) { return fn_->getArg(static_cast<unsigned>(b)); };
     auto orNull = [&](int32_t b) {
       return b >= 0 ? static_cast<llvm::Value*>(buffer(b)) : llvm::ConstantPointerNull::get(b_.getPtrTy());
     };
-    b_.CreateCall(pair, {dims, buffer(c.x), buffer(c.w), orNull(c.packedW), orNull(c.bias), buffer(c.next.w),
+    int64_t flags = (c.relu ? 1 : 0) | (k_.schedule.parallel ? 0 : 2);
+    if (!pair) {
+      llvm::FunctionCallee conv = m_->getOrInsertFunction(
+          "kiln_sconv2d", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr, ptr, ptr, i64}, false));
+      b_.CreateCall(conv, {dims, buffer(c.x), buffer(c.w), orNull(c.packedW), buffer(c.out), orNull(c.bias),
+                           b_.getInt64(flags)});
+      return;
+    }
+    store(c.next.dims, 16);
+    llvm::FunctionCallee conv = m_->getOrInsertFunction(
+        "kiln_sconv2d_pair",
+        llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64}, false));
+    b_.CreateCall(conv, {dims, buffer(c.x), buffer(c.w), orNull(c.packedW), orNull(c.bias), buffer(c.next.w),
                          orNull(c.next.packedW), orNull(c.next.bias), buffer(c.next.between), buffer(c.out),
-                         b_.getInt64((c.relu ? 1 : 0) | (k_.schedule.parallel ? 0 : 2) | (c.next.relu ? 4 : 0))});
+                         b_.getInt64(flags | (c.next.relu ? 4 : 0))});
   }
 
   llvm::Value* libmCall(const char* name, llvm::Value* x) override {

@@ -40,7 +40,10 @@ void sconv2dPair(const Conv2dDims& a, const float* x, const float* wa, const flo
   if (!chained(a, b)) {
     // The kernel computes both from one value's shape: never met. Nothing is read
     // past either tensor; the output says something went wrong.
-    int64_t floats = b.n * b.o * b.oh * b.ow;
+    int64_t planes = 0, rows = 0, floats = 0;
+    if (__builtin_mul_overflow(b.n, b.o, &planes) || __builtin_mul_overflow(planes, b.oh, &rows) ||
+        __builtin_mul_overflow(rows, b.ow, &floats))
+      return;
     std::fill(out, out + std::max<int64_t>(0, floats), std::numeric_limits<float>::quiet_NaN());
     return;
   }

@@ -402,8 +402,8 @@ RowJob rowJob(const Conv2dDims& d, const float* x, const float* filters, int64_t
 }  // namespace
 
 bool rowConvApplies(const Conv2dDims& d) {
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl") || d.sw > 2 || d.groups < 1 || d.c % d.groups != 0 || d.o % d.groups != 0)
-    return false;
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl")) return false;
+  if (d.sw > 2 || d.groups < 1 || d.c % d.groups != 0 || d.o % d.groups != 0) return false;
   // The copy's column loads take input columns as int32 (loadColumns512).
   if (d.ph < 0 || d.pw < 0 || d.ph > kMaxCopyFloats || d.pw > kMaxCopyFloats || d.w > INT32_MAX - 64) return false;
   // Strips never cross output rows: a row of ow pixels takes ceil(ow / 16)

@@ -4,7 +4,6 @@
 #include "kernel_ir/border_split.h"
 #include "kernel_ir/range_fold.h"
 
-#include <algorithm>
 #include <array>
 #include <map>
 #include <span>
@@ -185,16 +184,19 @@ class Lowering {
   // float32 dense / matmul / batch_matmul whose operands are kernel inputs become
   // Gemm statements; so does a product whose data operand is a concatenation
   // (the only operand fusion inlines, see fuse_ops.cc), copied into scratch first.
+  // The runtime's convolutions take NCHW data and OIHW weights; other layouts
+  // take the generic lowering.
+  static bool plainLayouts(const FusedNode& n) {
+    ops::AttrReader attrs(n.op->name, n.attrs);
+    return attrs.getString("data_layout", "NCHW") == "NCHW" && attrs.getString("kernel_layout", "OIHW") == "OIHW";
+  }
+
   bool gemmable(const FusedNode& n) const {
     if (n.isConstant()) return false;
     const std::string& op = n.op->name;
     if (op != "nn.dense" && op != "nn.matmul" && op != "nn.batch_matmul" && op != "nn.conv2d") return false;
     if (n.type.dtype != DType::Float32) return false;
-    // The im2col + GEMM path is for NCHW data and OIHW weights; other layouts take the generic lowering.
-    if (op == "nn.conv2d") {
-      ops::AttrReader attrs(op, n.attrs);
-      if (attrs.getString("data_layout", "NCHW") != "NCHW" || attrs.getString("kernel_layout", "OIHW") != "OIHW") return false;
-    }
+    if (op == "nn.conv2d" && !plainLayouts(n)) return false;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       int32_t in = n.inputs[i];
       if (f_.typeOf(in).dtype != DType::Float32) return false;
@@ -207,9 +209,7 @@ class Lowering {
   // The second convolution of a chained pair: as gemmable, but for its data
   // operand, the first's output.
   bool chainable(const FusedNode& n) const {
-    if (n.isConstant() || n.op->name != "nn.conv2d" || n.type.dtype != DType::Float32) return false;
-    ops::AttrReader attrs(n.op->name, n.attrs);
-    if (attrs.getString("data_layout", "NCHW") != "NCHW" || attrs.getString("kernel_layout", "OIHW") != "OIHW") return false;
+    if (n.isConstant() || n.op->name != "nn.conv2d" || n.type.dtype != DType::Float32 || !plainLayouts(n)) return false;
     return f_.isParam(n.inputs[1]) && f_.typeOf(n.inputs[1]).dtype == DType::Float32;
   }
 
@@ -238,42 +238,32 @@ class Lowering {
     // Chained convolutions (fuse_ops.cc): the second's value -> the first's, with
     // the first's epilogue. The pair is one statement, made at the second.
     std::unordered_map<int32_t, std::pair<int32_t, PostOps>> chained;
+    std::vector<bool> firstOfPair(f_.nodes.size(), false);
     for (size_t i = 0; i < f_.nodes.size(); ++i) {
       const FusedNode& n = f_.nodes[i];
       int32_t value = static_cast<int32_t>(f_.params.size() + i);
       if (!gemmable(n) || n.op->name != "nn.conv2d") continue;
       int32_t next = -1;
       PostOps post = postOps(value, 1, &next);
-      if (next >= 0 && chainable(f_.node(next))) chained[next] = {value, post};
+      if (next < 0 || !chainable(f_.node(next))) continue;
+      chained[next] = {value, post};
+      firstOfPair[i] = true;
     }
     for (size_t i = 0; i < f_.nodes.size(); ++i) {
       const FusedNode& n = f_.nodes[i];
       int32_t value = static_cast<int32_t>(f_.params.size() + i);
-      bool firstOfPair = std::any_of(chained.begin(), chained.end(), [&](const auto& c) { return c.second.first == value; });
-      if (firstOfPair) continue;
+      if (firstOfPair[i]) continue;
       if (auto pair = chained.find(value); pair != chained.end()) {
         stmts.push_back(convPair(pair->second.first, pair->second.second, value, outBuffers));
         continue;
       }
       if (!gemmable(n)) continue;
-      int32_t target = -1;
-      for (size_t o = 0; o < f_.outputs.size(); ++o)
-        if (f_.outputs[o] == value) target = outBuffers[o];
       PostOps post;
-      if (target < 0 && options_.directConv && n.op->name == "nn.conv2d") post = postOps(value, 1);
+      bool output = outputBuffer(value, outBuffers) >= 0;
+      if (!output && options_.directConv && n.op->name == "nn.conv2d") post = postOps(value, 1);
       // A dense layer's bias and ReLU, applied by the product as it finishes C.
-      if (target < 0 && options_.gemmPostOps && n.op->name == "nn.dense") post = postOps(value, static_cast<int64_t>(f_.typeOf(value).rank()) - 1);
-      if (post.end >= 0) {
-        // The convolution finishes the output itself: no nest stores it.
-        for (size_t o = 0; o < f_.outputs.size(); ++o)
-          if (f_.outputs[o] == post.end) target = outBuffers[o];
-        bufferOf_[static_cast<size_t>(post.end)] = target;
-      }
-      if (target < 0) {
-        target = static_cast<int32_t>(k_.buffers.size());
-        k_.buffers.push_back({DType::Float32, true, "tmp" + std::to_string(value), value});
-      }
-      bufferOf_[static_cast<size_t>(value)] = target;
+      if (!output && options_.gemmPostOps && n.op->name == "nn.dense") post = postOps(value, static_cast<int64_t>(f_.typeOf(value).rank()) - 1);
+      int32_t target = resultBuffer(value, post, outBuffers);
       int32_t a = n.inputs[0], bv = n.inputs[1];
       if (!f_.isParam(a)) stmts.push_back(materialize(a));
       ops::AttrReader attrs(n.op->name, n.attrs);
@@ -444,6 +434,30 @@ class Lowering {
     return c;
   }
 
+  // The kernel output buffer `value` is, or -1.
+  int32_t outputBuffer(int32_t value, const std::vector<int32_t>& outBuffers) const {
+    for (size_t o = 0; o < f_.outputs.size(); ++o)
+      if (f_.outputs[o] == value) return outBuffers[o];
+    return -1;
+  }
+
+  // Where a product or convolution stores `value`: the kernel output it is, or
+  // the output its epilogue `post` ends in when the runtime applies it (no
+  // nest stores that output), or a scratch value of its shape.
+  int32_t resultBuffer(int32_t value, const PostOps& post, const std::vector<int32_t>& outBuffers) {
+    int32_t target = outputBuffer(value, outBuffers);
+    if (post.end >= 0) {
+      target = outputBuffer(post.end, outBuffers);
+      bufferOf_[static_cast<size_t>(post.end)] = target;
+    }
+    if (target < 0) {
+      target = static_cast<int32_t>(k_.buffers.size());
+      k_.buffers.push_back({DType::Float32, true, "tmp" + std::to_string(value), value});
+    }
+    bufferOf_[static_cast<size_t>(value)] = target;
+    return target;
+  }
+
   // Two chained convolutions as one statement (jit::sconv2dPair): `first`
   // with its epilogue `post1` feeds `second`, whose own epilogue, if the
   // runtime applies it, ends in the kernel's output.
@@ -455,17 +469,8 @@ class Lowering {
     k_.buffers.push_back({DType::Float32, true, "tmp" + std::to_string(post1.end), post1.end});
     bufferOf_[static_cast<size_t>(post1.end)] = between;
     bufferOf_[static_cast<size_t>(first)] = between;
-    int32_t target = -1;
-    PostOps post2 = postOps(second, 1);
-    int32_t end = post2.end >= 0 ? post2.end : second;
-    for (size_t o = 0; o < f_.outputs.size(); ++o)
-      if (f_.outputs[o] == end) target = outBuffers[o];
-    if (target < 0) {
-      target = static_cast<int32_t>(k_.buffers.size());
-      k_.buffers.push_back({DType::Float32, true, "tmp" + std::to_string(second), second});
-    }
-    if (post2.end >= 0) bufferOf_[static_cast<size_t>(post2.end)] = target;
-    bufferOf_[static_cast<size_t>(second)] = target;
+    PostOps post2 = outputBuffer(second, outBuffers) < 0 ? postOps(second, 1) : PostOps{};
+    int32_t target = resultBuffer(second, post2, outBuffers);
     loop::Conv2dArgs c = directConv2d(n1, first, n1.inputs[0], n1.inputs[1], target);
     if (post1.bias >= 0) c.bias = bufferOf_[static_cast<size_t>(post1.bias)];
     c.relu = post1.relu;

@@ -742,7 +742,8 @@ TEST_CASE("direct convolution: prepacked filters give the per-call result - filt
 // images, and windows deeper than one contraction slice; bias and ReLU on every
 // other one, a NaN kept. Outputs 7 wide and stride 3 take the panel path.
 TEST_CASE("direct convolution: the row path reads a padded copy and matches the definition") {
-  if (!__builtin_cpu_supports("avx512f")) return test::skip("the row path needs AVX-512; this CPU has none");
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl"))
+    return test::skip("the row path needs AVX-512 (F and VL); this CPU lacks it");
   jit::Conv2dDims ineligible[] = {{1, 8, 7, 7, 8, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1, 1},
                                   {1, 8, 30, 30, 8, 3, 3, 10, 10, 3, 3, 0, 0, 1, 1, 1}};
   for (const jit::Conv2dDims& d : ineligible) CHECK_FALSE(jit::detail::rowConvApplies(d));
