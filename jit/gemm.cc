@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -101,82 +102,80 @@ void storeTile(const float* tile, int64_t nr, float* c, int64_t ldc, int64_t h, 
     }
 }
 
-// The end of an 8 x 32 AVX-512 tile: C (+)= the accumulators, then the post-ops;
-// a partial tile goes through storeTile.
-__attribute__((target("avx512f,fma"), always_inline)) inline void finishTile512(__m512 (&acc)[8][2], float* c, int64_t ldc, int64_t h,
+// The end of an R x 16V AVX-512 tile: C (+)= the accumulators, then the
+// post-ops, stored from the registers; the valid h x w corner only, through
+// column masks (a partial tile costs the same stores as a full one).
+template <int R, int V>
+__attribute__((target("avx512f,fma"), always_inline)) inline void finishTile512(__m512 (&acc)[R][V], float* c, int64_t ldc, int64_t h,
                                                                                int64_t w, bool add, const MicroPost* post) {
-  if (h == 8 && w == 32) {
-    for (int r = 0; r < 8; ++r) {
-      float* out = c + r * ldc;
-      __m512 v0 = acc[r][0], v1 = acc[r][1];
-      if (add) {
-        v0 = _mm512_add_ps(v0, _mm512_loadu_ps(out));
-        v1 = _mm512_add_ps(v1, _mm512_loadu_ps(out + 16));
-      }
+  __mmask16 mask[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) {
+    int64_t left = w - 16 * v;
+    mask[v] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+  }
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (r == h) break;
+    float* out = c + r * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      __m512 x = acc[r][v];
+      if (add) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], out + 16 * v));
       if (post) {
-        if (post->bias) {
-          __m512 b = _mm512_set1_ps(post->bias[r]);
-          v0 = _mm512_add_ps(v0, b);
-          v1 = _mm512_add_ps(v1, b);
-        }
-        if (post->columnBias) {
-          v0 = _mm512_add_ps(v0, _mm512_loadu_ps(post->columnBias));
-          v1 = _mm512_add_ps(v1, _mm512_loadu_ps(post->columnBias + 16));
-        }
-        if (post->relu) {
-          __m512 zero = _mm512_setzero_ps();
-          v0 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v0, zero, _CMP_LE_OQ), v0, zero);
-          v1 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v1, zero, _CMP_LE_OQ), v1, zero);
-        }
+        if (post->bias) x = _mm512_add_ps(x, _mm512_set1_ps(post->bias[r]));
+        if (post->columnBias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], post->columnBias + 16 * v));
+        if (post->relu) x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_LE_OQ), x, zero);
       }
-      _mm512_storeu_ps(out, v0);
-      _mm512_storeu_ps(out + 16, v1);
+      _mm512_mask_storeu_ps(out + 16 * v, mask[v], x);
     }
-    return;
   }
-  alignas(64) float tile[8 * 32];
-  for (int r = 0; r < 8; ++r) {
-    _mm512_store_ps(tile + r * 32, acc[r][0]);
-    _mm512_store_ps(tile + r * 32 + 16, acc[r][1]);
-  }
-  storeTile(tile, 32, c, ldc, h, w, add, post);
 }
 
-// 8 x 32 tile: 16 zmm accumulators; per step two vector loads of B and eight
-// broadcasts of A feed 16 independent FMAs. `at(r, p)` reads A's element for tile
-// row r at depth p: from a packed panel, or in place.
-template <class ReadA>
+// R x 16V tile: R * V zmm accumulators; per step V vector loads of B and R
+// broadcasts of A feed R * V independent FMAs. `at(r, p)` reads A's element for
+// tile row r at depth p: from a packed panel, or in place. 8 x 32 (the default)
+// spends eight broadcasts on sixteen FMAs; 6 x 64 six on twenty-four, so more of
+// the load ports feed the FMAs (a tuning choice: its panels are twice as wide).
+template <int R, int V, class ReadA>
 __attribute__((target("avx512f,fma"), always_inline)) inline void tile512(int64_t kc, ReadA at, const float* bp, float* c, int64_t ldc,
                                                                          int64_t h, int64_t w, bool add, const MicroPost* post) {
-  __m512 acc[8][2];
+  __m512 acc[R][V];
 #pragma GCC unroll 8
-  for (auto& row : acc) row[0] = row[1] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < kc; ++p, bp += 32) {
-    __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+  for (auto& row : acc)
+#pragma GCC unroll 4
+    for (auto& x : row) x = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p, bp += 16 * V) {
+    __m512 b[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(bp + 16 * v);
 #pragma GCC unroll 8
-    for (int r = 0; r < 8; ++r) {
+    for (int r = 0; r < R; ++r) {
       __m512 a = _mm512_set1_ps(at(r, p));
-      acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(a, b[v], acc[r][v]);
     }
   }
-  finishTile512(acc, c, ldc, h, w, add, post);
+  finishTile512<R, V>(acc, c, ldc, h, w, add, post);
 }
 
+template <int R, int V>
 __attribute__((target("avx512f,fma"))) void micro512(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
                                                      int64_t h, int64_t w, bool add, const MicroPost* post) {
-  tile512(kc, [ap](int r, int64_t p) { return ap[p * 8 + r]; }, bp, c, ldc, h, w, add, post);
+  tile512<R, V>(kc, [ap](int r, int64_t p) { return ap[p * R + r]; }, bp, c, ldc, h, w, add, post);
 }
 
 // The same tile with A read in place, row-major: row r at a + r * lda (rows at or
 // past h repeat the last valid one; their sums are not stored). The broadcasts
-// load from eight sequential streams instead of one packed panel, so a row-major
+// load from R sequential streams instead of one packed panel, so a row-major
 // A needs no packing at all (packing cost the tall driver ~9% of a batch-64 MLP).
+template <int R, int V>
 __attribute__((target("avx512f,fma"))) void micro512Rows(int64_t kc, const float* a, int64_t lda, const float* bp, float* c,
                                                          int64_t ldc, int64_t h, int64_t w, bool add, const MicroPost* post) {
-  const float* rows[8];
-  for (int64_t i = 0; i < 8; ++i) rows[i] = a + std::min(i, h - 1) * lda;
-  tile512(kc, [&rows](int r, int64_t p) { return rows[r][p]; }, bp, c, ldc, h, w, add, post);
+  const float* rows[R];
+  for (int64_t i = 0; i < R; ++i) rows[i] = a + std::min(i, h - 1) * lda;
+  tile512<R, V>(kc, [&rows](int r, int64_t p) { return rows[r][p]; }, bp, c, ldc, h, w, add, post);
 }
 
 // One 16-wide row of results: plus what `out` holds when `add`, plus the row's
@@ -328,13 +327,15 @@ void microScalar(int64_t kc, const float* ap, const float* bp, float* c, int64_t
 
 }  // namespace
 
-const Isa& detail::isa() {
-  static const Isa chosen = [] {
-    if (__builtin_cpu_supports("avx512f")) return Isa{micro512, {8, 32}, micro512Rows};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa{micro256, {6, 16}, micro256Rows};
-    return Isa{microScalar, {6, 16}, nullptr};
+const Isa& detail::isa(int tile) {
+  static const std::array<Isa, kGemmTiles> chosen = [] {
+    Isa plain{microScalar, {6, 16}, nullptr};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) plain = Isa{micro256, {6, 16}, micro256Rows};
+    if (__builtin_cpu_supports("avx512f"))
+      return std::to_array({Isa{micro512<8, 2>, {8, 32}, micro512Rows<8, 2>}, Isa{micro512<6, 4>, {6, 64}, micro512Rows<6, 4>}});
+    return std::to_array({plain, plain});
   }();
-  return chosen;
+  return chosen[tile > 0 && tile < kGemmTiles ? tile : 0];
 }
 
 namespace {
@@ -350,6 +351,8 @@ struct GemmJob {
   PackedLayout layout;   // of packedB
   GemmPost post;
   int64_t kc = kKC;      // contraction slice (any, when packedB is panel-major)
+  const Isa* cpu = nullptr;  // the micro-kernel and its tile (packedB's NR)
+  bool packA = false;        // pack A even where it could be read in place
 };
 
 // The micro-kernel's post-ops for the tile at column jr with the last KC slice
@@ -379,12 +382,13 @@ namespace {
 
 // One task: rows [i0, i0 + mc) of C over all of n and k.
 void rowBlock(const GemmJob& j, int64_t i0) {
-  const Isa& cpu = isa();
+  const Isa& cpu = *j.cpu;
   int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
   int64_t rows = std::min(j.mc, j.m - i0);
   int64_t rowsPad = (rows + mr - 1) / mr * mr;
-  // A row-major A is read in place where the machine has the kernel for it.
-  bool inPlace = !j.transA && cpu.microRows;
+  // A row-major A is read in place where the machine has the kernel for it
+  // (unless the schedule packs it: the broadcasts then read one stream, not MR).
+  bool inPlace = !j.transA && cpu.microRows && !j.packA;
   float* ap = inPlace ? nullptr : scratch(0, static_cast<size_t>(rowsPad * j.kc));
   for (int64_t p0 = 0; p0 < j.k; p0 += j.kc) {
     int64_t kc = std::min(j.kc, j.k - p0);
@@ -443,11 +447,12 @@ struct WideJob {
   int64_t mpad;
   int64_t nc;  // columns per task, a multiple of NR
   GemmPost post;
+  const Isa* cpu;
 };
 
 void wideBlockTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   const WideJob& j = *reinterpret_cast<const WideJob*>(ctx);
-  const Isa& cpu = isa();
+  const Isa& cpu = *j.cpu;
   int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
   float* bp = scratch(1, static_cast<size_t>(kKC * nr));
   for (int64_t blk = begin; blk < end; ++blk) {
@@ -469,8 +474,7 @@ void wideBlockTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end)
 }
 
 void wideGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
-              bool transB, float* c, int64_t ldc, bool accumulate, const GemmPost& post) {
-  const Isa& cpu = isa();
+              bool transB, float* c, int64_t ldc, bool accumulate, const GemmPost& post, const Isa& cpu) {
   int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
   int64_t mpad = (m + mr - 1) / mr * mr;
   int64_t slices = (k + kKC - 1) / kKC;
@@ -482,7 +486,7 @@ void wideGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool
   int64_t panels = (n + nr - 1) / nr;
   int64_t blocks = std::min<int64_t>(panels, 4 * currentThreads());
   int64_t nc = (panels + blocks - 1) / blocks * nr;
-  WideJob job{m, n, k, ldb, ldc, b, c, transB, accumulate, ap, mpad, nc, post};
+  WideJob job{m, n, k, ldb, ldc, b, c, transB, accumulate, ap, mpad, nc, post, &cpu};
   parallelFor((n + nc - 1) / nc, m * n * k / 64, wideBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
 }
 
@@ -832,8 +836,8 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
     return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate, post});
   if (n <= kNarrowColumns && !transB)
     return narrowGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate, post});
-  if (m <= kWideRows) return wideGemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate, post);
-  const Isa& cpu = isa();
+  const Isa& cpu = isa(static_cast<int>(blocking.tile));
+  if (m <= kWideRows) return wideGemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate, post, cpu);
   int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
   int64_t npad = (n + nr - 1) / nr * nr;
   // B is packed once, shared by every row block; the panels are packed in
@@ -844,21 +848,23 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
   parallelFor(slices * pack.panels, k * n, packBTask, reinterpret_cast<void* const*>(&pack), nullptr);
   // B packed here is sliced by KC: the default slice, whatever the schedule says.
   GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, bp, 0, {false, k, npad, nr}, post};
+  job.cpu = &cpu;
+  job.packA = blocking.packA;
   job.mc = rowsPerTask(m, mr, blocking);
   int64_t blocks = (m + job.mc - 1) / job.mc;
   parallelFor(blocks, m * n * k / 64, rowBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
 }
 
-int64_t packedBFloats(int64_t k, int64_t n) {
-  int64_t nr = isa().tile.nr;
+int64_t packedBFloats(int64_t k, int64_t n, int tile) {
+  int64_t nr = isa(tile).tile.nr;
   if (k < 0 || n < 0 || n > (INT64_MAX - nr) / 2) return -1;
   int64_t npad = (n + nr - 1) / nr * nr;
   if (npad != 0 && k > (INT64_MAX / 4 - kPackedHeaderFloats) / npad) return -1;
   return kPackedHeaderFloats + k * npad;  // npad / NR panels of k x NR
 }
 
-void packGemmB(const float* b, int64_t ldb, bool transB, int64_t k, int64_t n, float* out) {
-  int64_t nr = isa().tile.nr;
+void packGemmB(const float* b, int64_t ldb, bool transB, int64_t k, int64_t n, float* out, int tile) {
+  int64_t nr = isa(tile).tile.nr;
   int64_t header[3] = {k, n, nr};
   std::memset(out, 0, sizeof(float) * kPackedHeaderFloats);
   std::memcpy(out, header, sizeof header);
@@ -868,25 +874,33 @@ void packGemmB(const float* b, int64_t ldb, bool transB, int64_t k, int64_t n, f
   packBTask(reinterpret_cast<void* const*>(&pack), nullptr, 0, slices * pack.panels);
 }
 
-bool packedBMatches(const float* packed, int64_t k, int64_t n) {
+bool packedBMatches(const float* packed, int64_t k, int64_t n, int tile) {
   int64_t header[3];
   std::memcpy(header, packed, sizeof header);
-  return header[0] == k && header[1] == n && header[2] == isa().tile.nr;
+  return header[0] == k && header[1] == n && header[2] == isa(tile).tile.nr;
 }
 
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
                  bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post,
                  const GemmBlocking& blocking) {
-  if (!packed || m <= 0 || n <= 0 || k <= 0 || !packedBMatches(packed, k, n))
+  int tile = static_cast<int>(blocking.tile);
+  const Isa& cpu = isa(tile);
+  // The skinny and narrow kernels read the default tile's panels; B packed for
+  // another tile goes to them in place (sgemm).
+  bool few = m <= kSkinnyRows || n <= kNarrowColumns;
+  if (!packed || m <= 0 || n <= 0 || k <= 0 || !packedBMatches(packed, k, n, tile) ||
+      (few && cpu.tile.nr != isa().tile.nr))
     return sgemm(m, n, k, a, lda, transA, b, ldb, transB, c, ldc, accumulate, post, blocking);
   const float* panels = packed + kPackedHeaderFloats;
-  int64_t nr = isa().tile.nr, mr = isa().tile.mr;
+  int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
   int64_t npad = (n + nr - 1) / nr * nr;
   if (m <= kSkinnyRows)
     return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate, post});
   if (n <= kNarrowColumns)
     return narrowGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate, post});
   GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, 0, {true, k, npad, nr}, post};
+  job.cpu = &cpu;
+  job.packA = blocking.packA;
   job.mc = rowsPerTask(m, mr, blocking);
   // Panel-major panels are all k deep: any contraction slice reads them. By
   // default the whole depth when a task's rows of A, k deep, fit in a quarter of

@@ -36,9 +36,17 @@ struct GemmPost {
 // A schedule's blocking of the general (many-row) product (loop::Schedule's kc
 // and mc; 0: the defaults): the contraction slice, which applies where B is
 // prepacked (its panels are all k deep), and the rows each task takes, in tiles.
+// The micro-kernel tile (detail::isa(tile): 0 the machine's default, 1 the wide
+// one where there is one) and whether A is packed even where the tile could read
+// it in place (a row-major A) are the schedule's too.
+// The tiles a schedule may choose from (detail::isa).
+constexpr int kGemmTiles = 2;
+
 struct GemmBlocking {
   int64_t kc = 0;
   int64_t mcTiles = 0;
+  int64_t tile = 0;
+  bool packA = false;
 };
 
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
@@ -54,11 +62,12 @@ constexpr int64_t kSkinnyRows = 8;
 // buffer given for another shape or machine is never misread.
 constexpr int64_t kPackedHeaderFloats = 16;
 // Floats a packed k x n B takes, header included; -1 if that overflows.
-int64_t packedBFloats(int64_t k, int64_t n);
+// `tile`: the micro-kernel tile the panels are for (GemmBlocking::tile).
+int64_t packedBFloats(int64_t k, int64_t n, int tile = 0);
 // Packs B (k x n, or n x k stored when transB) into `out` (packedBFloats floats, 64-byte aligned).
-void packGemmB(const float* b, int64_t ldb, bool transB, int64_t k, int64_t n, float* out);
-// Whether `packed` was made by packGemmB for a k x n B on this machine.
-bool packedBMatches(const float* packed, int64_t k, int64_t n);
+void packGemmB(const float* b, int64_t ldb, bool transB, int64_t k, int64_t n, float* out, int tile = 0);
+// Whether `packed` was made by packGemmB for a k x n B and this tile on this machine.
+bool packedBMatches(const float* packed, int64_t k, int64_t n, int tile = 0);
 
 // sgemm with B prepacked; `packed` null, or made for another shape, falls back to B itself.
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
@@ -68,22 +77,25 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
 // Flags bit 4 of the entry points below: run on the calling thread alone (a
 // schedule that shares nothing, loop::Schedule::parallel).
 constexpr int64_t kGemmFlagSerial = 16;
-// Bits 8-11: KC as log2(KC) - 5 (0: the default); bits 12-19: rows per task in tiles (0: the default).
-constexpr int kGemmFlagKCShift = 8, kGemmFlagMCShift = 12;
-inline int64_t gemmBlockingFlags(int64_t kc, int64_t mcTiles) {
+// Bits 8-11: KC as log2(KC) - 5 (0: the default); bits 12-19: rows per task in
+// tiles (0: the default); bits 20-21: the tile; bit 22: pack A.
+constexpr int kGemmFlagKCShift = 8, kGemmFlagMCShift = 12, kGemmFlagTileShift = 20, kGemmFlagPackAShift = 22;
+inline int64_t gemmBlockingFlags(const GemmBlocking& b) {
   int64_t code = 0;
-  while (kc > 32 && (int64_t(32) << code) < kc) ++code;
-  return (kc > 0 ? code << kGemmFlagKCShift : 0) | ((mcTiles & 0xff) << kGemmFlagMCShift);
+  while (b.kc > 32 && (int64_t(32) << code) < b.kc) ++code;
+  return (b.kc > 0 ? code << kGemmFlagKCShift : 0) | ((b.mcTiles & 0xff) << kGemmFlagMCShift) |
+         ((b.tile & 0x3) << kGemmFlagTileShift) | (int64_t(b.packA) << kGemmFlagPackAShift);
 }
 inline GemmBlocking gemmBlockingFromFlags(int64_t flags) {
   int64_t code = (flags >> kGemmFlagKCShift) & 0xf;
-  return {code ? int64_t(32) << code : 0, (flags >> kGemmFlagMCShift) & 0xff};
+  return {code ? int64_t(32) << code : 0, (flags >> kGemmFlagMCShift) & 0xff, (flags >> kGemmFlagTileShift) & 0x3,
+          ((flags >> kGemmFlagPackAShift) & 1) != 0};
 }
 
 }  // namespace kiln::jit
 
 // The entry point JIT kernels call; flags: bit 0 transA, bit 1 transB, bit 2 accumulate, bit 4 serial,
-// bits 8-19 blocking (gemmBlockingFlags).
+// bits 8-22 blocking (gemmBlockingFlags).
 // The same with a prepacked B (null: none).
 extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                                   const float* packed, float* c, int64_t ldc, int64_t flags);

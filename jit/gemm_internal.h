@@ -40,8 +40,12 @@ struct Isa {
   MicroRowsKernel microRows;  // null where A is always packed
 };
 
-// The micro-kernel for this machine (AVX-512 8 x 32, AVX2 6 x 16, or portable).
-const Isa& isa();
+// The micro-kernels a GEMM may run with (jit::kGemmTiles): tile 0 is the default, tile 1 the
+// wide alternative a schedule may choose (jit::GemmBlocking::tile): AVX-512 6 x 64;
+// machines without one run the default for it. Out-of-range tiles are the default.
+// The micro-kernel for this machine and tile (AVX-512 8 x 32 or 6 x 64, AVX2
+// 6 x 16, or portable).
+const Isa& isa(int tile = 0);
 
 // Packs rows [i0, i0+rows) x depth [p0, p0+kc) of A (k x m stored when t) into
 // MR-tall panels, zero-padded.

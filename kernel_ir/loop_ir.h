@@ -145,7 +145,7 @@ struct BufferDecl {
   // (runtime/kernel_table.h); a null pointer otherwise. Never allocated.
   int32_t preparedFrom = -1;
   PreparedLayout preparedLayout = PreparedLayout::GemmB;
-  int64_t preparedParam = 0;  // GemmB: 1 when B is stored n x k; ConvFilter: groups
+  int64_t preparedParam = 0;  // GemmB: bit 0 set when B is stored n x k, bits 1-2 the tile; ConvFilter: groups
   bool isScratch() const { return scratchValue >= 0 || !scratchSize.empty(); }
   bool isPrepared() const { return preparedFrom >= 0; }
 };

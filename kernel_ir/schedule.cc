@@ -59,6 +59,8 @@ std::string Schedule::toString() const {
   if (!directConv) add("conv=gemm");
   if (gemmKC) add("kc=" + std::to_string(gemmKC));
   if (gemmMCTiles) add("mc=" + std::to_string(gemmMCTiles));
+  if (gemmTile) add("micro=" + std::to_string(gemmTile));
+  if (gemmPackA) add("pack_a=1");
   return s.empty() ? "default" : s;
 }
 
@@ -103,6 +105,12 @@ std::optional<Schedule> Schedule::parse(std::string_view text, std::string* erro
       ok = parseInt(value, s.gemmKC) && s.gemmKC >= 64 && s.gemmKC <= 1024 && (s.gemmKC & (s.gemmKC - 1)) == 0;
     } else if (key == "mc") {
       ok = parseInt(value, s.gemmMCTiles) && s.gemmMCTiles >= 1 && s.gemmMCTiles <= 255;
+    } else if (key == "micro") {
+      ok = parseInt(value, s.gemmTile) && s.gemmTile >= 0 && s.gemmTile <= 1;
+    } else if (key == "pack_a") {
+      int v = 0;
+      ok = parseInt(value, v) && (v == 0 || v == 1);
+      s.gemmPackA = v == 1;
     } else if (key == "conv") {
       ok = value == "direct" || value == "gemm";
       s.directConv = value == "direct";
@@ -331,7 +339,7 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
 
 int ScheduleSpace::dimensions() const {
   return (nestDepth > 1 ? 2 : 0) + (nestDepth == 1 ? 1 : 0) + (hasVectorLoops ? 2 : 0) + (hasSerialInner ? 1 : 0) +
-         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 2 : 0);
+         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 4 : 0);
 }
 
 namespace {
@@ -351,7 +359,7 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
   Schedule out = s;
   // Knobs this space has, drawn until one actually changes the schedule.
   for (int attempt = 0; attempt < 16 && out == s; ++attempt) {
-    switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
+    switch (std::uniform_int_distribution<int>(0, 11)(rng)) {
       case 0:
         if (nestDepth > 1) {
           out.order.resize(static_cast<size_t>(nestDepth));
@@ -395,6 +403,12 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
       case 9:
         if (hasGemm) out.gemmMCTiles = pick<int32_t>(rng, {0, 1, 2, 4, 8, 16});
         break;
+      case 10:
+        if (hasGemm) out.gemmTile = 1 - out.gemmTile;
+        break;
+      case 11:
+        if (hasGemm) out.gemmPackA = !out.gemmPackA;
+        break;
     }
   }
   return out;
@@ -409,6 +423,9 @@ Schedule ScheduleSpace::sample(std::mt19937_64& rng) const {
 
 void applySchedule(LoopKernel& k, const Schedule& s) {
   k.schedule = s;
+  // The runtime packs a constant B for the tile its kernel runs (bit 0 stays transB).
+  for (BufferDecl& b : k.buffers)
+    if (b.isPrepared() && b.preparedLayout == PreparedLayout::GemmB) b.preparedParam = (b.preparedParam & 1) | (s.gemmTile << 1);
   if (k.body < 0 || (s.order.empty() && s.tile.empty())) return;
   size_t depth = std::max(s.order.size(), s.tile.size());
   std::vector<Nest> nests;

@@ -52,6 +52,13 @@ struct Schedule {
   // (0: the runtime's choice).
   int32_t gemmKC = 0;
   int32_t gemmMCTiles = 0;
+  // GEMMs' micro-kernel tile (MR x NR, jit::detail::isa(tile)): 0 the machine's
+  // default, 1 the wide one (AVX-512: 6 x 64 against 8 x 32; the default where a
+  // machine has no other). B prepacked for a kernel is packed for its tile.
+  int32_t gemmTile = 0;
+  // GEMMs pack A into MR-tall panels even where the tile could read a row-major
+  // A in place.
+  bool gemmPackA = false;
 
   bool isDefault() const { return toString() == "default"; }
   std::string toString() const;

@@ -120,13 +120,16 @@ const float* KernelTable::prepared(const Tensor& t, loop::PreparedLayout layout,
 Tensor packWeight(const Tensor& c, loop::PreparedLayout layout, int64_t param, PooledAllocator& pool) {
   // The packed form's two sizes and float count (-1: the constant does not fit the layout).
   const Shape& s = c.shape();
-  bool gemm = layout == loop::PreparedLayout::GemmB, transB = param != 0;
+  // GemmB's param: bit 0 transB, bits 1-2 the micro-kernel tile (loop::Schedule::gemmTile).
+  bool gemm = layout == loop::PreparedLayout::GemmB, transB = (param & 1) != 0;
+  int tile = static_cast<int>(param >> 1);
+  if (gemm && (param < 0 || tile >= jit::kGemmTiles)) return Tensor();
   int64_t floats = -1, d0 = 0, d1 = 0;  // GemmB: k, n; ConvFilter: filters, weights per filter
   if (c.dtype() != DType::Float32 || layout == loop::PreparedLayout::Constant) return Tensor();
   if (gemm && s.size() == 2) {
     d0 = transB ? s[1] : s[0];
     d1 = transB ? s[0] : s[1];
-    floats = jit::packedBFloats(d0, d1);
+    floats = jit::packedBFloats(d0, d1, tile);
   } else if (!gemm && s.size() == 4) {
     d0 = s[0];
     d1 = s[1] * s[2] * s[3];
@@ -135,7 +138,7 @@ Tensor packWeight(const Tensor& c, loop::PreparedLayout layout, int64_t param, P
   if (floats < 0) return Tensor();
   std::array<int64_t, 1> shape{floats};
   Tensor packed = allocateTensor(pool, DType::Float32, shape);
-  if (gemm) jit::packGemmB(c.data<float>(), s[1], transB, d0, d1, packed.data<float>());
+  if (gemm) jit::packGemmB(c.data<float>(), s[1], transB, d0, d1, packed.data<float>(), tile);
   else jit::packConvFilter(c.data<float>(), d0, d1, param, packed.data<float>());
   return packed;
 }

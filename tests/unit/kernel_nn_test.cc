@@ -499,6 +499,16 @@ TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slice
             std::vector<float> c0 = c;
             jit::sgemm(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, c.data(), n, acc);
             checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+            // The schedule's other micro-kernel tile (AVX-512: 6 x 64) and A packed
+            // where it could be read in place: the same product.
+            for (jit::GemmBlocking blocking : {jit::GemmBlocking{0, 0, 1, false}, jit::GemmBlocking{0, 0, 1, true},
+                                               jit::GemmBlocking{0, 0, 0, true}}) {
+              CAPTURE(blocking.tile);
+              CAPTURE(blocking.packA);
+              c = c0;
+              jit::sgemm(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, c.data(), n, acc, {}, blocking);
+              checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+            }
           }
   device::setNumThreads(threadsBefore);
 }
@@ -544,6 +554,25 @@ TEST_CASE("sgemm: few rows (skinny path) and prepacked B on odd shapes, against 
               c = c0;
               jit::sgemmPacked(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, packed.data(), c.data(), n, acc);
               checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+              // B packed for the wide tile (6 x 64 on AVX-512): the tile drivers read
+              // it, the skinny ones (which read the default's panels) take B in place;
+              // and a B packed for one tile given to the other is not read as its own.
+              if (threads == 1) {
+                std::vector<float> wide(static_cast<size_t>(jit::packedBFloats(k, n, 1)));
+                jit::packGemmB(b.data(), tb ? k : n, tb, k, n, wide.data(), 1);
+                CHECK(jit::packedBMatches(wide.data(), k, n, 1));
+                for (bool packA : {false, true}) {
+                  CAPTURE(packA);
+                  c = c0;
+                  jit::sgemmPacked(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, wide.data(), c.data(), n, acc, {},
+                                   jit::GemmBlocking{0, 0, 1, packA});
+                  checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+                  c = c0;
+                  jit::sgemmPacked(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, packed.data(), c.data(), n, acc, {},
+                                   jit::GemmBlocking{0, 0, 1, packA});
+                  checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+                }
+              }
             }
   device::setNumThreads(threadsBefore);
 }

@@ -10,14 +10,17 @@
 #include <filesystem>
 #include <fstream>
 
+#include "jit/gemm.h"
 #include "jit/host_cpu.h"
 #include "jit/kernel.h"
 #include "jit/tuning_log.h"
 #include "kernel_ir/lower.h"
 #include "kernel_ir/schedule.h"
 #include "kiln/compile.h"
+#include "kiln/memory.h"
 #include "kiln/vm.h"
 #include "kernel_util.h"
+#include "runtime/kernel_table.h"
 #include "tune/measure.h"
 #include "tune/tasks.h"
 #include "tune/tuner.h"
@@ -78,9 +81,11 @@ int countLoops(const loop::LoopKernel& k, loop::StmtId s) {
 TEST_CASE("a schedule's text names what differs from the default, and reads back") {
   CHECK(Schedule{}.toString() == "default");
   CHECK(Schedule{}.isDefault());
-  Schedule s = parsed("order=1:0,tile=32:8,vec=8,interleave=2,unroll=4,parallel=0,grain=-2,conv=gemm,kc=256,mc=4");
+  Schedule s = parsed("order=1:0,tile=32:8,vec=8,interleave=2,unroll=4,parallel=0,grain=-2,conv=gemm,kc=256,mc=4,micro=1,pack_a=1");
   CHECK(s.gemmKC == 256);
   CHECK(s.gemmMCTiles == 4);
+  CHECK(s.gemmTile == 1);
+  CHECK(s.gemmPackA);
   CHECK(s.order == std::vector<int32_t>{1, 0});
   CHECK(s.tile == std::vector<int64_t>{32, 8});
   CHECK(s.vectorWidth == 8);
@@ -91,7 +96,8 @@ TEST_CASE("a schedule's text names what differs from the default, and reads back
   // An identity order and no tiles are the default.
   CHECK(parsed("order=0:1:2,tile=0:0:0").toString() == "default");
   for (const char* bad : {"", "vec=3", "vec", "order=0:0", "order=1:0,tile=8", "speed=11", "parallel=2", "tile=-4",
-                          "interleave=0", "grain=99", "conv=winograd", "kc=100", "kc=2048", "mc=0"}) {
+                          "interleave=0", "grain=99", "conv=winograd", "kc=100", "kc=2048", "mc=0", "micro=2", "micro=-1",
+                          "pack_a=2"}) {
     std::string why;
     INFO(bad);
     CHECK(!Schedule::parse(bad, &why).has_value());
@@ -124,7 +130,30 @@ TEST_CASE("loop order and tiles are applied where legal, and every schedule comp
   checkSameResult("def @main(%x: Tensor[(4, 64), float32], %w: Tensor[(32, 64), float32]) { nn.relu(nn.dense(%x, %w)) }",
                   {{4, 64}, {32, 64}}, "parallel=0");
   // GEMM blocking: the contraction slice and rows per task (B prepacked, as a constant weight is).
-  for (const char* s : {"kc=64,mc=1", "kc=1024,mc=3", "kc=256,mc=16,parallel=0"})
+  // The micro-kernel tile and A packing too (the wide tile's B packed for it once:
+  // the prepared operand asks for the tile's panels, transB kept in bit 0).
+  {
+    loop::LoopKernel dense = kernel_ir::lowerToLoops(
+        test::fusedFrom("def @main(%x: Tensor[(40, 300), float32], %w: Tensor[(70, 300), float32]) { nn.dense(%x, %w) }"),
+        {.directConv = true, .gemmPostOps = true});
+    loop::applySchedule(dense, parsed("micro=1"));
+    int prepared = 0;
+    for (const loop::BufferDecl& b : dense.buffers)
+      if (b.isPrepared()) {
+        ++prepared;
+        CHECK(b.preparedParam == (1 << 1 | 1));  // the wide tile; nn.dense's weight is stored n x k
+      }
+    CHECK(prepared == 1);
+    Tensor w = Tensor::empty(DType::Float32, {70, 300});
+    Tensor packed = runtime::packWeight(w, loop::PreparedLayout::GemmB, 3, MemoryPools::processDefault().forDevice(Device{}));
+    REQUIRE(packed.defined());
+    CHECK(jit::packedBMatches(packed.data<float>(), 300, 70, 1));
+    CHECK(!runtime::packWeight(w, loop::PreparedLayout::GemmB, 1 << 3, MemoryPools::processDefault().forDevice(Device{}))
+               .defined());  // no such tile
+  }
+  // The micro-kernel tile and A packing too (the wide tile's B packed for it once).
+  for (const char* s : {"kc=64,mc=1", "kc=1024,mc=3", "kc=256,mc=16,parallel=0", "micro=1", "micro=1,pack_a=1,kc=64",
+                        "pack_a=1,mc=2"})
     checkSameResult("def @main(%x: Tensor[(40, 300), float32], %w: Tensor[(70, 300), float32]) { nn.dense(%x, %w) }",
                     {{40, 300}, {70, 300}}, s);
   checkSameResult(
