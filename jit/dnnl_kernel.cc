@@ -8,12 +8,21 @@
 // constant is reordered into the primitive's layout once and kept with the
 // primitive. oneDNN runs its own OpenMP threads: a step large enough to share
 // gets as many as Kiln's pool has, a small one runs on the calling thread.
+//
+// Thread-safety: a kernel's primitives are made once and then executed by
+// whichever thread runs the kernel, several at a time. oneDNN's own scratchpad
+// (built as Debian's is, without DNNL_ENABLE_CONCURRENT_EXEC) is one buffer
+// common to all primitives, safe only for a primitive run on the thread that
+// made it: two VMs on two threads then wrote each other's partial sums (a
+// dense layer's element read 0). So every primitive and reorder here takes its
+// scratchpad from the caller (scratchpad_mode::user), from a buffer per thread.
 #include <omp.h>
 
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
+#include <vector>
 
 #include "device/thread_pool.h"
 #include "jit/library_kernel.h"
@@ -41,6 +50,29 @@ dnnl::engine& cpuEngine() {
 }
 
 memory::dims dimsOf(const Shape& s) { return memory::dims(s.begin(), s.end()); }
+
+// Attributes that leave the scratchpad to the caller (see the top of this file).
+dnnl::primitive_attr userScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// The calling thread's scratchpad, at least `d`'s size: kept and grown, so a
+// warm kernel allocates nothing. One primitive at a time uses it: a CPU stream
+// runs each execute() to its end before the next starts.
+memory threadScratchpad(const memory::desc& d) {
+  thread_local std::vector<unsigned char> buf;
+  size_t bytes = d.get_size();
+  if (buf.size() < bytes) buf.resize(bytes);
+  return memory(d, cpuEngine(), bytes ? buf.data() : nullptr);
+}
+
+// `from` reordered into `to`, with the caller's scratchpad.
+void reorderInto(memory& from, memory& to, dnnl::stream& s) {
+  dnnl::reorder::primitive_desc pd(from, to, userScratchpad());
+  dnnl::reorder(pd).execute(s, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, threadScratchpad(pd.scratchpad_desc())}});
+}
 
 Tag plainTag(size_t rank) {
   switch (rank) {
@@ -80,6 +112,7 @@ struct Made {
   bool hasBias = false;
   bool swapped = false;  // Binary: the operands' order reversed (the broadcast one second)
   double flops = 0;      // the step's work, for how many threads it gets
+  memory::desc scratchpad;  // what the primitive needs (threadScratchpad)
   std::mutex mu;
   std::unordered_map<const void*, memory> constWeights;  // constant data -> reordered once
 };
@@ -185,7 +218,7 @@ class DnnlKernel final : public LibraryKernel {
         po.append_eltwise(1.f, eltwiseAlg(p.kind), 0.f, 0.f);
       }
     }
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = userScratchpad();
     attr.set_post_ops(po);
     const DnnlPostOp* bias = !st.post.empty() && st.post[0].kind == DnnlPostOp::Kind::Bias ? &st.post[0] : nullptr;
     switch (st.kind) {
@@ -214,6 +247,7 @@ class DnnlKernel final : public LibraryKernel {
         dnnl::matmul::desc d = bias ? dnnl::matmul::desc(m.src, m.weights, m.bias, m.dst) : dnnl::matmul::desc(m.src, m.weights, m.dst);
         dnnl::matmul::primitive_desc pd(d, attr, cpuEngine());
         m.weights = pd.weights_desc();
+        m.scratchpad = pd.scratchpad_desc();
         m.prim = dnnl::matmul(pd);
         break;
       }
@@ -245,13 +279,16 @@ class DnnlKernel final : public LibraryKernel {
         m.src = pd.src_desc();
         m.weights = pd.weights_desc();
         m.dst = pd.dst_desc();
+        m.scratchpad = pd.scratchpad_desc();
         m.prim = dnnl::convolution_forward(pd);
         break;
       }
       case DnnlStep::Kind::Eltwise: {
         m.src = m.dst = m.userSrc = m.userDst = plain(out);
         dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, eltwiseAlg(st.post[0].kind), m.src, 0.f, 0.f);
-        m.prim = dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(d, cpuEngine()));
+        dnnl::eltwise_forward::primitive_desc pd(d, userScratchpad(), cpuEngine());
+        m.scratchpad = pd.scratchpad_desc();
+        m.prim = dnnl::eltwise_forward(pd);
         break;
       }
       case DnnlStep::Kind::Binary: {
@@ -266,7 +303,9 @@ class DnnlKernel final : public LibraryKernel {
         m.dst = m.userDst = plain(out);
         m.swapped = swap;
         dnnl::binary::desc d(dnnl::algorithm::binary_add, m.src, m.weights, m.dst);
-        m.prim = dnnl::binary(dnnl::binary::primitive_desc(d, cpuEngine()));
+        dnnl::binary::primitive_desc pd(d, userScratchpad(), cpuEngine());
+        m.scratchpad = pd.scratchpad_desc();
+        m.prim = dnnl::binary(pd);
         break;
       }
     }
@@ -286,7 +325,7 @@ class DnnlKernel final : public LibraryKernel {
     memory u(user, cpuEngine(), data);
     if (user == want) return u;
     memory r(want, cpuEngine());
-    dnnl::reorder(u, r).execute(s, u, r);
+    reorderInto(u, r, s);
     keep.push_back(r);
     return r;
   }
@@ -299,7 +338,8 @@ class DnnlKernel final : public LibraryKernel {
     std::vector<memory> keep;
     std::unordered_map<int, memory> args;
     if (st.kind == DnnlStep::Kind::Eltwise) {
-      args = {{DNNL_ARG_SRC, memory(m.src, cpuEngine(), ptr(st.post[0].operand))}, {DNNL_ARG_DST, memory(m.dst, cpuEngine(), out)}};
+      args = {{DNNL_ARG_SRC, memory(m.src, cpuEngine(), ptr(st.post[0].operand))}, {DNNL_ARG_DST, memory(m.dst, cpuEngine(), out)},
+              {DNNL_ARG_SCRATCHPAD, threadScratchpad(m.scratchpad)}};
       m.prim.execute(s, args);
       return;
     }
@@ -307,7 +347,8 @@ class DnnlKernel final : public LibraryKernel {
       int32_t first = m.swapped ? a.inputs[1] : a.inputs[0], second = m.swapped ? a.inputs[0] : a.inputs[1];
       args = {{DNNL_ARG_SRC_0, memory(m.src, cpuEngine(), ptr(first))},
               {DNNL_ARG_SRC_1, memory(m.weights, cpuEngine(), ptr(second))},
-              {DNNL_ARG_DST, memory(m.dst, cpuEngine(), out)}};
+              {DNNL_ARG_DST, memory(m.dst, cpuEngine(), out)},
+              {DNNL_ARG_SCRATCHPAD, threadScratchpad(m.scratchpad)}};
       m.prim.execute(s, args);
       return;
     }
@@ -339,10 +380,11 @@ class DnnlKernel final : public LibraryKernel {
     bool reorderOut = !kept && m.dst != m.userDst;
     memory dst = kept ? memory(m.dst, cpuEngine(), out) : reorderOut ? memory(m.dst, cpuEngine()) : memory(m.userDst, cpuEngine(), out);
     args[DNNL_ARG_DST] = dst;
+    args[DNNL_ARG_SCRATCHPAD] = threadScratchpad(m.scratchpad);
     m.prim.execute(s, args);
     if (reorderOut) {
       memory u(m.userDst, cpuEngine(), out);
-      dnnl::reorder(dst, u).execute(s, dst, u);
+      reorderInto(dst, u, s);
     }
     // Reordered inputs must live until the stream has run them.
     if (!keep.empty() || reorderOut) s.wait();
