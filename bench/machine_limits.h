@@ -2,8 +2,6 @@
 // can be printed as a ratio: memory copy bandwidth and one core's FP32 FMA peak.
 #pragma once
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -13,6 +11,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "device/cpu_limits.h"
 
 namespace kiln::bench {
 
@@ -122,56 +122,7 @@ inline double copyBandwidthThreads(int threads, size_t floats = size_t(16) << 20
   return copy.bytes() / best;
 }
 
-namespace detail {
-// 12 independent accumulators hide FMA latency; nothing touches memory in the
-// loop (unrolled, so the accumulators live in registers). Explicit FMAs: with
-// -std=c++20 GCC does not contract a * b + c.
-__attribute__((target("avx512f,fma"))) inline double fma512(int64_t iters) {
-  __m512 acc[12];
-  for (int k = 0; k < 12; ++k) acc[k] = _mm512_set1_ps(static_cast<float>(k) * 1e-3f);
-  __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
-  auto t0 = Clock::now();
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int k = 0; k < 12; ++k) acc[k] = _mm512_fmadd_ps(acc[k], m, a);
-  }
-  double s = secondsSince(t0);
-  alignas(64) float lanes[16];
-  volatile float sink = 0;
-  for (int k = 0; k < 12; ++k) {
-    _mm512_store_ps(lanes, acc[k]);
-    sink = sink + lanes[0];
-  }
-  return 2.0 * 12 * 16 * static_cast<double>(iters) / s;
-}
-
-__attribute__((target("avx2,fma"))) inline double fma256(int64_t iters) {
-  __m256 acc[12];
-  for (int k = 0; k < 12; ++k) acc[k] = _mm256_set1_ps(static_cast<float>(k) * 1e-3f);
-  __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
-  auto t0 = Clock::now();
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int k = 0; k < 12; ++k) acc[k] = _mm256_fmadd_ps(acc[k], m, a);
-  }
-  double s = secondsSince(t0);
-  alignas(32) float lanes[8];
-  volatile float sink = 0;
-  for (int k = 0; k < 12; ++k) {
-    _mm256_store_ps(lanes, acc[k]);
-    sink = sink + lanes[0];
-  }
-  return 2.0 * 12 * 8 * static_cast<double>(iters) / s;
-}
-}  // namespace detail
-
 // FP32 FLOP/s of one core with fused multiply-adds in registers (AVX-512 where present).
-inline double fp32Peak() {
-  bool avx512 = __builtin_cpu_supports("avx512f");
-  double best = 0;
-  for (int r = 0; r < 5; ++r)
-    best = std::max(best, avx512 ? detail::fma512(20'000'000) : detail::fma256(20'000'000));
-  return best;
-}
+inline double fp32Peak() { return device::fp32PeakPerCore(); }
 
 }  // namespace kiln::bench

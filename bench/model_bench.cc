@@ -64,49 +64,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Sum of a buffer with 4 vector accumulators: the read loop behind the floors.
-__attribute__((target("avx512f"))) float readOnce512(const float* p, size_t n) {
-  __m512 a = _mm512_setzero_ps(), b = a, c = a, d = a;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    a = _mm512_add_ps(a, _mm512_loadu_ps(p + i));
-    b = _mm512_add_ps(b, _mm512_loadu_ps(p + i + 16));
-    c = _mm512_add_ps(c, _mm512_loadu_ps(p + i + 32));
-    d = _mm512_add_ps(d, _mm512_loadu_ps(p + i + 48));
-  }
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
-  float s = 0;
-  for (float v : lanes) s += v;
-  for (; i < n; ++i) s += p[i];
-  return s;
-}
-
-// The same with AVX2: 8 accumulators, so that two loads a cycle are in flight.
-__attribute__((target("avx2"))) float readOnce256(const float* p, size_t n) {
-  __m256 acc[8];
-  for (auto& a : acc) a = _mm256_setzero_ps();
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64)
-#pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q) acc[q] = _mm256_add_ps(acc[q], _mm256_loadu_ps(p + i + 8 * q));
-  for (int q = 1; q < 8; ++q) acc[0] = _mm256_add_ps(acc[0], acc[q]);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, acc[0]);
-  float s = 0;
-  for (float v : lanes) s += v;
-  for (; i < n; ++i) s += p[i];
-  return s;
-}
-
-float readOnce(const float* p, size_t n) {
-  if (__builtin_cpu_supports("avx512f")) return readOnce512(p, n);
-  if (__builtin_cpu_supports("avx2")) return readOnce256(p, n);
-  float s = 0;
-  for (size_t i = 0; i < n; ++i) s += p[i];
-  return s;
-}
-
 // The floor's read loop, timed as Kiln is: in blocks of runs after the same
 // pause, in the same rounds as Kiln's blocks, each run reading the weights of
 // every step once (a loop's step reads its step's weights: the buffer is one
@@ -135,7 +92,7 @@ class StreamFloor {
         arrived.fetch_add(1);
         while (arrived.load() < (r + 1) * parts) _mm_pause();
         auto t0 = Clock::now();
-        for (int k = 0; k < steps_; ++k) sum += readOnce(buf_.data() + begin, end - begin);
+        for (int k = 0; k < steps_; ++k) sum += kiln::device::readOnce(buf_.data() + begin, end - begin);
         seconds[r * parts + t] = secondsSince(t0);
       }
       sums[t] = sum;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "device/thread_pool.h"
 #include "jit/tuning_log.h"
 #include "kiln/compile.h"
 #include "kiln/error.h"
@@ -128,6 +129,7 @@ int run(int argc, char** argv) {
   exe->save(options.exePath);
   options.worker = std::filesystem::read_symlink("/proc/self/exe").string();
   options.logPath = logPath;
+  options.threads = kiln::device::numThreads();
   options.progress = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
@@ -136,18 +138,24 @@ int run(int argc, char** argv) {
   std::vector<kiln::tune::TaskResult> results = kiln::tune::tuneTasks(*exe, tasks, options);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  std::printf("\n%-18s %-28s %-30s %10s %10s %8s %7s\n", "task", "shapes", "schedule", "default us", "tuned us", "speedup",
-              "trials");
-  int faster = 0, tuned = 0;
+  // Beside each result its floor (the least time any schedule can take: FLOPs at
+  // peak or operands read once, tune/work_bound.h) and the room it leaves.
+  std::printf("\n%-18s %-28s %-30s %10s %10s %8s %7s %10s %7s  %s\n", "task", "shapes", "schedule", "default us", "tuned us",
+              "speedup", "trials", "floor us", "room", "floor is");
+  int faster = 0, tuned = 0, roomy = 0;
   for (const auto& r : results) {
     std::string shapes = kiln::jit::formatShapes(r.task.shapes);
     if (shapes.size() > 28) shapes = shapes.substr(0, 25) + "...";
-    std::printf("%-18s %-28s %-30s %10.2f %10.2f %7.2fx %7d%s\n", r.task.task.c_str(), shapes.c_str(),
-                r.best.toString().c_str(), r.defaultMicros, r.micros, r.speedup(), r.trials, r.resumed ? " (log)" : "");
+    std::printf("%-18s %-28s %-30s %10.2f %10.2f %7.2fx %7d %10.2f %6.2fx  %s%s\n", r.task.task.c_str(), shapes.c_str(),
+                r.best.toString().c_str(), r.defaultMicros, r.micros, r.speedup(), r.trials, r.floorMicros, r.room(),
+                r.floorWhat.c_str(), r.resumed ? " (log)" : "");
     ++tuned;
     if (r.speedup() >= 1.2) ++faster;
+    if (r.room() >= 1.2) ++roomy;
   }
   std::printf("%d task(s) tuned, %d at least 1.2x faster, %.0f s; log: %s\n", tuned, faster, seconds, logPath.c_str());
+  std::printf("%d of them with room for 1.2x (the default at least 1.2x its floor); the others cannot be 1.2x faster\n",
+              roomy);
   return 0;
 }
 

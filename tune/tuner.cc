@@ -14,6 +14,7 @@
 #include "jit/tuning_log.h"
 #include "kernel_ir/lower.h"
 #include "kiln/error.h"
+#include "tune/work_bound.h"
 
 namespace kiln::tune {
 
@@ -55,12 +56,20 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
   auto start = std::chrono::steady_clock::now();
   std::mt19937_64 rng(options.seed);
   size_t n = tasks.tasks.size();
+  MachineFloor machine = MachineFloor::measure(options.threads);
   for (size_t i = 0; i < n; ++i) {
     const Task& task = tasks.tasks[i];
     TaskResult r;
     r.task = task;
     std::string head = "task " + std::to_string(i + 1) + "/" + std::to_string(n) + " " + task.task + " " + task.name + " [" +
                        jit::formatShapes(task.shapes) + "]";
+    try {
+      MachineFloor::Floor floor = machine.floorOf(workBound(*exe.kernels()[task.kernel].function, task.shapes));
+      r.floorMicros = floor.micros;
+      r.floorWhat = floor.what;
+    } catch (const Error&) {
+      // Shapes the kernel does not take: its measurement says so below.
+    }
     if (const jit::TuningRecord* had = existing.find(task.task, task.shapes)) {
       r.best = had->schedule;
       r.micros = had->micros;
@@ -158,7 +167,8 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
     log.flush();
     say(head + ": done: " + r.best.toString() + " " + fmt("%.2f us (default %.2f us", r.micros, r.defaultMicros) +
         fmt(", %.2fx) after %.0f trial(s)", r.speedup(), static_cast<double>(r.trials)) + ", " + std::to_string(r.failed) +
-        " failed, " + fmt("%.1f s", r.seconds));
+        " failed, " + fmt("%.1f s", r.seconds) + "; floor " + fmt("%.2f us", r.floorMicros) + " (" + r.floorWhat + "), " +
+        fmt("room %.2fx", r.room()));
     results.push_back(std::move(r));
   }
   return results;

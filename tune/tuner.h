@@ -9,6 +9,8 @@
 // noise margin, and the default is recorded otherwise, so applying the log
 // never makes a kernel slower. Records are appended to the log as each task
 // finishes; a task that the log already covers on this CPU is skipped (resume).
+// Each task's floor (work_bound.h) is measured before its search, so a result
+// says how much a schedule could have gained at all.
 #pragma once
 
 #include <functional>
@@ -31,6 +33,7 @@ struct TuneOptions {
   int maxTrials = 48;               // candidates per task, at most
   double timeoutSeconds = 120;      // one candidate, compile included
   double acceptSpeedup = 1.03;      // the confirmation must beat the default by this much
+  int threads = 1;                  // the thread count the kernels run with (each task's floor)
   uint64_t seed = 1;
   MeasureOptions measure;
   std::function<void(const std::string&)> progress;  // one line at a time
@@ -44,7 +47,12 @@ struct TaskResult {
   int trials = 0, failed = 0;
   bool resumed = false;      // the log had it already
   double seconds = 0;        // spent on it
+  // The least time any schedule can take (work_bound.h), and what sets it.
+  double floorMicros = 0;
+  std::string floorWhat;
   double speedup() const { return micros > 0 ? defaultMicros / micros : 0; }
+  // How much faster than the default the floor is: a schedule can gain at most this.
+  double room() const { return floorMicros > 0 ? defaultMicros / floorMicros : 0; }
 };
 
 std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, const TuneOptions& options);

@@ -29,6 +29,9 @@ test $rc -eq 0 || cat "$tmp/tune.err"
 check "kiln-tune shows progress" grep -q "^task 1/5 .*: trial 1 " "$tmp/tune.err"
 check "kiln-tune writes a record per task" test "$(grep -c '^task=' "$tmp/cnn.log")" -eq 5
 check "kiln-tune prints the table" grep -q "5 task(s) tuned" "$tmp/tune.out"
+check "...each task beside its floor and the room it leaves" grep -q " [0-9.]*x  \(FLOPs at peak\|bytes read\)" "$tmp/tune.out"
+check "...and how many tasks had room for 1.2x" grep -q "^[0-5] of them with room for 1.2x" "$tmp/tune.out"
+check "kiln-tune's progress gives each task's floor" grep -q ": done: .*; floor [0-9.]* us (" "$tmp/tune.err"
 "$tune" "${cnn[@]}" --log "$tmp/cnn.log" --trials 3 > "$tmp/resume.out" 2> "$tmp/resume.err"
 check "a second run resumes from the log" test "$(grep -c 'in the log already' "$tmp/resume.err")" -eq 5
 check "...and appends nothing" test "$(grep -c '^task=' "$tmp/cnn.log")" -eq 5

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "device/cpu_limits.h"
 #include "jit/gemm.h"
 #include "jit/host_cpu.h"
 #include "jit/kernel.h"
@@ -24,6 +25,7 @@
 #include "tune/measure.h"
 #include "tune/tasks.h"
 #include "tune/tuner.h"
+#include "tune/work_bound.h"
 
 using namespace kiln;
 using loop::Schedule;
@@ -320,6 +322,49 @@ TEST_CASE("small element-wise kernels and reshapes are left out, with the reason
 }
 
 #ifdef KILN_TUNE_PATH
+TEST_CASE("a task's floor: its FLOPs counted low, its operands and results once, against the machine's limits") {
+  // A product: 2 m n k; bytes: x, w and the result once.
+  tune::WorkBound dense = tune::workBound(
+      test::fusedFrom("def @main(%x: Tensor[(40, 300), float32], %w: Tensor[(70, 300), float32]) { nn.dense(%x, %w) }"),
+      {{40, 300}, {70, 300}});
+  CHECK(dense.flops == 2.0 * 40 * 70 * 300);
+  CHECK(dense.bytes == 4.0 * (40 * 300 + 70 * 300 + 40 * 70));
+  // A convolution: 2 x outputs x (input channels x 3 x 3), plus its bias and ReLU.
+  tune::WorkBound conv = tune::workBound(
+      test::fusedFrom("def @main(%x: Tensor[(1, 3, 20, 20), float32], %w: Tensor[(8, 3, 3, 3), float32], %b: Tensor[(8,), float32]) "
+                      "{ nn.relu(nn.bias_add(nn.conv2d(%x, %w, padding=[1, 1]), %b)) }"),
+      {{1, 3, 20, 20}, {8, 3, 3, 3}, {8}});
+  CHECK(conv.flops == 2.0 * 8 * 400 * 27 + 2 * 8 * 400);
+  CHECK(conv.bytes == 4.0 * (1200 + 216 + 8 + 3200));
+  // Element-wise: one operation an element each; a reduction: one an input
+  // element; data movement: none. A `?` kernel at its concrete shapes.
+  CHECK(tune::workBound(test::fusedFrom("def @main(%x: Tensor[(?, 20), float32]) { tanh(%x) * %x }"), {{33, 20}}).flops ==
+        2 * 660);
+  CHECK(tune::workBound(test::fusedFrom("def @main(%x: Tensor[(33, 20), float32]) { prod(%x, axis=[1]) }"), {{33, 20}}).flops ==
+        660);
+  tune::WorkBound moved = tune::workBound(test::fusedFrom("def @main(%x: Tensor[(33, 20), float32]) { transpose(%x) }"), {{33, 20}});
+  CHECK(moved.flops == 0);
+  CHECK(moved.bytes == 2 * 4.0 * 660);
+  // Shapes the kernel does not take: an error, as for the kernel itself.
+  CHECK_THROWS_AS(tune::workBound(test::fusedFrom("def @main(%x: Tensor[(33, 20), float32]) { tanh(%x) }"), {{34, 20}}),
+                  Error);
+
+  // The machine: a peak in the range of real cores, a read that takes some time;
+  // the floor is the larger of the two bounds and says which.
+  tune::MachineFloor machine = tune::MachineFloor::measure(1);
+  CHECK(machine.peakFlopsPerCore > 1e8);
+  CHECK(machine.peakFlopsPerCore < 1e13);
+  tune::MachineFloor::Floor read = machine.floorOf({0, 1 << 20});
+  CHECK(std::string(read.what) == "bytes read");
+  CHECK(read.micros > 0);
+  CHECK(read.micros < 1e5);
+  tune::MachineFloor::Floor compute = machine.floorOf({1e12, 64});
+  CHECK(std::string(compute.what) == "FLOPs at peak");
+  CHECK(compute.micros == doctest::Approx(1e12 / machine.peakFlopsPerCore * 1e6));
+  CHECK(device::readSeconds(0, 2) == 0);
+  CHECK(device::readSeconds(4096, 2, 3) > 0);
+}
+
 TEST_CASE("a prod reduction tunes, and the log it writes is read back and applied") {
   auto exe = compile("def @main(%x: Tensor[(64, 300), float32]) { prod(%x * 0.01f + 1f, axis=[1]) }", "prod.relay");
   tune::TaskList list = tune::extractTasks(*exe, {});

@@ -1,0 +1,175 @@
+// FMA peak and read-loop timings: the machine's limits, measured (cpu_limits.h).
+#include "device/cpu_limits.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace kiln::device {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+__attribute__((target("avx512f"))) float readOnce512(const float* p, size_t n) {
+  __m512 a = _mm512_setzero_ps(), b = a, c = a, d = a;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a = _mm512_add_ps(a, _mm512_loadu_ps(p + i));
+    b = _mm512_add_ps(b, _mm512_loadu_ps(p + i + 16));
+    c = _mm512_add_ps(c, _mm512_loadu_ps(p + i + 32));
+    d = _mm512_add_ps(d, _mm512_loadu_ps(p + i + 48));
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+  float s = 0;
+  for (float v : lanes) s += v;
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
+__attribute__((target("avx2"))) float readOnce256(const float* p, size_t n) {
+  __m256 acc[8];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64)
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) acc[q] = _mm256_add_ps(acc[q], _mm256_loadu_ps(p + i + 8 * q));
+  for (int q = 1; q < 8; ++q) acc[0] = _mm256_add_ps(acc[0], acc[q]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc[0]);
+  float s = 0;
+  for (float v : lanes) s += v;
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
+// 12 independent accumulators hide the FMA latency; nothing touches memory in the
+// loop (unrolled, so the accumulators stay in registers). Explicit FMAs: with
+// -std=c++20 GCC does not contract a * b + c.
+__attribute__((target("avx512f,fma"))) double fma512(long iters) {
+  __m512 acc[12];
+  for (int k = 0; k < 12; ++k) acc[k] = _mm512_set1_ps(static_cast<float>(k) * 1e-3f);
+  __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+  auto t0 = Clock::now();
+  for (long i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int k = 0; k < 12; ++k) acc[k] = _mm512_fmadd_ps(acc[k], m, a);
+  }
+  double s = secondsSince(t0);
+  alignas(64) float lanes[16];
+  volatile float sink = 0;
+  for (int k = 0; k < 12; ++k) {
+    _mm512_store_ps(lanes, acc[k]);
+    sink = sink + lanes[0];
+  }
+  return 2.0 * 12 * 16 * static_cast<double>(iters) / s;
+}
+
+__attribute__((target("avx2,fma"))) double fma256(long iters) {
+  __m256 acc[12];
+  for (int k = 0; k < 12; ++k) acc[k] = _mm256_set1_ps(static_cast<float>(k) * 1e-3f);
+  __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
+  auto t0 = Clock::now();
+  for (long i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int k = 0; k < 12; ++k) acc[k] = _mm256_fmadd_ps(acc[k], m, a);
+  }
+  double s = secondsSince(t0);
+  alignas(32) float lanes[8];
+  volatile float sink = 0;
+  for (int k = 0; k < 12; ++k) {
+    _mm256_store_ps(lanes, acc[k]);
+    sink = sink + lanes[0];
+  }
+  return 2.0 * 12 * 8 * static_cast<double>(iters) / s;
+}
+
+// Two scalar FMA chains' worth of work per iteration, for machines with neither.
+double fmaScalar(long iters) {
+  volatile float sink = 0;
+  float acc[12];
+  for (int k = 0; k < 12; ++k) acc[k] = static_cast<float>(k) * 1e-3f;
+  auto t0 = Clock::now();
+  for (long i = 0; i < iters; ++i)
+    for (float& x : acc) x = x * 0.999999f + 1e-7f;
+  double s = secondsSince(t0);
+  for (float x : acc) sink = sink + x;
+  return 2.0 * 12 * static_cast<double>(iters) / s;
+}
+
+constexpr double kLargestBuffer = 256.0 * 1024 * 1024;
+constexpr size_t kBlockFloats = 4096;  // 16 KiB
+
+}  // namespace
+
+float readOnce(const float* p, size_t n) {
+  if (__builtin_cpu_supports("avx512f")) return readOnce512(p, n);
+  if (__builtin_cpu_supports("avx2")) return readOnce256(p, n);
+  float s = 0;
+  for (size_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+
+double fp32PeakPerCore(int reps, long iterations) {
+  bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  double best = 0;
+  for (int r = 0; r < std::max(reps, 1); ++r)
+    best = std::max(best, avx512 ? fma512(iterations) : avx2 ? fma256(iterations) : fmaScalar(iterations / 8));
+  return best;
+}
+
+double readSeconds(double bytes, int threads, int reps) {
+  if (!(bytes > 0)) return 0;
+  double scale = bytes > kLargestBuffer ? bytes / kLargestBuffer : 1.0;
+  size_t floats = static_cast<size_t>(std::min(bytes, kLargestBuffer) / sizeof(float)) + 1;
+  std::vector<float> buf(floats, 1.0f);
+  size_t parts = static_cast<size_t>(std::clamp(threads, 1, 256));
+  parts = std::min(parts, floats);
+  reps = std::max(reps, 1);
+  std::vector<double> seconds(static_cast<size_t>(reps + 1) * parts);
+  std::atomic<size_t> arrived{0};
+  std::vector<float> sums(parts);
+  auto work = [&](size_t t) {
+    size_t begin = floats * t / parts, end = floats * (t + 1) / parts;
+    float sum = 0;
+    for (size_t r = 0; r <= static_cast<size_t>(reps); ++r) {
+      // Every part arrives before any starts read r (so none is still in read r - 1).
+      arrived.fetch_add(1);
+      while (arrived.load() < (r + 1) * parts) std::this_thread::yield();
+      auto t0 = Clock::now();
+      if (r % 2 == 0) {
+        sum += readOnce(buf.data() + begin, end - begin);
+      } else {
+        // Backwards by blocks: what the last read left in cache comes first (a
+        // kernel that turns its weights around each call finds it there too).
+        for (size_t hi = end; hi > begin;) {
+          size_t lo = hi - std::min(hi - begin, kBlockFloats);
+          sum += readOnce(buf.data() + lo, hi - lo);
+          hi = lo;
+        }
+      }
+      seconds[r * parts + t] = secondsSince(t0);
+    }
+    sums[t] = sum;
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < parts; ++t) helpers.emplace_back(work, t);
+  work(0);
+  for (auto& h : helpers) h.join();
+  double best = 1e30;
+  for (size_t r = 1; r <= static_cast<size_t>(reps); ++r)  // read 0 brought the buffer in
+    best = std::min(best, *std::max_element(seconds.begin() + static_cast<ptrdiff_t>(r * parts),
+                                            seconds.begin() + static_cast<ptrdiff_t>((r + 1) * parts)));
+  volatile float sink = 0;
+  for (float v : sums) sink = sink + v;
+  return best * scale;
+}
+
+}  // namespace kiln::device

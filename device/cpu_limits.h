@@ -1,0 +1,35 @@
+// The CPU's physical limits, measured on this machine: one core's FP32 peak
+// (fused multiply-adds in registers) and the time to read a buffer of a given
+// size once, warm, from wherever it fits (L1, L2, L3 or memory), on one thread or
+// split over several. They are lower bounds on a kernel's time: no schedule does
+// its FLOPs faster than the peak, or reads its operands faster than the read loop
+// (the tuner's floors, the benchmarks' ratios).
+//
+// Every function measures when called (nothing is cached: a caller keeps what it
+// measured, and decides when the machine is quiet enough to measure). They use
+// the instructions the machine has (AVX-512, AVX2, or plain C++). Thread-safe: no
+// shared state; the split read starts its own threads.
+#pragma once
+
+#include <cstddef>
+
+namespace kiln::device {
+
+// The sum of n floats, read with vector loads (4 or 8 accumulators: two loads a
+// cycle in flight). The read loop behind the floors.
+float readOnce(const float* p, size_t n);
+
+// FP32 FLOP/s of one core: the best of `reps` runs of `iterations` x 12
+// independent vector FMAs in registers.
+double fp32PeakPerCore(int reps = 5, long iterations = 20'000'000);
+
+// The fastest of `reps` back-to-back reads of a `bytes`-byte buffer (after one
+// untimed read that brings it into cache), in seconds, every other one backwards
+// in blocks (so a buffer a little over a cache level is read as well as caches
+// allow, not with every line evicted before its turn); split over `threads`
+// threads that start each read together, each reading its own contiguous part
+// (a read takes as long as its slowest part). Buffers over 256 MiB are not
+// allocated: the time for 256 MiB is scaled (they stream from memory).
+double readSeconds(double bytes, int threads, int reps = 20);
+
+}  // namespace kiln::device

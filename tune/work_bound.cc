@@ -1,0 +1,86 @@
+// FLOPs and bytes of a fused kernel, and its floor on this machine (work_bound.h).
+#include "tune/work_bound.h"
+
+#include <algorithm>
+
+#include "device/cpu_limits.h"
+
+namespace kiln::tune {
+
+namespace {
+
+double elementsOf(const Shape& s) {
+  double n = 1;
+  for (int64_t d : s) n *= static_cast<double>(std::max<int64_t>(d, 0));
+  return n;
+}
+
+// Multiply-adds of a product node per output element: the contraction depth.
+double depthOf(const kernel_ir::FusedNode& n, const std::vector<Shape>& shapes) {
+  const std::string& op = n.op->name;
+  ops::AttrReader attrs(op, n.attrs);
+  auto dim = [&](size_t input, int64_t fromEnd) -> double {
+    const Shape& s = shapes[static_cast<size_t>(n.inputs[input])];
+    if (static_cast<int64_t>(s.size()) < fromEnd) return 0;
+    return static_cast<double>(s[s.size() - static_cast<size_t>(fromEnd)]);
+  };
+  if (op == "nn.dense") return dim(0, 1);
+  if (op == "nn.matmul" || op == "nn.batch_matmul")
+    return attrs.getBool("transpose_a", false) ? dim(0, 2) : dim(0, 1);
+  if (op == "nn.conv2d") {
+    // Weights per output channel: all of w over its output channels.
+    const Shape& w = shapes[static_cast<size_t>(n.inputs[1])];
+    std::string layout = attrs.getString("kernel_layout", "OIHW");
+    size_t o = layout.find('O');
+    if (w.empty() || o == std::string::npos || o >= w.size() || w[o] <= 0) return 0;
+    return elementsOf(w) / static_cast<double>(w[o]);
+  }
+  return 1;
+}
+
+}  // namespace
+
+WorkBound workBound(const kernel_ir::FusedFunction& f, const std::vector<Shape>& shapes) {
+  std::vector<Shape> all = kernel_ir::computeShapes(f, shapes);
+  WorkBound b;
+  for (size_t p = 0; p < f.params.size(); ++p) b.bytes += elementsOf(all[p]) * static_cast<double>(dtypeSize(f.params[p].dtype));
+  for (int32_t o : f.outputs)
+    b.bytes += elementsOf(all[static_cast<size_t>(o)]) * static_cast<double>(dtypeSize(f.typeOf(o).dtype));
+  for (size_t i = 0; i < f.nodes.size(); ++i) {
+    const kernel_ir::FusedNode& n = f.nodes[i];
+    if (n.isConstant()) continue;
+    double out = elementsOf(all[f.params.size() + i]);
+    switch (n.op->pattern) {
+      case ops::OpPattern::ElemWise:
+      case ops::OpPattern::Broadcast:
+        b.flops += out;
+        break;
+      case ops::OpPattern::CommReduce:
+        if (!n.inputs.empty()) b.flops += elementsOf(all[static_cast<size_t>(n.inputs[0])]);
+        break;
+      case ops::OpPattern::OutEWiseFusable:
+        b.flops += 2 * out * depthOf(n, all);
+        break;
+      case ops::OpPattern::Injective:  // data movement: nothing computed
+      case ops::OpPattern::Opaque:     // unknown: counted as nothing (the floor stays a lower bound)
+        break;
+    }
+  }
+  return b;
+}
+
+MachineFloor MachineFloor::measure(int threads) {
+  MachineFloor m;
+  m.threads = std::max(threads, 1);
+  m.peakFlopsPerCore = device::fp32PeakPerCore(3, 5'000'000);
+  return m;
+}
+
+MachineFloor::Floor MachineFloor::floorOf(const WorkBound& b) const {
+  double read = device::readSeconds(b.bytes, 1);
+  if (threads > 1) read = std::min(read, device::readSeconds(b.bytes, threads));
+  double compute = peakFlopsPerCore > 0 ? b.flops / (peakFlopsPerCore * threads) : 0;
+  return compute > read ? Floor{compute * 1e6, "FLOPs at peak"} : Floor{read * 1e6, "bytes read"};
+}
+
+}  // namespace kiln::tune
