@@ -5,7 +5,10 @@
 // frame size; jump targets land on instruction starts; indexes into functions,
 // kernels, constants, strings and constructors; call, kernel and constructor
 // arities; device operands name the executable's devices; that control never
-// runs off the end of a function. Value kinds in
+// runs off the end of a function; that a fork calls a pure function and is
+// followed, in straight-line code no jump enters, only by invokes of pure
+// functions and releases up to the join of its register, which nothing between
+// reads or writes; that every join has its fork. Value kinds in
 // registers (a tensor where a tuple is expected) are checked by the VM when used.
 #include "bytecode/verifier.h"
 
@@ -25,7 +28,34 @@ namespace {
   throw Error("invalid executable: function '" + f.name + "' at " + std::to_string(pc) + ": " + what);
 }
 
-void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
+// Fork at insns[i]: straight-line code of invokes (of pure functions) and
+// releases up to the join of its register, which nothing between touches, and
+// no jump into it. Returns the join's index.
+size_t checkFork(const BytecodeFunction& f, const std::vector<InstructionView>& insns, size_t i,
+                 const std::vector<bool>& jumpedTo, const std::vector<bool>& pure) {
+  const InstructionView& fork = insns[i];
+  uint32_t r = fork.operands[0].value;
+  if (!pure[fork.operands[1].value]) fail(f, fork.pc, "fork of a function that is not pure");
+  auto touches = [r](const Operand& o) {
+    if (o.kind == 'D' || o.kind == 'R') return o.value == r;
+    if (o.kind == 'M' || o.kind == 'L')
+      for (uint32_t x : o.list)
+        if ((x & ~kMoveBit) == r) return true;
+    return false;
+  };
+  for (size_t j = i + 1; j < insns.size(); ++j) {
+    const InstructionView& in = insns[j];
+    if (jumpedTo[in.pc]) fail(f, in.pc, "a jump lands between a fork and its join");
+    if (in.op == Opcode::Join && in.operands[0].value == r) return j;
+    if (isTerminator(in.op)) break;
+    bool ok = in.op == Opcode::Invoke ? pure[in.operands[1].value] : in.op == Opcode::Release;
+    for (uint32_t k = 0; ok && k < in.numOperands; ++k) ok = !touches(in.operands[k]);
+    if (!ok) fail(f, in.pc, "between a fork and its join only invokes of pure functions and releases, not touching its register");
+  }
+  fail(f, fork.pc, "fork without a join");
+}
+
+void verifyFunction(const Executable& exe, const BytecodeFunction& f, const std::vector<bool>& pure) {
   if (f.numParams > f.frameSize) fail(f, 0, "more parameters than registers");
   if (f.frameSize > (1u << 20)) fail(f, 0, "frame too large");
   if (f.paramNames.size() != f.numParams || f.paramTypes.size() != f.numParams)
@@ -99,9 +129,10 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
     };
     switch (in.op) {
       case Opcode::Invoke:
+      case Opcode::Fork:
       case Opcode::TailCall: {
-        uint32_t fi = ops[in.op == Opcode::Invoke ? 1 : 0].value;
-        uint32_t n = ops[in.op == Opcode::Invoke ? 2 : 1].value;
+        uint32_t fi = ops[in.op == Opcode::TailCall ? 0 : 1].value;
+        uint32_t n = ops[in.op == Opcode::TailCall ? 1 : 2].value;
         if (n != exe.functions()[fi].numParams)
           fail(f, in.pc, "calls '" + exe.functions()[fi].name + "' with " + std::to_string(n) + " arguments, not " +
                              std::to_string(exe.functions()[fi].numParams));
@@ -153,9 +184,62 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f) {
       default: break;
     }
   }
+  // Forks and joins pair up.
+  std::vector<bool> jumpedTo(f.code.size() + 1, false);
+  for (const InstructionView& in : insns)
+    for (uint32_t k = 0; k < in.numOperands; ++k)
+      if (in.operands[k].kind == 'J') jumpedTo[in.operands[k].value] = true;
+  std::vector<bool> joined(insns.size(), false);
+  for (size_t i = 0; i < insns.size(); ++i)
+    if (insns[i].op == Opcode::Fork) joined[checkFork(f, insns, i, jumpedTo, pure)] = true;
+  for (size_t i = 0; i < insns.size(); ++i)
+    if (insns[i].op == Opcode::Join && !joined[i]) fail(f, insns[i].pc, "join without a fork");
 }
 
 }  // namespace
+
+std::vector<bool> pureFunctions(const Executable& exe) {
+  const auto& fns = exe.functions();
+  std::vector<bool> pure(fns.size(), true);
+  std::vector<std::vector<uint32_t>> callees(fns.size());
+  for (size_t fi = 0; fi < fns.size(); ++fi) {
+    const std::vector<uint32_t>& code = fns[fi].code;
+    for (uint32_t pc = 0; pc < code.size();) {
+      auto v = InstructionView::decode(code, pc);
+      if (!v) break;  // verify() says why
+      switch (v->op) {
+        case Opcode::AllocRef:
+        case Opcode::RefRead:
+        case Opcode::RefWrite:
+        case Opcode::InvokeClosure:
+        case Opcode::TailCallClosure:
+        case Opcode::DeviceCopy: pure[fi] = false; break;
+        case Opcode::Invoke:
+        case Opcode::Fork:
+          if (v->operands[1].value < fns.size()) callees[fi].push_back(v->operands[1].value);
+          break;
+        case Opcode::TailCall:
+          if (v->operands[0].value < fns.size()) callees[fi].push_back(v->operands[0].value);
+          break;
+        default: break;
+      }
+      pc += v->length;
+    }
+  }
+  // Impurity spreads to callers until nothing changes.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t fi = 0; fi < fns.size(); ++fi)
+      if (pure[fi])
+        for (uint32_t c : callees[fi])
+          if (!pure[c]) {
+            pure[fi] = false;
+            changed = true;
+            break;
+          }
+  }
+  return pure;
+}
 
 void verifyKernels(const Executable& exe) {
   for (const auto& k : exe.kernels()) {
@@ -167,7 +251,8 @@ void verifyKernels(const Executable& exe) {
 void verify(const Executable& exe) {
   for (const auto& c : exe.constructors())
     if (c.arity > (1u << 16)) throw Error("invalid executable: constructor '" + c.name + "' has too many fields");
-  for (const auto& f : exe.functions()) verifyFunction(exe, f);
+  std::vector<bool> pure = pureFunctions(exe);
+  for (const auto& f : exe.functions()) verifyFunction(exe, f, pure);
 }
 
 }  // namespace kiln::bytecode

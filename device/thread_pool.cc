@@ -94,11 +94,43 @@ class Workers {
 
   // False if the pool is busy (the caller then runs the job itself).
   bool run(int64_t n, ParallelTask task, void* const* buffers, const int64_t* shapes, bool affine) {
-    std::unique_lock<std::mutex> busy(jobMu_, std::try_to_lock);
-    if (!busy.owns_lock()) return false;
+    if (!acquire()) return false;
+    uint32_t gen = publish(n, task, buffers, shapes, affine);
+    work(gen, 0);
+    finish(gen);
+    return true;
+  }
+
+  // Starts a one-piece job for a worker to claim, the caller not taking part;
+  // false if the pool is busy. The pool stays busy (parallelFor from anywhere
+  // runs inline) until the same thread calls join().
+  bool start(ParallelTask task, void* const* buffers) {
+    if (size_ < 2 || !acquire()) return false;
+    started_gen_ = publish(1, task, buffers, nullptr, false);
+    return true;
+  }
+  // Waits for the started job; runs it here if no worker has claimed it yet (a
+  // worker asleep, or every core busy elsewhere), so a join never waits on a
+  // piece nobody runs.
+  void join() {
+    work(started_gen_, 0);
+    finish(started_gen_);
+  }
+
+ private:
+  // The pool is one job's at a time: taken by a compare-and-swap, not a mutex,
+  // because a started job holds it while its caller goes on (and may itself ask
+  // for the pool: it is then busy, and the loop runs inline).
+  bool acquire() {
+    bool expected = false;
+    return busy_.compare_exchange_strong(expected, true, std::memory_order_acquire, std::memory_order_relaxed);
+  }
+
+  // Sets up job n/task and publishes it to the workers; returns its generation.
+  uint32_t publish(int64_t n, ParallelTask task, void* const* buffers, const int64_t* shapes, bool affine) {
     uint32_t gen;
     affine = affine && size_ <= kMaxAffineThreads;
-    pin(sched_getcpu());  // under jobMu_: one caller at a time
+    pin(sched_getcpu());  // while busy_: one caller at a time
     {
       std::lock_guard<std::mutex> lock(mu_);
       gen = static_cast<uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
@@ -117,19 +149,21 @@ class Workers {
       generation_.fetch_add(1, std::memory_order_release);  // publishes the job to spinning workers
     }
     wake_.notify_all();
-    work(gen, 0);
-    // Done when every piece is: a worker that wakes late finds nothing left to
-    // claim, and nobody waits for it.
+    return gen;
+  }
+
+  // Waits until every piece of the job is done, then frees the pool. A worker
+  // that wakes late finds nothing left to claim, and nobody waits for it.
+  void finish(uint32_t) {
     int64_t pieces = pieces_.load(std::memory_order_relaxed);
     auto finished = [&] { return donePieces_.load(std::memory_order_acquire) == pieces; };
     if (!spinUntil(finished)) {
       std::unique_lock<std::mutex> lock(mu_);
       done_.wait(lock, finished);
     }
-    return true;
+    busy_.store(false, std::memory_order_release);
   }
 
- private:
   // Pieces per thread: more than one, so a thread the machine runs late (another
   // tenant, a core busy elsewhere) costs a piece, not a whole share.
   static constexpr int kPiecesPerThread = 4;
@@ -223,7 +257,8 @@ class Workers {
   int size_ = 1;
   std::vector<int> cpus_;   // the CPUs this process may use
   int pinnedAround_ = -2;   // the caller CPU the workers were last pinned around (-2: never)
-  std::mutex jobMu_;  // one job at a time
+  std::atomic<bool> busy_{false};  // one job at a time (acquire)
+  uint32_t started_gen_ = 0;        // the job start() published, for join()
   std::mutex mu_;     // for the condition variables; a job is set up under it
   std::condition_variable wake_, done_;
   std::atomic<uint64_t> generation_{0};
@@ -264,7 +299,7 @@ bool worthSharing(int64_t n, int64_t work) { return n > 1 && work >= kMinParalle
 struct ThreadPool::State {
   explicit State(int threads) : workers(threads) {}
   Workers workers;
-  std::atomic<int64_t> shared{0}, busyInline{0};
+  std::atomic<int64_t> shared{0}, busyInline{0}, started{0};
 };
 
 ThreadPool::ThreadPool(int threads) : state_(std::make_unique<State>(std::clamp(threads, 1, 1024))) {}
@@ -273,7 +308,8 @@ ThreadPool::~ThreadPool() = default;
 int ThreadPool::size() const { return state_->workers.size(); }
 
 ThreadPoolStats ThreadPool::stats() const {
-  return {size(), state_->shared.load(std::memory_order_relaxed), state_->busyInline.load(std::memory_order_relaxed)};
+  return {size(), state_->shared.load(std::memory_order_relaxed), state_->busyInline.load(std::memory_order_relaxed),
+          state_->started.load(std::memory_order_relaxed)};
 }
 
 void ThreadPool::parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes,
@@ -289,6 +325,14 @@ void ThreadPool::parallelFor(int64_t n, int64_t work, ParallelTask task, void* c
   }
   task(buffers, shapes, 0, n);
 }
+
+bool ThreadPool::start(ParallelTask task, void* const* buffers) {
+  if (tInTask || !state_->workers.start(task, buffers)) return false;
+  state_->started.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void ThreadPool::join() { state_->workers.join(); }
 
 std::shared_ptr<ThreadPool> ThreadPool::processDefault() {
   std::lock_guard<std::mutex> lock(gPoolMu);
@@ -314,6 +358,8 @@ void setNumThreads(int n) {
   std::lock_guard<std::mutex> lock(gPoolMu);
   gThreads.store(std::max(1, n));
 }
+
+bool inPoolTask() { return tInTask; }
 
 int64_t parallelJobsRun() { return gJobsRun.load(std::memory_order_relaxed); }
 

@@ -12,6 +12,9 @@
 // one their caller is on (re-pinned when the caller moves): a worker sharing its
 // caller's CPU made two threads slower than one.
 //
+// A VM's fork (two independent calls at once) uses start/join: one task beside
+// its caller rather than a loop split among all.
+//
 // Contention: a pool runs one job at a time. A parallelFor issued while the pool
 // is busy (another thread's kernel, or a kernel inside a task) runs inline on its
 // caller, so nothing blocks or deadlocks; ThreadPoolStats::busyInline counts
@@ -34,6 +37,7 @@ struct ThreadPoolStats {
   int threads = 1;
   int64_t shared = 0;      // parallelFor calls shared out among the threads
   int64_t busyInline = 0;  // calls large enough to share that ran inline: the pool was busy
+  int64_t started = 0;     // tasks start() handed to a worker
 };
 
 class ThreadPool {
@@ -52,6 +56,17 @@ class ThreadPool {
   // kernels that stream data a core can keep in its own cache between calls.
   void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes,
                    bool affine = false);
+
+  // One task beside the caller: task(buffers, nullptr, 0, 1) is offered to a
+  // worker and start returns at once, true; the caller goes on with other work
+  // and must then call join() (on the same thread), which returns when the task
+  // has run: on the worker that claimed it, or, if none had yet, on the caller
+  // itself. Until join, the pool is busy: loops issued meanwhile, by anyone, run
+  // inline on their callers (the task's own loops run inline too). False, and
+  // nothing started, when the pool is busy, has one thread, or the caller is
+  // itself running a pool task (the caller then runs the task itself).
+  bool start(ParallelTask task, void* const* buffers);
+  void join();
 
   // The process default pool (its size from numThreads()).
   static std::shared_ptr<ThreadPool> processDefault();
@@ -102,6 +117,10 @@ class SerialScope {
  private:
   bool previous_;
 };
+
+// Whether the calling thread is running a pool task now (its loops run inline,
+// and it cannot start() another).
+bool inPoolTask();
 
 // How many parallelFor calls the pool has shared out since the process started
 // (the rest ran inline): what a test or a profile reads to see kernels go wide.

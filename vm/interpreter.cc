@@ -74,11 +74,15 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   for (size_t i = 0; i < args.size(); ++i) regs_[i] = args[i];
   frames_.push_back(Frame{entry, 0, 0, 0});
 
-  // Recycled outputs (vm/memory.h) do not outlive the run.
-  struct DropRecycled {
-    vm::TensorMemory& memory;
-    ~DropRecycled() { memory.dropRecycled(); }
-  } dropRecycled{*memory_};
+  // Recycled outputs (vm/memory.h) do not outlive the run, nor does a fork
+  // (an error between a fork and its join leaves it in flight: it is waited for).
+  struct EndOfRun {
+    VirtualMachine& vm;
+    ~EndOfRun() {
+      vm.settleFork();
+      vm.memory_->dropRecycled();
+    }
+  } endOfRun{*this};
 
   const uint32_t* code = fn->code.data();
   uint32_t pc = 0;
@@ -234,6 +238,30 @@ dispatch:
     uint32_t callee = IDX(1);
     base = enter(fn, base, callee, pc + o.length(), o.reg<0>());
     ENTERED(callee);
+  }
+  DISPATCH();
+  CASE(Fork) {
+    // The call goes to a worker when startFork can (kiln/vm.h, "Forks"), and
+    // this thread goes on to the join; otherwise it is an invoke.
+    OPS(Fork);
+    bytecode::RegisterList args = o.list<2>();
+    for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
+    uint32_t callee = IDX(1);
+    uint64_t site = static_cast<uint64_t>(frames_.back().function) << 32 | pc;
+    if (startFork(callee, std::span<Value>(argTmp.data(), argTmp.size()), base + o.reg<0>(), site)) {
+      argTmp.clear();
+      REG(0) = Value();
+      NEXT();
+    } else {
+      base = enter(fn, base, callee, pc + o.length(), o.reg<0>());
+      ENTERED(callee);
+    }
+  }
+  DISPATCH();
+  CASE(Join) {
+    OPS(Join);
+    if (forkPending(base + o.reg<0>())) REG(0) = joinFork();
+    NEXT();
   }
   DISPATCH();
   CASE(TailCall) {

@@ -23,6 +23,7 @@ namespace kiln::vm {
 class TensorMemory {
  public:
   explicit TensorMemory(std::shared_ptr<MemoryPools> pools);
+  const std::shared_ptr<MemoryPools>& pools() const { return pools_; }
   // A storage block of `bytes` on `device`; throws kiln::Error when the device
   // is unusable or out of memory.
   Value storage(uint64_t bytes, uint32_t alignment, Device device);

@@ -1,11 +1,13 @@
 // VirtualMachine: construction, argument checking, invocation and profiling.
 #include <algorithm>
+#include <utility>
 
 #include "bytecode/opcodes.h"
 #include "device/thread_pool.h"
 #include "kiln/error.h"
 #include "kiln/vm.h"
 #include "vm/bound_kernels.h"
+#include "vm/fork.h"
 #include "vm/gpu_streams.h"
 #include "vm/memory.h"
 #include "vm/memory_trace.h"
@@ -172,10 +174,19 @@ Value VirtualMachine::invoke(std::string_view function, std::span<const Value> a
     std::string where = frames_.empty() ? f.name : exe_->functions()[frames_.back().function].name;
     resetStacks();
     streams_->finish(true, profile_);
+    // A fork in flight failed too: its error comes first (its call comes first).
+    std::exception_ptr forked = fork_ ? std::exchange(fork_->abandonedError, nullptr) : nullptr;
+    try {
+      if (forked) std::rethrow_exception(forked);
+    } catch (const ForkedError& fe) {
+      throw Error("in @" + fe.where + ": " + fe.message());
+    }
+    if (auto* fe = dynamic_cast<const ForkedError*>(&e)) where = fe->where;
     throw Error("in @" + where + ": " + e.message());
   } catch (const std::bad_alloc&) {
     resetStacks();
     streams_->finish(true, profile_);
+    if (fork_) fork_->abandonedError = nullptr;
     throw Error("out of memory");
   }
 }

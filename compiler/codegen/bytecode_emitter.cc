@@ -62,6 +62,48 @@ bool isHeapType(const Type* t) {
 
 // Tables shared by every function of the executable.
 class ExecutableBuilder {
+  // The globals whose calls may run beside other code (`fork`): no reference
+  // cells, no calls of closures (unknown functions), no device copies, and
+  // calls only of such globals, found as the largest such set (recursion among
+  // them stays pure). None when the program runs on a GPU: forks stay on the host.
+  void findPureFunctions() {
+    if (opts_.devices)
+      for (const Device& d : opts_.devices->devices)
+        if (!(d == Device{})) return;
+    std::unordered_map<std::string_view, std::vector<std::string_view>> calls;
+    for (const auto& [name, fn] : globals_) {
+      bool ok = true;
+      std::vector<const Expr*> stack{fn->body};
+      while (ok && !stack.empty()) {
+        const Expr* e = stack.back();
+        stack.pop_back();
+        if (e->kind == ExprKind::RefOp) ok = false;
+        if (e->kind == ExprKind::Call) {
+          const Expr* callee = static_cast<const Call*>(e)->callee;
+          if (callee->kind == ExprKind::Var) ok = false;
+          if (callee->kind == ExprKind::GlobalVar) calls[name].push_back(static_cast<const GlobalVar*>(callee)->name);
+          if (opCall(e, "device_copy")) ok = false;
+        }
+        forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
+      }
+      if (ok) pure_.insert(name);
+    }
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (auto it = pure_.begin(); it != pure_.end();) {
+        bool keep = true;
+        for (std::string_view c : calls[*it]) keep = keep && pure_.count(c) > 0;
+        if (keep) {
+          ++it;
+        } else {
+          it = pure_.erase(it);
+          changed = true;
+        }
+      }
+    }
+  }
+
+ public:
  public:
   // `kept`: the globals to emit (the module's, less prelude functions nothing uses).
   ExecutableBuilder(const Module& m, const EmitOptions& opts, KernelTableBuilder& kernels, const MemoryPlan& memory)
@@ -77,7 +119,12 @@ class ExecutableBuilder {
     }
     for (const auto& g : m.functions())
       if (functionIds_.count(g.var->name)) globals_[g.var->name] = g.fn;
+    findPureFunctions();
   }
+
+  // Whether calls of global `name` may be forked (bytecode::pureFunctions
+  // checks the same of the bytecode when it is loaded).
+  bool pure(std::string_view name) const { return pure_.count(name) > 0; }
 
   Executable::Contents& contents() { return contents_; }
   const Module& module() const { return m_; }
@@ -123,6 +170,7 @@ class ExecutableBuilder {
   std::unordered_map<const Constructor*, uint32_t> ctorIds_;
   std::unordered_map<std::string_view, uint32_t> functionIds_;
   std::unordered_map<std::string_view, const Function*> globals_;
+  std::unordered_set<std::string_view> pure_;
   std::unordered_map<std::string, uint32_t> strings_;
   std::map<std::vector<int64_t>, uint32_t> shapeConsts_;
 };
@@ -339,9 +387,44 @@ class FunctionEmitter {
   void patch(uint32_t at) { code_[at] = here(); }
 
   // ---- blocks ----
+  // `let a = @f(...); let b = @g(...)` where both globals are pure and the
+  // second call reads only variables, not `a`: the pair a fork can run at once
+  // (`fork` for the first, `join` after the second). Null when `l` starts none.
+  const Let* forkPartner(const Let* l) const {
+    auto directCall = [this](const Expr* v) -> const Call* {
+      if (v->kind != ExprKind::Call) return nullptr;
+      auto* c = static_cast<const Call*>(v);
+      if (c->callee->kind != ExprKind::GlobalVar) return nullptr;
+      std::string_view name = static_cast<const GlobalVar*>(c->callee)->name;
+      size_t cap = capturedCount(eb_.global(name));
+      if ((cap && c->args.size() == cap) || !eb_.pure(name)) return nullptr;  // a closure made, or not pure
+      return c;
+    };
+    if (!directCall(l->value) || !usedVar(l->var) || l->body->kind != ExprKind::Let) return nullptr;
+    auto* next = static_cast<const Let*>(l->body);
+    const Call* second = directCall(next->value);
+    if (!second) return nullptr;
+    // Its operands already in registers: nothing but the call between fork and join.
+    for (const Expr* a : second->args)
+      if (a->kind != ExprKind::Var || static_cast<const Var*>(a) == l->var) return nullptr;
+    return next;
+  }
+
   void emitLets(const Expr*& e) {
     while (e->kind == ExprKind::Let) {
       auto* l = static_cast<const Let*>(e);
+      if (const Let* next = forkPartner(l)) {
+        uint32_t first = newReg();
+        emitCall(static_cast<const Call*>(l->value), first, letPoint(l), Opcode::Fork);
+        bindVar(l->var, first);
+        uint32_t second = newReg();
+        emitValue(next->value, second, letPoint(next));
+        bindVar(next->var, second);
+        emit(Opcode::Join, {first});
+        if (!usedVar(next->var)) kill(next->var);
+        e = next->body;
+        continue;
+      }
       if (l->value->kind == ExprKind::Var) {
         // An alias shares the register.
         bindVar(l->var, regOfVar(static_cast<const Var*>(l->value), l->value->loc));
@@ -514,7 +597,8 @@ class FunctionEmitter {
     }
   }
 
-  void emitCall(const Call* c, uint32_t dst, LivenessPoint at) {
+  // `invoke`: Opcode::Fork for the first call of a fork pair (forkPartner).
+  void emitCall(const Call* c, uint32_t dst, LivenessPoint at, Opcode invoke = Opcode::Invoke) {
     const Expr* callee = c->callee;
     Operands ops;
     switch (callee->kind) {
@@ -525,7 +609,7 @@ class FunctionEmitter {
         size_t cap = capturedCount(g);
         auto args = atoms(c->args, ops);
         auto moved = mark(args, movable(at, ops));
-        Opcode op = cap && args.size() == cap ? Opcode::AllocClosure : Opcode::Invoke;
+        Opcode op = cap && args.size() == cap ? Opcode::AllocClosure : invoke;
         emitParts(op, {one(dst), one(eb_.functionId(name)), list(args)});
         finish(at, ops, moved);
         return;

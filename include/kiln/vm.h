@@ -11,6 +11,18 @@
 // Threads: a VM is used by one thread at a time; give each thread its own VM over
 // one shared Executable. invoke() leaves the VM reusable after an error.
 //
+// Forks: where the compiler found two independent calls of pure functions (a
+// tree's two subtrees), it emits `fork` for the first and `join` after the
+// second. The VM then runs the first on a worker of its Runtime's pool, in a
+// second VM of its own (same executable, runtime and memory pools), while it
+// runs the second itself; the join waits for it. It does so only when the pool
+// has a free worker, the executable runs on the host alone, no fork is already
+// in flight, profiling and memory tracing are off, and the last fork at that
+// place took long enough to pay for itself (else the next few run inline).
+// Otherwise `fork` is a plain call. Results and errors are those of running
+// the two calls one after the other: when both fail, the first's error is
+// the one reported.
+//
 // GPUs: kernels and copies on a GPU are queued on the VM's stream for that GPU
 // and run asynchronously; the host waits only where a value crosses to the host
 // (a copy there: a shape, a control-flow scalar) and at the end of invoke(), so
@@ -127,6 +139,8 @@ class VirtualMachine {
   void enableShapeRecording();
   const std::vector<TraceEvent>& trace() const { return trace_; }
   VMMemoryStats memoryStats() const;
+  // Calls a fork ran on another thread since the VM was made.
+  uint64_t forksRun() const { return forksRun_; }
 
   // Records tensor births and reads in each invoke() (a little slower), so that
   // livenessLowerBound() can say, per device, the largest total of tensor bytes
@@ -142,6 +156,17 @@ class VirtualMachine {
     uint32_t dst;  // caller's register for the result
   };
   Value run(uint32_t function, std::span<const Value> args);
+  // Forks (vm/fork.cc): starts a fork of `callee` on `args` (taken) whose result
+  // goes to register `reg` (absolute) when joined; false: the caller runs it.
+  struct PendingFork;
+  bool startFork(uint32_t callee, std::span<Value> args, uint32_t reg, uint64_t site);
+  // The fork's result, or its error thrown; the fork is over either way.
+  Value joinFork();
+  // Whether a fork is in flight with its result for register `reg`.
+  bool forkPending(uint32_t reg) const;
+  // After an error or at the end of a run: waits for a fork still in flight,
+  // keeping its error, if any, for invoke() to report.
+  void settleFork() noexcept;
   void checkArgs(const BytecodeFunction& f, std::span<const Value> args) const;
   void resetStacks();
   uint64_t nowNanos() const;
@@ -165,6 +190,8 @@ class VirtualMachine {
   std::unique_ptr<vm::TensorMemory> memory_;
   std::unique_ptr<vm::MemoryTrace> memoryTrace_;
   std::unique_ptr<vm::GpuStreams> streams_;  // one per GPU this VM runs on
+  std::unique_ptr<PendingFork> fork_;        // made at the first fork
+  uint64_t forksRun_ = 0;
 };
 
 }  // namespace kiln
