@@ -80,37 +80,13 @@ class StreamFloor {
 
   void timeBlock(int per, std::vector<double>& micros) {
     std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
-    size_t parts = static_cast<size_t>(threads_), runs = static_cast<size_t>(per);
-    std::vector<double> seconds(runs * parts);
-    std::vector<float> sums(parts);
-    std::atomic<size_t> arrived{0};
-    auto work = [&](size_t t) {
-      size_t begin = buf_.size() * t / parts, end = buf_.size() * (t + 1) / parts;
-      float sum = 0;
-      for (size_t r = 0; r < runs; ++r) {
-        // Every part arrives before any starts run r (so none is still in run r - 1).
-        arrived.fetch_add(1);
-        while (arrived.load() < (r + 1) * parts) _mm_pause();
-        auto t0 = Clock::now();
-        for (int k = 0; k < steps_; ++k) sum += kiln::device::readOnce(buf_.data() + begin, end - begin);
-        seconds[r * parts + t] = secondsSince(t0);
-      }
-      sums[t] = sum;
-    };
-    std::vector<std::thread> helpers;
-    for (size_t t = 1; t < parts; ++t) helpers.emplace_back(work, t);
-    work(0);
-    for (auto& h : helpers) h.join();
-    for (size_t r = 0; r < runs; ++r)
-      micros.push_back(*std::max_element(seconds.begin() + static_cast<ptrdiff_t>(r * parts),
-                                         seconds.begin() + static_cast<ptrdiff_t>((r + 1) * parts)) * 1e6);
-    for (float v : sums) sink_ = sink_ + v;
+    for (double seconds : kiln::device::timedReads(buf_.data(), buf_.size(), threads_, per, steps_, false))
+      micros.push_back(seconds * 1e6);
   }
 
  private:
   std::vector<float> buf_;
   int steps_, threads_;
-  volatile float sink_ = 0;  // keeps the reads alive
 };
 
 struct Floor {

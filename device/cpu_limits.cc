@@ -125,33 +125,30 @@ double fp32PeakPerCore(int reps, long iterations) {
   return best;
 }
 
-double readSeconds(double bytes, int threads, int reps) {
-  if (!(bytes > 0)) return 0;
-  double scale = bytes > kLargestBuffer ? bytes / kLargestBuffer : 1.0;
-  size_t floats = static_cast<size_t>(std::min(bytes, kLargestBuffer) / sizeof(float)) + 1;
-  std::vector<float> buf(floats, 1.0f);
-  size_t parts = static_cast<size_t>(std::clamp(threads, 1, 256));
-  parts = std::min(parts, floats);
-  reps = std::max(reps, 1);
-  std::vector<double> seconds(static_cast<size_t>(reps + 1) * parts);
-  std::atomic<size_t> arrived{0};
+std::vector<double> timedReads(const float* buf, size_t floats, int threads, int reps, int times, bool alternate) {
+  size_t parts = std::min(static_cast<size_t>(std::clamp(threads, 1, 256)), std::max<size_t>(floats, 1));
+  size_t runs = static_cast<size_t>(std::max(reps, 0));
+  std::vector<double> seconds(runs * parts);
   std::vector<float> sums(parts);
+  std::atomic<size_t> arrived{0};
   auto work = [&](size_t t) {
     size_t begin = floats * t / parts, end = floats * (t + 1) / parts;
     float sum = 0;
-    for (size_t r = 0; r <= static_cast<size_t>(reps); ++r) {
+    for (size_t r = 0; r < runs; ++r) {
       // Every part arrives before any starts read r (so none is still in read r - 1).
       arrived.fetch_add(1);
-      while (arrived.load() < (r + 1) * parts) std::this_thread::yield();
+      while (arrived.load() < (r + 1) * parts) _mm_pause();
       auto t0 = Clock::now();
-      if (r % 2 == 0) {
-        sum += readOnce(buf.data() + begin, end - begin);
-      } else {
+      for (int k = 0; k < times; ++k) {
+        if (!alternate || r % 2 == 0) {
+          sum += readOnce(buf + begin, end - begin);
+          continue;
+        }
         // Backwards by blocks: what the last read left in cache comes first (a
         // kernel that turns its weights around each call finds it there too).
         for (size_t hi = end; hi > begin;) {
           size_t lo = hi - std::min(hi - begin, kBlockFloats);
-          sum += readOnce(buf.data() + lo, hi - lo);
+          sum += readOnce(buf + lo, hi - lo);
           hi = lo;
         }
       }
@@ -163,13 +160,22 @@ double readSeconds(double bytes, int threads, int reps) {
   for (size_t t = 1; t < parts; ++t) helpers.emplace_back(work, t);
   work(0);
   for (auto& h : helpers) h.join();
-  double best = 1e30;
-  for (size_t r = 1; r <= static_cast<size_t>(reps); ++r)  // read 0 brought the buffer in
-    best = std::min(best, *std::max_element(seconds.begin() + static_cast<ptrdiff_t>(r * parts),
-                                            seconds.begin() + static_cast<ptrdiff_t>((r + 1) * parts)));
+  std::vector<double> out(runs);
+  for (size_t r = 0; r < runs; ++r)
+    out[r] = *std::max_element(seconds.begin() + static_cast<ptrdiff_t>(r * parts),
+                               seconds.begin() + static_cast<ptrdiff_t>((r + 1) * parts));
   volatile float sink = 0;
   for (float v : sums) sink = sink + v;
-  return best * scale;
+  return out;
+}
+
+double readSeconds(double bytes, int threads, int reps) {
+  if (!(bytes > 0)) return 0;
+  double scale = bytes > kLargestBuffer ? bytes / kLargestBuffer : 1.0;
+  std::vector<float> buf(static_cast<size_t>(std::min(bytes, kLargestBuffer) / sizeof(float)) + 1, 1.0f);
+  // Read 0 brings the buffer into cache; the best of the rest.
+  std::vector<double> reads = timedReads(buf.data(), buf.size(), threads, std::max(reps, 1) + 1, 1, true);
+  return *std::min_element(reads.begin() + 1, reads.end()) * scale;
 }
 
 }  // namespace kiln::device

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 namespace kiln::device {
 
@@ -22,6 +23,12 @@ float readOnce(const float* p, size_t n);
 // FP32 FLOP/s of one core: the best of `reps` runs of `iterations` x 12
 // independent vector FMAs in registers.
 double fp32PeakPerCore(int reps = 5, long iterations = 20'000'000);
+
+// `reps` reads of `floats` floats at `buf`, split over `threads` threads that
+// start each read together, each reading its own contiguous part `times` times
+// over (a loop's steps each read their weights); every other read goes
+// backwards by blocks when `alternate`. The seconds of each read: its slowest part's.
+std::vector<double> timedReads(const float* buf, size_t floats, int threads, int reps, int times, bool alternate);
 
 // The fastest of `reps` back-to-back reads of a `bytes`-byte buffer (after one
 // untimed read that brings it into cache), in seconds, every other one backwards

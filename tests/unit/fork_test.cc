@@ -16,6 +16,7 @@
 #include "kiln/error.h"
 #include "kiln/runtime.h"
 #include "kiln/vm.h"
+#include "test_util.h"
 
 namespace {
 
@@ -75,14 +76,7 @@ std::shared_ptr<kiln::Runtime> runtimeWith(int threads) {
   return kiln::Runtime::create(o);
 }
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string errorOf(const std::function<void()>& f) { return kiln::test::thrownBy(f); }
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <string>
 
 #include "compiler/frontend.h"
@@ -26,6 +27,16 @@ inline std::string mainResult(const std::string& src) {
 inline std::string errorOf(const std::string& src) {
   try {
     check(src);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The message of the kiln::Error that `f` throws ("" if none).
+inline std::string thrownBy(const std::function<void()>& f) {
+  try {
+    f();
   } catch (const Error& e) {
     return e.what();
   }

@@ -13,6 +13,7 @@
 #include "kiln/error.h"
 #include "kiln/npy.h"
 #include "kiln/vm.h"
+#include "test_util.h"
 
 namespace {
 
@@ -25,14 +26,7 @@ Tensor vec(std::initializer_list<float> v) {
   return t;
 }
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string errorOf(const std::function<void()>& f) { return kiln::test::thrownBy(f); }
 
 const char* kProgram = R"(
 def @sum_up(%n: int32, %acc: int32) -> int32 {
