@@ -97,7 +97,7 @@ class Workers {
     if (!acquire()) return false;
     uint32_t gen = publish(n, task, buffers, shapes, affine);
     work(gen, 0);
-    finish(gen);
+    finish();
     return true;
   }
 
@@ -114,7 +114,7 @@ class Workers {
   // piece nobody runs.
   void join() {
     work(started_gen_, 0);
-    finish(started_gen_);
+    finish();
   }
 
  private:
@@ -154,7 +154,7 @@ class Workers {
 
   // Waits until every piece of the job is done, then frees the pool. A worker
   // that wakes late finds nothing left to claim, and nobody waits for it.
-  void finish(uint32_t) {
+  void finish() {
     int64_t pieces = pieces_.load(std::memory_order_relaxed);
     auto finished = [&] { return donePieces_.load(std::memory_order_acquire) == pieces; };
     if (!spinUntil(finished)) {
