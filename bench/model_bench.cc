@@ -23,11 +23,9 @@
 // non-zero on a mismatch (ctest runs this); no timing, no ORT. --dump writes
 // each workload as DIR/NAME.relay with NAME_weights.npz and NAME_inputs.npz, for
 // `vmrun DIR/NAME.relay --params ... --inputs ... --profile`.
-#include <immintrin.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>

@@ -1,6 +1,7 @@
 // Forks: a pure call run on another thread beside its caller (kiln/vm.h, "Forks").
 #include "vm/fork.h"
 
+#include <algorithm>
 #include <chrono>
 #include <new>
 
@@ -38,10 +39,12 @@ bool VirtualMachine::startFork(uint32_t callee, std::span<Value> args, uint32_t 
   if (device::inPoolTask() || profiling_ || memoryTrace_ || (fork_ && fork_->active)) return false;
   device::ThreadPool* pool = runtime_->threadPool();
   if (!pool || pool->size() < 2) return false;
-  for (const Device& d : exe_->devices())
-    if (!(d == Device{})) return false;
-  if (!fork_) fork_ = std::make_unique<PendingFork>();
+  if (!fork_) {
+    fork_ = std::make_unique<PendingFork>();
+    fork_->hostOnly = std::all_of(exe_->devices().begin(), exe_->devices().end(), [](const Device& d) { return d == Device{}; });
+  }
   PendingFork& f = *fork_;
+  if (!f.hostOnly) return false;
   if (auto it = f.inlineLeft.find(site); it != f.inlineLeft.end() && it->second > 0) {
     --it->second;
     return false;

@@ -42,6 +42,7 @@ struct VirtualMachine::PendingFork {
   std::exception_ptr abandonedError;
   // Forks at a site whose last forked call was short run inline this many more times.
   std::unordered_map<uint64_t, uint32_t> inlineLeft;
+  bool hostOnly = false;  // the executable runs on the host alone (forks stay off GPUs)
 
   // Runs the call in `child`, keeping its result or error (never throws).
   void childRun() noexcept;
