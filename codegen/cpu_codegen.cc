@@ -316,7 +316,8 @@ class CpuCodegen final : public LoopEmitter {
     };
     int64_t flags = (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0) |
                     (k_.schedule.parallel ? 0 : jit::kGemmFlagSerial) |
-                    jit::gemmBlockingFlags({k_.schedule.gemmKC, k_.schedule.gemmMCTiles, k_.schedule.gemmTile, k_.schedule.gemmPackA});
+                    jit::gemmBlockingFlags({k_.schedule.gemmKC, k_.schedule.gemmMCTiles, k_.schedule.gemmTile, k_.schedule.gemmPackA,
+                                            k_.schedule.gemmNarrow});
     if (g.bias >= 0 || g.relu) {
       // The product finishes C itself: bias per column, then ReLU (jit::GemmPost).
       llvm::FunctionCallee post = m_->getOrInsertFunction(

@@ -833,6 +833,13 @@ void narrowGemm(SkinnyJob j) {
   parallelFor(chunks, j.m * j.n * j.k / 4, narrowTask, reinterpret_cast<void* const*>(&j), nullptr);
 }
 
+// Whether a product runs as inner products (gemm_dot.cc): where they apply, as
+// the schedule says, or by default where they pay.
+bool byDotProducts(int64_t n, int64_t k, bool transA, bool transB, const GemmBlocking& blocking) {
+  if (blocking.narrow == kGemmNarrowPanels || !dotProductsApply(n, transA, transB)) return false;
+  return blocking.narrow == kGemmNarrowDot || dotProductsPay(n, k);
+}
+
 }  // namespace
 
 // Rows per task: the schedule's, or enough tasks for every thread; whole tiles.
@@ -856,6 +863,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
       }
     return;
   }
+  if (byDotProducts(n, k, transA, transB, blocking)) return dotGemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate, post);
   if (m <= kSkinnyRows && !transB)
     return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate, post});
   if (n <= kNarrowColumns && !transB)
@@ -907,6 +915,8 @@ bool packedBMatches(const float* packed, int64_t k, int64_t n, int tile) {
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
                  bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post,
                  const GemmBlocking& blocking) {
+  if (m > 0 && n > 0 && k > 0 && byDotProducts(n, k, transA, transB, blocking))
+    return dotGemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate, post);
   int tile = static_cast<int>(blocking.tile);
   const Isa& cpu = isa(tile);
   // The skinny and narrow kernels read the default tile's panels; B packed for

@@ -38,15 +38,20 @@ struct GemmPost {
 // prepacked (its panels are all k deep), and the rows each task takes, in tiles.
 // The micro-kernel tile (detail::isa(tile): 0 the machine's default, 1 the wide
 // one where there is one) and whether A is packed even where the tile could read
-// it in place (a row-major A) are the schedule's too.
+// it in place (a row-major A) are the schedule's too, and so is how a product of
+// few columns runs (`narrow`): 0 the runtime's choice, kGemmNarrowPanels the
+// panel kernels, kGemmNarrowDot inner products along k wherever they apply (a
+// row-major A and a B stored transposed, as a dense layer's: gemm_dot.cc).
 // The tiles a schedule may choose from (detail::isa).
 constexpr int kGemmTiles = 2;
+constexpr int64_t kGemmNarrowPanels = 1, kGemmNarrowDot = 2;
 
 struct GemmBlocking {
   int64_t kc = 0;
   int64_t mcTiles = 0;
   int64_t tile = 0;
   bool packA = false;
+  int64_t narrow = 0;
 };
 
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
@@ -78,18 +83,20 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
 // schedule that shares nothing, loop::Schedule::parallel).
 constexpr int64_t kGemmFlagSerial = 16;
 // Bits 8-11: KC as log2(KC) - 5 (0: the default); bits 12-19: rows per task in
-// tiles (0: the default); bits 20-21: the tile; bit 22: pack A.
-constexpr int kGemmFlagKCShift = 8, kGemmFlagMCShift = 12, kGemmFlagTileShift = 20, kGemmFlagPackAShift = 22;
+// tiles (0: the default); bits 20-21: the tile; bit 22: pack A; bits 23-24: narrow.
+constexpr int kGemmFlagKCShift = 8, kGemmFlagMCShift = 12, kGemmFlagTileShift = 20, kGemmFlagPackAShift = 22,
+              kGemmFlagNarrowShift = 23;
 inline int64_t gemmBlockingFlags(const GemmBlocking& b) {
   int64_t code = 0;
   while (b.kc > 32 && (int64_t(32) << code) < b.kc) ++code;
   return (b.kc > 0 ? code << kGemmFlagKCShift : 0) | ((b.mcTiles & 0xff) << kGemmFlagMCShift) |
-         ((b.tile & 0x3) << kGemmFlagTileShift) | (int64_t(b.packA) << kGemmFlagPackAShift);
+         ((b.tile & 0x3) << kGemmFlagTileShift) | (int64_t(b.packA) << kGemmFlagPackAShift) |
+         ((b.narrow & 0x3) << kGemmFlagNarrowShift);
 }
 inline GemmBlocking gemmBlockingFromFlags(int64_t flags) {
   int64_t code = (flags >> kGemmFlagKCShift) & 0xf;
   return {code ? int64_t(32) << code : 0, (flags >> kGemmFlagMCShift) & 0xff, (flags >> kGemmFlagTileShift) & 0x3,
-          ((flags >> kGemmFlagPackAShift) & 1) != 0};
+          ((flags >> kGemmFlagPackAShift) & 1) != 0, (flags >> kGemmFlagNarrowShift) & 0x3};
 }
 
 }  // namespace kiln::jit

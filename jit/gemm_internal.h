@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "jit/gemm.h"
+
 namespace kiln::jit::detail {
 
 constexpr int64_t kKC = 128;  // contraction slice: an A panel and a B panel stay in L1/L2
@@ -57,5 +59,16 @@ void packA(const float* a, int64_t lda, bool t, int64_t i0, int64_t rows, int64_
 // (conv2d_rows.cc), slot 3 the padded copy two chained convolutions pass
 // between them (conv2d_pair.cc).
 float* scratch(int slot, size_t floats);
+
+// Products of few columns as inner products along k (gemm_dot.cc): for a
+// row-major A and a B stored transposed (n x k), of at most kDotMostColumns
+// columns, on machines with AVX-512 (dotProductsApply); by default where this
+// machine's measurements found them faster than the panel kernels
+// (dotProductsPay), or where a schedule asks (GemmBlocking::narrow).
+constexpr int64_t kDotMostColumns = 32;
+bool dotProductsApply(int64_t n, bool transA, bool transB);
+bool dotProductsPay(int64_t n, int64_t k);
+void dotGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+             bool accumulate, const GemmPost& post);
 
 }  // namespace kiln::jit::detail

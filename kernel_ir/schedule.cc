@@ -61,6 +61,7 @@ std::string Schedule::toString() const {
   if (gemmMCTiles) add("mc=" + std::to_string(gemmMCTiles));
   if (gemmTile) add("micro=" + std::to_string(gemmTile));
   if (gemmPackA) add("pack_a=1");
+  if (gemmNarrow) add(gemmNarrow == 1 ? "narrow=panels" : "narrow=dot");
   return s.empty() ? "default" : s;
 }
 
@@ -111,6 +112,9 @@ std::optional<Schedule> Schedule::parse(std::string_view text, std::string* erro
       int v = 0;
       ok = parseInt(value, v) && (v == 0 || v == 1);
       s.gemmPackA = v == 1;
+    } else if (key == "narrow") {
+      ok = value == "panels" || value == "dot";
+      s.gemmNarrow = value == "panels" ? 1 : 2;
     } else if (key == "conv") {
       ok = value == "direct" || value == "gemm";
       s.directConv = value == "direct";
@@ -339,7 +343,7 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
 
 int ScheduleSpace::dimensions() const {
   return (nestDepth > 1 ? 2 : 0) + (nestDepth == 1 ? 1 : 0) + (hasVectorLoops ? 2 : 0) + (hasSerialInner ? 1 : 0) +
-         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 4 : 0);
+         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 5 : 0);
 }
 
 namespace {
@@ -359,7 +363,7 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
   Schedule out = s;
   // Knobs this space has, drawn until one actually changes the schedule.
   for (int attempt = 0; attempt < 16 && out == s; ++attempt) {
-    switch (std::uniform_int_distribution<int>(0, 11)(rng)) {
+    switch (std::uniform_int_distribution<int>(0, 12)(rng)) {
       case 0:
         if (nestDepth > 1) {
           out.order.resize(static_cast<size_t>(nestDepth));
@@ -408,6 +412,9 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
         break;
       case 11:
         if (hasGemm) out.gemmPackA = !out.gemmPackA;
+        break;
+      case 12:
+        if (hasGemm) out.gemmNarrow = pick<int32_t>(rng, {0, 1, 2});
         break;
     }
   }

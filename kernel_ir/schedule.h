@@ -59,6 +59,9 @@ struct Schedule {
   // GEMMs pack A into MR-tall panels even where the tile could read a row-major
   // A in place.
   bool gemmPackA = false;
+  // GEMMs of few columns: 0 the runtime's choice, 1 the panel kernels, 2 inner
+  // products along the contraction where they apply (jit::GemmBlocking::narrow).
+  int32_t gemmNarrow = 0;
 
   bool isDefault() const { return toString() == "default"; }
   std::string toString() const;

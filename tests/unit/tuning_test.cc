@@ -83,7 +83,11 @@ int countLoops(const loop::LoopKernel& k, loop::StmtId s) {
 TEST_CASE("a schedule's text names what differs from the default, and reads back") {
   CHECK(Schedule{}.toString() == "default");
   CHECK(Schedule{}.isDefault());
-  Schedule s = parsed("order=1:0,tile=32:8,vec=8,interleave=2,unroll=4,parallel=0,grain=-2,conv=gemm,kc=256,mc=4,micro=1,pack_a=1");
+  Schedule s = parsed(
+      "order=1:0,tile=32:8,vec=8,interleave=2,unroll=4,parallel=0,grain=-2,conv=gemm,kc=256,mc=4,micro=1,pack_a=1,narrow=dot");
+  CHECK(s.gemmNarrow == 2);
+  CHECK(parsed("narrow=panels").gemmNarrow == 1);
+  CHECK(parsed("narrow=panels").toString() == "narrow=panels");
   CHECK(s.gemmKC == 256);
   CHECK(s.gemmMCTiles == 4);
   CHECK(s.gemmTile == 1);
@@ -99,7 +103,7 @@ TEST_CASE("a schedule's text names what differs from the default, and reads back
   CHECK(parsed("order=0:1:2,tile=0:0:0").toString() == "default");
   for (const char* bad : {"", "vec=3", "vec", "order=0:0", "order=1:0,tile=8", "speed=11", "parallel=2", "tile=-4",
                           "interleave=0", "grain=99", "conv=winograd", "kc=100", "kc=2048", "mc=0", "micro=2", "micro=-1",
-                          "pack_a=2"}) {
+                          "pack_a=2", "narrow=1", "narrow=", "narrow=rows"}) {
     std::string why;
     INFO(bad);
     CHECK(!Schedule::parse(bad, &why).has_value());
@@ -158,6 +162,15 @@ TEST_CASE("loop order and tiles are applied where legal, and every schedule comp
                         "pack_a=1,mc=2"})
     checkSameResult("def @main(%x: Tensor[(40, 300), float32], %w: Tensor[(70, 300), float32]) { nn.dense(%x, %w) }",
                     {{40, 300}, {70, 300}}, s);
+  // A product of few columns as inner products or as panels (a classifier head;
+  // the JIT passes the choice to the GEMM in its flags), and on a product the
+  // inner products do not apply to (a matmul's B is not stored transposed).
+  for (const char* s : {"narrow=dot", "narrow=panels", "narrow=dot,parallel=0"}) {
+    checkSameResult("def @main(%x: Tensor[(37, 300), float32], %w: Tensor[(10, 300), float32]) { nn.dense(%x, %w) }",
+                    {{37, 300}, {10, 300}}, s);
+    checkSameResult("def @main(%x: Tensor[(5, 70), float32], %w: Tensor[(70, 6), float32]) { nn.matmul(%x, %w) }",
+                    {{5, 70}, {70, 6}}, s);
+  }
   checkSameResult(
       "def @main(%x: Tensor[(1, 3, 20, 20), float32], %w: Tensor[(8, 3, 3, 3), float32]) { nn.conv2d(%x, %w, padding=[1, 1]) }",
       {{1, 3, 20, 20}, {8, 3, 3, 3}}, "conv=gemm,parallel=0");
