@@ -835,9 +835,9 @@ void narrowGemm(SkinnyJob j) {
 
 // Whether a product runs as inner products (gemm_dot.cc): where they apply, as
 // the schedule says, or by default where they pay.
-bool byDotProducts(int64_t n, int64_t k, bool transA, bool transB, const GemmBlocking& blocking) {
+bool byDotProducts(int64_t m, int64_t n, int64_t k, bool transA, bool transB, const GemmBlocking& blocking) {
   if (blocking.narrow == kGemmNarrowPanels || !dotProductsApply(n, transA, transB)) return false;
-  return blocking.narrow == kGemmNarrowDot || dotProductsPay(n, k);
+  return blocking.narrow == kGemmNarrowDot || dotProductsPay(m, n, k);
 }
 
 }  // namespace
@@ -863,7 +863,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tr
       }
     return;
   }
-  if (byDotProducts(n, k, transA, transB, blocking)) return dotGemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate, post);
+  if (byDotProducts(m, n, k, transA, transB, blocking)) return dotGemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate, post);
   if (m <= kSkinnyRows && !transB)
     return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, b, ldb, nullptr, c, ldc, accumulate, post});
   if (n <= kNarrowColumns && !transB)
@@ -915,7 +915,7 @@ bool packedBMatches(const float* packed, int64_t k, int64_t n, int tile) {
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
                  bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post,
                  const GemmBlocking& blocking) {
-  if (m > 0 && n > 0 && k > 0 && byDotProducts(n, k, transA, transB, blocking))
+  if (m > 0 && n > 0 && k > 0 && byDotProducts(m, n, k, transA, transB, blocking))
     return dotGemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate, post);
   int tile = static_cast<int>(blocking.tile);
   const Isa& cpu = isa(tile);

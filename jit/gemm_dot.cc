@@ -11,8 +11,8 @@
 // reductions cost one lane-sum per element, which long rows amortize. Measured on
 // this AVX-512 Zen 5 against the panel kernels with B prepacked: 64 x 512 by 10
 // columns 5.55 -> 2.98 us, 1 x 512 by 10 176 -> 102 ns, 64 x 512 by 1 5.5 ->
-// 1.1 us; at 12 columns and a contraction of 64 the panels win (0.8x), and past
-// 16 columns they do. dotProductsPay encodes where this machine's measurements
+// 1.1 us; at 12 columns, 8 or 64 rows and a contraction of 64 the panels win
+// (0.8x), and past 16 columns they do. dotProductsPay encodes where this machine's measurements
 // crossed; a schedule (GemmBlocking::narrow) may choose either way.
 #include <immintrin.h>
 
@@ -124,8 +124,8 @@ bool dotProductsApply(int64_t n, bool transA, bool transB) {
   return !transA && transB && n <= kDotMostColumns && hasAvx512();
 }
 
-bool dotProductsPay(int64_t n, int64_t k) {
-  return n <= 8 || (n <= 12 && k >= 128);
+bool dotProductsPay(int64_t m, int64_t n, int64_t k) {
+  return n <= 8 || (n <= 12 && (k >= 128 || m == 1));
 }
 
 void dotGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,

@@ -67,7 +67,7 @@ float* scratch(int slot, size_t floats);
 // (dotProductsPay), or where a schedule asks (GemmBlocking::narrow).
 constexpr int64_t kDotMostColumns = 32;
 bool dotProductsApply(int64_t n, bool transA, bool transB);
-bool dotProductsPay(int64_t n, int64_t k);
+bool dotProductsPay(int64_t m, int64_t n, int64_t k);
 void dotGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
              bool accumulate, const GemmPost& post);
 

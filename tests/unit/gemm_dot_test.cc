@@ -90,8 +90,9 @@ TEST_CASE("inner products apply to a row-major A and a transposed B of few colum
   CHECK_FALSE(jit::detail::dotProductsApply(10, true, true));
   CHECK_FALSE(jit::detail::dotProductsApply(10, false, false));
   // Classifier and regression heads take them; 16 columns fill the panels' lanes.
-  CHECK(jit::detail::dotProductsPay(10, 512));
-  CHECK(jit::detail::dotProductsPay(1, 16));
-  CHECK_FALSE(jit::detail::dotProductsPay(12, 64));
-  CHECK_FALSE(jit::detail::dotProductsPay(16, 512));
+  CHECK(jit::detail::dotProductsPay(64, 10, 512));
+  CHECK(jit::detail::dotProductsPay(64, 1, 16));
+  CHECK(jit::detail::dotProductsPay(1, 12, 64));
+  CHECK_FALSE(jit::detail::dotProductsPay(8, 12, 64));
+  CHECK_FALSE(jit::detail::dotProductsPay(1, 16, 512));
 }
