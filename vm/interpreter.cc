@@ -149,6 +149,24 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     frames_.push_back(Frame{callee, 0, newBase, 0});
     return newBase;
   };
+  // The same for an invoke, with the listed registers of the current frame as
+  // the arguments, moved or copied straight into the new frame (no gathering:
+  // the two frames never overlap).
+  auto enterWithArgs = [this, &exe](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee, uint32_t next,
+                                    uint32_t dst, bytecode::RegisterList args) -> uint32_t {
+    if (frames_.size() >= options_.maxCallDepth)
+      throw Error("recursion too deep (more than " + std::to_string(options_.maxCallDepth) + " nested calls)");
+    frames_.back().returnPc = next;
+    frames_.back().dst = dst;
+    uint32_t newBase = currentBase + current->frameSize;
+    const BytecodeFunction* cf = &exe.functions()[callee];
+    if (regs_.size() < size_t(newBase) + cf->frameSize) regs_.resize((size_t(newBase) + cf->frameSize) * 2);
+    Value* R = regs_.data() + currentBase;
+    Value* nr = regs_.data() + newBase;
+    for (uint32_t i = 0; i < args.size; ++i) nr[i] = TAKE(args[i]);
+    frames_.push_back(Frame{callee, 0, newBase, 0});
+    return newBase;
+  };
   // Replaces the current frame (at `currentBase`) by `callee` with the arguments in argTmp.
   auto reenter = [this, &exe, &argTmp](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee) {
     const BytecodeFunction* cf = &exe.functions()[callee];
@@ -216,7 +234,9 @@ dispatch:
   CASE(Ret) {
     OPS(Ret);
     Value v = std::move(REG(0));
-    for (uint32_t i = 0; i < fn->frameSize; ++i) R[i] = Value();
+    // The emitter releases each register after its last use: most are empty here.
+    for (uint32_t i = 0; i < fn->frameSize; ++i)
+      if (!R[i].empty()) R[i] = Value();
     frames_.pop_back();
     if (frames_.empty()) {
       result = std::move(v);
@@ -233,10 +253,8 @@ dispatch:
   DISPATCH();
   CASE(Invoke) {
     OPS(Invoke);
-    bytecode::RegisterList args = o.list<2>();
-    for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
     uint32_t callee = IDX(1);
-    base = enter(fn, base, callee, pc + o.length(), o.reg<0>());
+    base = enterWithArgs(fn, base, callee, pc + o.length(), o.reg<0>(), o.list<2>());
     ENTERED(callee);
   }
   DISPATCH();
