@@ -64,21 +64,23 @@ class TensorMemory {
     if (recycled_.size() >= kRecycleSlots || !v.isObject(ObjectKind::Tensor)) return false;
     const TensorObject* o = v.asTensorObject();
     const Tensor& t = o->tensor;
-    if (o->refs.load(std::memory_order_relaxed) != 1 || !(t.device() == Device{}) || t.memoryUseCount() != 1 ||
-        t.nbytes() > kRecycleMaxBytes || t.nbytes() == 0)
-      return false;
+    if (o->refs.load(std::memory_order_relaxed) != 1 || !(t.device() == Device{}) || t.memoryUseCount() != 1) return false;
+    uint64_t bytes = t.nbytes();
+    if (bytes > kRecycleMaxBytes || bytes == 0) return false;
     recycled_.push_back(std::move(v));
+    recycledBytes_[recycled_.size() - 1] = bytes;
     return true;
   }
   // A recycled host tensor made `dtype` of `shape` (`bytes` of them, the same
   // number its last use had, rounded to 64), or an empty value.
   Value reuse(DType dtype, std::span<const int64_t> shape, uint64_t bytes) {
     for (size_t i = recycled_.size(); i-- > 0;) {
-      Tensor& t = const_cast<TensorObject*>(recycled_[i].asTensorObject())->tensor;
-      if ((t.nbytes() + 63) / 64 != (bytes + 63) / 64 || t.nbytes() < bytes) continue;
-      t.reuseAs(dtype, shape);
+      uint64_t had = recycledBytes_[i];
+      if ((had + 63) / 64 != (bytes + 63) / 64 || had < bytes) continue;
+      const_cast<TensorObject*>(recycled_[i].asTensorObject())->tensor.reuseAs(dtype, shape);
       Value v = std::move(recycled_[i]);
       recycled_[i] = std::move(recycled_.back());
+      recycledBytes_[i] = recycledBytes_[recycled_.size() - 1];
       recycled_.pop_back();
       count(bytes);
       return v;
@@ -98,6 +100,7 @@ class TensorMemory {
   }
   std::atomic<uint64_t> allocations_{0}, bytes_{0};
   boost::container::small_vector<Value, kRecycleSlots> recycled_;
+  uint64_t recycledBytes_[kRecycleSlots] = {};  // each recycled tensor's byte count, as recycle() found it
 };
 
 // A tensor of `shape` and `dtype` at byte `offset` of the storage value `storage`.

@@ -33,7 +33,10 @@ std::string_view dtypeShortName(DType t);
 // Parses either spelling; nullopt for anything else.
 std::optional<DType> parseDType(std::string_view name);
 
-size_t dtypeSize(DType t);
+// Bytes of one element. Inline: every tensor's byte count (each kernel call's
+// checks, each recycled output) asks, and a call per ask showed in profiles.
+inline constexpr uint8_t kDTypeSizes[kNumDTypes] = {2, 4, 8, 1, 2, 4, 8, 1, 1, 2};
+inline size_t dtypeSize(DType t) { return kDTypeSizes[static_cast<uint8_t>(t)]; }
 inline bool isFloat(DType t) { return t == DType::Float16 || t == DType::Float32 || t == DType::Float64; }
 inline bool isInt(DType t) {
   return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64 || t == DType::UInt8 ||
