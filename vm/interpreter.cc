@@ -132,10 +132,11 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   // address, and GCC then kept pc and R in memory, a load and a store around
   // every instruction. After a call or tail call the loop reloads its state.
   //
-  // Pushes a frame for `callee` above the current one (resuming at `next`, its
-  // result into register `dst`) with the arguments in argTmp; returns its base.
-  auto enter = [this, &exe, &argTmp](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee, uint32_t next,
-                                     uint32_t dst) -> uint32_t {
+  // Makes room for a frame for `callee` above the current one (resuming at
+  // `next`, its result into register `dst`) and returns its base; the caller
+  // fills the parameters and pushes the frame.
+  auto openFrame = [this, &exe](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee, uint32_t next,
+                                uint32_t dst) -> uint32_t {
     if (frames_.size() >= options_.maxCallDepth)
       throw Error("recursion too deep (more than " + std::to_string(options_.maxCallDepth) + " nested calls)");
     frames_.back().returnPc = next;
@@ -143,6 +144,12 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     uint32_t newBase = currentBase + current->frameSize;
     const BytecodeFunction* cf = &exe.functions()[callee];
     if (regs_.size() < size_t(newBase) + cf->frameSize) regs_.resize((size_t(newBase) + cf->frameSize) * 2);
+    return newBase;
+  };
+  // Pushes a frame for `callee` with the arguments in argTmp; returns its base.
+  auto enter = [this, &openFrame, &argTmp](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee,
+                                           uint32_t next, uint32_t dst) -> uint32_t {
+    uint32_t newBase = openFrame(current, currentBase, callee, next, dst);
     Value* nr = regs_.data() + newBase;
     for (size_t i = 0; i < argTmp.size(); ++i) nr[i] = std::move(argTmp[i]);
     argTmp.clear();
@@ -152,15 +159,9 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   // The same for an invoke, with the listed registers of the current frame as
   // the arguments, moved or copied straight into the new frame (no gathering:
   // the two frames never overlap).
-  auto enterWithArgs = [this, &exe](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee, uint32_t next,
-                                    uint32_t dst, bytecode::RegisterList args) -> uint32_t {
-    if (frames_.size() >= options_.maxCallDepth)
-      throw Error("recursion too deep (more than " + std::to_string(options_.maxCallDepth) + " nested calls)");
-    frames_.back().returnPc = next;
-    frames_.back().dst = dst;
-    uint32_t newBase = currentBase + current->frameSize;
-    const BytecodeFunction* cf = &exe.functions()[callee];
-    if (regs_.size() < size_t(newBase) + cf->frameSize) regs_.resize((size_t(newBase) + cf->frameSize) * 2);
+  auto enterWithArgs = [this, &openFrame](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee,
+                                          uint32_t next, uint32_t dst, bytecode::RegisterList args) -> uint32_t {
+    uint32_t newBase = openFrame(current, currentBase, callee, next, dst);
     Value* R = regs_.data() + currentBase;
     Value* nr = regs_.data() + newBase;
     for (uint32_t i = 0; i < args.size; ++i) nr[i] = TAKE(args[i]);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "device/thread_pool.h"
+#include "gemm_reference.h"
 #include "jit/gemm.h"
 #include "jit/gemm_internal.h"
 
@@ -50,16 +51,7 @@ TEST_CASE("sgemm: few columns as inner products or as panels, packed or not, on 
             jit::GemmPost post{withBias ? bias.data() : nullptr, relu};
             auto check = [&](const char* path) {
               CAPTURE(path);
-              for (int64_t i = 0; i < m; ++i)
-                for (int64_t j = 0; j < n; ++j) {
-                  double v = acc ? c0[static_cast<size_t>(i * n + j)] : 0;
-                  for (int64_t p = 0; p < k; ++p)
-                    v += double(ta ? a[static_cast<size_t>(p * m + i)] : a[static_cast<size_t>(i * k + p)]) *
-                         (tb ? b[static_cast<size_t>(j * k + p)] : b[static_cast<size_t>(p * n + j)]);
-                  if (withBias) v += bias[static_cast<size_t>(j)];
-                  if (relu) v = std::max(v, 0.0);
-                  REQUIRE(c[static_cast<size_t>(i * n + j)] == doctest::Approx(v).epsilon(1e-4).scale(1.0));
-                }
+              test::checkGemm(c, c0, a, b, m, n, k, ta, tb, acc, post.bias, relu);
             };
             std::vector<float> packed(static_cast<size_t>(jit::packedBFloats(k, n)));
             jit::packGemmB(b.data(), tb ? k : n, tb, k, n, packed.data());

@@ -4,6 +4,7 @@
 #include "jit/gemm.h"
 #include "device/thread_pool.h"
 #include "kernel_ir/lower.h"
+#include "gemm_reference.h"
 #include "kernel_util.h"
 #include "test_skip.h"
 
@@ -457,20 +458,7 @@ TEST_CASE("dense, conv2d and pooling in other dtypes (the generic lowering)") {
   }
 }
 
-namespace {
-// C (m x n, ldc n) against a double-precision product of A and B as sgemm reads them.
-void checkProduct(const std::vector<float>& c, const std::vector<float>& c0, const std::vector<float>& a,
-                  const std::vector<float>& b, int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool acc) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = acc ? c0[static_cast<size_t>(i * n + j)] : 0;
-      for (int64_t p = 0; p < k; ++p)
-        s += double(ta ? a[static_cast<size_t>(p * m + i)] : a[static_cast<size_t>(i * k + p)]) *
-             (tb ? b[static_cast<size_t>(j * k + p)] : b[static_cast<size_t>(p * n + j)]);
-      REQUIRE(c[static_cast<size_t>(i * n + j)] == doctest::Approx(s).epsilon(1e-4).scale(1.0));
-    }
-}
-}  // namespace
+using test::checkGemm;
 
 TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slices and accumulate") {
   std::mt19937 rng(41);
@@ -498,7 +486,7 @@ TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slice
             for (float& v : c) v = d(rng);
             std::vector<float> c0 = c;
             jit::sgemm(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, c.data(), n, acc);
-            checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+            checkGemm(c, c0, a, b, m, n, k, ta, tb, acc);
             // The schedule's other micro-kernel tile (AVX-512: 6 x 64) and A packed
             // where it could be read in place: the same product.
             for (jit::GemmBlocking blocking : {jit::GemmBlocking{0, 0, 1, false}, jit::GemmBlocking{0, 0, 1, true},
@@ -507,7 +495,7 @@ TEST_CASE("sgemm: the short-wide and the tall driver, transposes, edges, K slice
               CAPTURE(blocking.packA);
               c = c0;
               jit::sgemm(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, c.data(), n, acc, {}, blocking);
-              checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+              checkGemm(c, c0, a, b, m, n, k, ta, tb, acc);
             }
           }
   device::setNumThreads(threadsBefore);
@@ -544,7 +532,7 @@ TEST_CASE("sgemm: few rows (skinny path) and prepacked B on odd shapes, against 
               for (float& v : c) v = d(rng);
               std::vector<float> c0 = c;
               jit::sgemm(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, c.data(), n, acc);
-              checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+              checkGemm(c, c0, a, b, m, n, k, ta, tb, acc);
               int64_t floats = jit::packedBFloats(k, n);
               REQUIRE(floats >= jit::kPackedHeaderFloats + k * n);
               std::vector<float> packed(static_cast<size_t>(floats));
@@ -553,7 +541,7 @@ TEST_CASE("sgemm: few rows (skinny path) and prepacked B on odd shapes, against 
               CHECK_FALSE(jit::packedBMatches(packed.data(), k + 1, n));
               c = c0;
               jit::sgemmPacked(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, packed.data(), c.data(), n, acc);
-              checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+              checkGemm(c, c0, a, b, m, n, k, ta, tb, acc);
               // B packed for the wide tile (6 x 64 on AVX-512): the tile drivers read
               // it, the skinny ones (which read the default's panels) take B in place;
               // and a B packed for one tile given to the other is not read as its own.
@@ -566,11 +554,11 @@ TEST_CASE("sgemm: few rows (skinny path) and prepacked B on odd shapes, against 
                   c = c0;
                   jit::sgemmPacked(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, wide.data(), c.data(), n, acc, {},
                                    jit::GemmBlocking{0, 0, 1, packA});
-                  checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+                  checkGemm(c, c0, a, b, m, n, k, ta, tb, acc);
                   c = c0;
                   jit::sgemmPacked(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, packed.data(), c.data(), n, acc, {},
                                    jit::GemmBlocking{0, 0, 1, packA});
-                  checkProduct(c, c0, a, b, m, n, k, ta, tb, acc);
+                  checkGemm(c, c0, a, b, m, n, k, ta, tb, acc);
                 }
               }
             }
@@ -606,7 +594,7 @@ TEST_CASE("sgemm: a weight used again is streamed the other way round, with the 
             jit::sgemmPacked(m, n, k, a.data(), k, false, b.data(), n, false, prepacked ? packed.data() : nullptr, c.data(), n,
                              false);
             if (call == 0) {
-              checkProduct(c, zero, a, b, m, n, k, false, false, false);
+              checkGemm(c, zero, a, b, m, n, k, false, false, false);
               first = c;
             } else {
               CHECK(c == first);
@@ -653,15 +641,7 @@ TEST_CASE("sgemm: post-ops (bias per column, ReLU) on every path, packed and not
             jit::GemmPost post{withBias ? bias.data() : nullptr, relu};
             auto check = [&](const char* path) {
               CAPTURE(path);
-              for (int64_t i = 0; i < m; ++i)
-                for (int64_t j = 0; j < n; ++j) {
-                  double v = acc ? c0[static_cast<size_t>(i * n + j)] : 0;
-                  for (int64_t p = 0; p < k; ++p)
-                    v += double(a[static_cast<size_t>(i * k + p)]) * (tb ? b[static_cast<size_t>(j * k + p)] : b[static_cast<size_t>(p * n + j)]);
-                  if (withBias) v += bias[static_cast<size_t>(j)];
-                  if (relu) v = std::max(v, 0.0);
-                  REQUIRE(c[static_cast<size_t>(i * n + j)] == doctest::Approx(v).epsilon(1e-4).scale(1.0));
-                }
+              checkGemm(c, c0, a, b, m, n, k, false, tb, acc, post.bias, relu);
             };
             jit::sgemm(m, n, k, a.data(), k, false, b.data(), tb ? k : n, tb, c.data(), n, acc, post);
             check("sgemm");
