@@ -21,10 +21,13 @@
 #include "device/thread_pool.h"
 #include "jit/gemm.h"
 #include "jit/gemm_internal.h"
+#include "kernel_ir/schedule.h"
 
 namespace kiln::jit::detail {
 
 namespace {
+
+static_assert(kDotMostColumns == loop::kNarrowGemmMostColumns, "the schedule offers narrow= where this path applies");
 
 constexpr int kBlockRows = 4;     // rows of A a block reads
 constexpr int kBlockColumns = 5;  // rows of B (columns of C) a block reads

@@ -330,7 +330,12 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
     }
   }
   for (const StmtNode& s : k.stmts) {
-    if (s.kind == StmtKind::Gemm) space.hasGemm = space.hasParallel = true;
+    if (s.kind == StmtKind::Gemm) {
+      space.hasGemm = space.hasParallel = true;
+      const ExprNode& n = k.expr(s.gemm.n);
+      if (!s.gemm.transA && s.gemm.transB && (n.kind != ExprKind::IntConst || n.ival <= kNarrowGemmMostColumns))
+        space.hasNarrowGemm = true;
+    }
     if (s.kind == StmtKind::Conv2d) space.hasConv = space.hasParallel = true;
     if (s.kind == StmtKind::For) {
       if (isVectorized(s.loop)) space.hasVectorLoops = true;
@@ -343,7 +348,7 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
 
 int ScheduleSpace::dimensions() const {
   return (nestDepth > 1 ? 2 : 0) + (nestDepth == 1 ? 1 : 0) + (hasVectorLoops ? 2 : 0) + (hasSerialInner ? 1 : 0) +
-         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 5 : 0);
+         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 4 : 0) + (hasNarrowGemm ? 1 : 0);
 }
 
 namespace {
@@ -414,7 +419,7 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
         if (hasGemm) out.gemmPackA = !out.gemmPackA;
         break;
       case 12:
-        if (hasGemm) out.gemmNarrow = pick<int32_t>(rng, {0, 1, 2});
+        if (hasNarrowGemm) out.gemmNarrow = pick<int32_t>(rng, {0, 1, 2});
         break;
     }
   }

@@ -70,6 +70,9 @@ struct Schedule {
   bool operator==(const Schedule& o) const { return toString() == o.toString(); }
 };
 
+// The most columns a GEMM's inner-product path takes (jit/gemm_dot.cc).
+constexpr int64_t kNarrowGemmMostColumns = 32;
+
 // What a kernel's schedule space offers: the depth of its transformable nests,
 // whether it has vector loops, parallel loops, GEMMs and convolutions.
 struct ScheduleSpace {
@@ -79,6 +82,9 @@ struct ScheduleSpace {
   bool hasSerialInner = false;
   bool hasParallel = false;            // parallel loops, GEMMs or convolutions
   bool hasGemm = false;
+  // A GEMM that inner products could run (narrow=): a row-major A, a B stored
+  // transposed, and at most kNarrowGemmMostColumns columns (or `?` of them).
+  bool hasNarrowGemm = false;
   bool hasConv = false;
   // How many independent knobs the space has (0: nothing to tune).
   int dimensions() const;

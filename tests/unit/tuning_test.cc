@@ -165,6 +165,15 @@ TEST_CASE("loop order and tiles are applied where legal, and every schedule comp
   // A product of few columns as inner products or as panels (a classifier head;
   // the JIT passes the choice to the GEMM in its flags), and on a product the
   // inner products do not apply to (a matmul's B is not stored transposed).
+  // The space offers the choice only where the inner products could run.
+  auto narrowIn = [](const std::string& src) {
+    return loop::scheduleSpaceOf(kernel_ir::lowerToLoops(test::fusedFrom(src), {.directConv = true, .gemmPostOps = true}))
+        .hasNarrowGemm;
+  };
+  CHECK(narrowIn("def @main(%x: Tensor[(37, 300), float32], %w: Tensor[(10, 300), float32]) { nn.dense(%x, %w) }"));
+  CHECK(narrowIn("def @main(%x: Tensor[(?, 300), float32], %w: Tensor[(?, 300), float32]) { nn.dense(%x, %w) }"));
+  CHECK_FALSE(narrowIn("def @main(%x: Tensor[(37, 300), float32], %w: Tensor[(70, 300), float32]) { nn.dense(%x, %w) }"));
+  CHECK_FALSE(narrowIn("def @main(%x: Tensor[(5, 70), float32], %w: Tensor[(70, 6), float32]) { nn.matmul(%x, %w) }"));
   for (const char* s : {"narrow=dot", "narrow=panels", "narrow=dot,parallel=0"}) {
     checkSameResult("def @main(%x: Tensor[(37, 300), float32], %w: Tensor[(10, 300), float32]) { nn.dense(%x, %w) }",
                     {{37, 300}, {10, 300}}, s);
