@@ -12,8 +12,9 @@
 // this AVX-512 Zen 5 against the panel kernels with B prepacked: 64 x 512 by 10
 // columns 5.55 -> 2.98 us, 1 x 512 by 10 176 -> 102 ns, 64 x 512 by 1 5.5 ->
 // 1.1 us; at 12 columns, 8 or 64 rows and a contraction of 64 the panels win
-// (0.8x), and past 16 columns they do. dotProductsPay encodes where this machine's measurements
-// crossed; a schedule (GemmBlocking::narrow) may choose either way.
+// (0.8x), and past 16 columns they do. dotProductsPay encodes where this
+// machine's measurements crossed; a schedule (GemmBlocking::narrow) may choose
+// either way.
 #include <immintrin.h>
 
 #include <algorithm>
