@@ -67,20 +67,18 @@ class TensorMemory {
     if (o->refs.load(std::memory_order_relaxed) != 1 || !(t.device() == Device{}) || t.memoryUseCount() != 1) return false;
     uint64_t bytes = t.nbytes();
     if (bytes > kRecycleMaxBytes || bytes == 0) return false;
-    recycled_.push_back(std::move(v));
-    recycledBytes_[recycled_.size() - 1] = bytes;
+    recycled_.push_back({std::move(v), bytes});
     return true;
   }
   // A recycled host tensor made `dtype` of `shape` (`bytes` of them, the same
   // number its last use had, rounded to 64), or an empty value.
   Value reuse(DType dtype, std::span<const int64_t> shape, uint64_t bytes) {
     for (size_t i = recycled_.size(); i-- > 0;) {
-      uint64_t had = recycledBytes_[i];
+      uint64_t had = recycled_[i].bytes;
       if ((had + 63) / 64 != (bytes + 63) / 64 || had < bytes) continue;
-      const_cast<TensorObject*>(recycled_[i].asTensorObject())->tensor.reuseAs(dtype, shape);
-      Value v = std::move(recycled_[i]);
+      const_cast<TensorObject*>(recycled_[i].value.asTensorObject())->tensor.reuseAs(dtype, shape);
+      Value v = std::move(recycled_[i].value);
       recycled_[i] = std::move(recycled_.back());
-      recycledBytes_[i] = recycledBytes_[recycled_.size() - 1];
       recycled_.pop_back();
       count(bytes);
       return v;
@@ -99,8 +97,12 @@ class TensorMemory {
     bytes_.store(bytes_.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
   }
   std::atomic<uint64_t> allocations_{0}, bytes_{0};
-  boost::container::small_vector<Value, kRecycleSlots> recycled_;
-  uint64_t recycledBytes_[kRecycleSlots] = {};  // each recycled tensor's byte count, as recycle() found it
+  // A recycled tensor and its byte count, as recycle() found it.
+  struct Recycled {
+    Value value;
+    uint64_t bytes;
+  };
+  boost::container::small_vector<Recycled, kRecycleSlots> recycled_;
 };
 
 // A tensor of `shape` and `dtype` at byte `offset` of the storage value `storage`.
