@@ -101,6 +101,8 @@ int64_t checkedElements(std::span<const int64_t> shape) {
 }  // namespace
 
 void Tensor::reuseAs(DType dtype, std::span<const int64_t> shape) {
+  // A loop's output recycled for its next step has the same type: nothing to check.
+  if (dtype == dtype_ && std::equal(shape.begin(), shape.end(), shape_.begin(), shape_.end())) return;
   int64_t n = checkedElements(shape);
   uint64_t bytes = 0;
   if (n < 0 || __builtin_mul_overflow(static_cast<uint64_t>(n), dtypeSize(dtype), &bytes) || bytes > nbytes())

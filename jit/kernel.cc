@@ -126,6 +126,7 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
     compileForEmulatedGpu(hash, keepIR, disk);
   } else {
     compileForCpu(hash, keepIR, disk, precompiled);
+    if (staticShapes_) planStaticCall();
   }
   compileMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -84,8 +84,10 @@ class CompiledKernel {
   using TensorRefs = std::span<const Tensor* const>;
   // The kernel that runs these inputs: this one, or the variant compiled for the
   // nearest tuned shape when a tuning log covers this kernel's `?` shapes.
-  const CompiledKernel& variantFor(TensorRefs inputs) const;
-  void run(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared = {}) const;
+  const CompiledKernel& variantFor(TensorRefs inputs) const { return tuned_ ? tunedVariantFor(inputs) : *this; }
+  void run(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared = {}) const {
+    if (!staticCall_ || !runStatic(inputs, outputs, prepared)) runChecked(inputs, outputs, prepared);
+  }
 
   // Inputs this kernel reads faster when given prepacked: float32 matrices used
   // whole as the B operand of a GEMM (a dense or matmul weight), convolution filters.
@@ -117,6 +119,34 @@ class CompiledKernel {
   const std::vector<Shape>& checkedShapes(TensorRefs inputs, std::vector<Shape>& storage) const;
   std::optional<std::vector<Shape>> staticShapes_;
   std::vector<int64_t> staticFlat_;  // staticShapes_ flattened: the kernel's shape array
+
+  // A host kernel whose every shape is static is called through a plan made once
+  // (kernel_call.cc): each operand's dtype, rank and dimensions in one array, and
+  // what each further buffer is (a prepared input, or scratch of a fixed size).
+  // The call then compares the operands against it and passes their pointers
+  // with no shape work; an operand that does not match, or scratch the arena
+  // cannot give, takes the general path (runChecked), whose errors are precise.
+  struct StaticCall {
+    struct Operand {
+      DType dtype;
+      uint32_t rank;
+      uint32_t dims;  // offset of its dimensions in `dims`
+    };
+    std::vector<Operand> operands;  // the inputs, then the outputs
+    uint32_t numInputs = 0;
+    std::vector<int64_t> dims;
+    struct Extra {
+      int32_t prepared;  // >= 0: that entry of the call's prepared pointers; else scratch
+      uint64_t scratchBytes;
+    };
+    std::vector<Extra> extras;  // loops_.buffers after the operands, in order
+  };
+  static constexpr size_t kStaticCallBuffers = 16;  // the plan's buffer array lives on the stack
+  std::optional<StaticCall> staticCall_;
+  void planStaticCall();
+  bool runStatic(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared) const;
+  void runChecked(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared) const;
+  const CompiledKernel& tunedVariantFor(TensorRefs inputs) const;
   // Process-unique, never reused: the key of this kernel's entries in the
   // per-thread memo of shapes for `?` dimensions (checkedShapes).
   uint64_t serial_ = 0;

@@ -114,8 +114,7 @@ const std::vector<Shape>& CompiledKernel::checkedShapes(TensorRefs inputs, std::
   return m.shapes;
 }
 
-const CompiledKernel& CompiledKernel::variantFor(TensorRefs inputs) const {
-  if (!tuned_) return *this;
+const CompiledKernel& CompiledKernel::tunedVariantFor(TensorRefs inputs) const {
   if (inputs.size() != f_.params.size()) return *this;  // the call's own check reports it
   // The inputs' shapes, flattened with each rank first: a loop calls a kernel
   // with the same shapes again and again, and then only these are compared.
@@ -260,7 +259,7 @@ void CompiledKernel::run(std::span<const Tensor> inputs, std::span<const Tensor>
   run(TensorRefs(in.data(), in.size()), TensorRefs(out.data(), out.size()), prepared);
 }
 
-void CompiledKernel::run(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared) const {
+void CompiledKernel::runChecked(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared) const {
   std::vector<Shape> storage;
   const std::vector<Shape>& shapes = checkedShapes(inputs, storage);
   if (outputs.size() != f_.outputs.size())
@@ -275,6 +274,72 @@ void CompiledKernel::run(TensorRefs inputs, TensorRefs outputs, std::span<const 
                   std::string(dtypeShortName(f_.typeOf(o).dtype)) + " on " + device_.toString());
   }
   launch(inputs, outputs, shapes, prepared);
+}
+
+void CompiledKernel::planStaticCall() {
+  if (!entry_ || gpu_ || library_) return;
+  size_t operands = f_.params.size() + f_.outputs.size();
+  if (std::max(loops_.buffers.size(), operands) > kStaticCallBuffers) return;
+  StaticCall c;
+  c.numInputs = static_cast<uint32_t>(f_.params.size());
+  auto add = [&c](DType dtype, std::span<const int64_t> shape) {
+    c.operands.push_back({dtype, static_cast<uint32_t>(shape.size()), static_cast<uint32_t>(c.dims.size())});
+    c.dims.insert(c.dims.end(), shape.begin(), shape.end());
+  };
+  for (const auto& p : f_.params) add(p.dtype, std::span<const int64_t>(p.shape.data(), p.shape.size()));
+  for (int32_t o : f_.outputs) add(f_.typeOf(o).dtype, dims((*staticShapes_)[static_cast<size_t>(o)]));
+  int32_t nextPrepared = 0;
+  for (size_t b = operands; b < loops_.buffers.size(); ++b) {
+    const loop::BufferDecl& decl = loops_.buffers[b];
+    if (decl.isPrepared()) {
+      c.extras.push_back({nextPrepared++, 0});
+      continue;
+    }
+    // As launch sizes it, checked: a size that overflows is left to the general path.
+    uint64_t n = 1;
+    bool sized = true;
+    auto times = [&](int64_t f) { sized = sized && f >= 0 && !__builtin_mul_overflow(n, static_cast<uint64_t>(f), &n); };
+    if (decl.scratchValue >= 0) {
+      for (int64_t d : (*staticShapes_)[static_cast<size_t>(decl.scratchValue)]) times(d);
+    } else {
+      for (int64_t f : decl.scratchSize) times(f >= 0 ? f : staticFlat_[static_cast<size_t>(-f - 1)]);
+    }
+    times(static_cast<int64_t>(dtypeSize(decl.dtype)));
+    if (!sized) return;
+    c.extras.push_back({-1, n});
+  }
+  staticCall_ = std::move(c);
+}
+
+bool CompiledKernel::runStatic(TensorRefs inputs, TensorRefs outputs, std::span<const float* const> prepared) const {
+  const StaticCall& c = *staticCall_;
+  if (inputs.size() != c.numInputs || inputs.size() + outputs.size() != c.operands.size()) return false;
+  void* buffers[kStaticCallBuffers];
+  for (size_t i = 0; i < c.operands.size(); ++i) {
+    const Tensor& t = i < c.numInputs ? *inputs[i] : *outputs[i - c.numInputs];
+    const StaticCall::Operand& op = c.operands[i];
+    if (!t.defined() || t.dtype() != op.dtype || t.rank() != op.rank || !(t.device() == device_)) return false;
+    const int64_t* want = c.dims.data() + op.dims;
+    const int64_t* have = t.shape().data();
+    for (uint32_t d = 0; d < op.rank; ++d)
+      if (have[d] != want[d]) return false;
+    buffers[i] = t.data();
+  }
+  std::optional<ScratchArena::Frame> arena;
+  size_t b = c.operands.size();
+  for (const StaticCall::Extra& e : c.extras) {
+    if (e.prepared >= 0) {
+      // The GEMM reads B itself when no packed form is given.
+      buffers[b++] = static_cast<size_t>(e.prepared) < prepared.size() ? const_cast<float*>(prepared[e.prepared]) : nullptr;
+      continue;
+    }
+    if (!arena) arena.emplace();
+    void* p = arena->take(e.scratchBytes);
+    if (!p) return false;  // scratch past the arena's: the general path takes it from the pool
+    buffers[b++] = p;
+  }
+  entry_(buffers, staticFlat_.data());
+  return true;
 }
 
 }  // namespace kiln::jit

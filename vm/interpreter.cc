@@ -60,8 +60,15 @@ RefObject* refOf(const Value& v, const char* what) {
   return v.asRef();
 }
 
-const AdtObject* adtOf(const Value& v, const char* what) {
-  if (!v.isObject(ObjectKind::Adt)) throw Error(std::string(what) + ": expected a tuple or ADT value, got " + v.describe());
+[[noreturn, gnu::cold, gnu::noinline]] void notAnAdt(const Value& v, const char* what) {
+  throw Error(std::string(what) + ": expected a tuple or ADT value, got " + v.describe());
+}
+
+// Inline, its error out of line: a match and a field read per tree node each
+// paid a call with the frame of the throwing path.
+inline const AdtObject* adtOf(const Value& v, const char* what) {
+  if (!v.isObject(ObjectKind::Adt)) [[unlikely]]
+    notAnAdt(v, what);
   return v.asAdt();
 }
 
@@ -264,8 +271,13 @@ dispatch:
     // this thread goes on to the join; otherwise it is an invoke.
     OPS(Fork);
     bytecode::RegisterList args = o.list<2>();
-    for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
     uint32_t callee = IDX(1);
+    if (!forksPossible_) {
+      base = enterWithArgs(fn, base, callee, pc + o.length(), o.reg<0>(), args);
+      ENTERED(callee);
+      DISPATCH();
+    }
+    for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
     uint64_t site = static_cast<uint64_t>(frames_.back().function) << 32 | pc;
     if (startFork(callee, std::span<Value>(argTmp.data(), argTmp.size()), base + o.reg<0>(), site)) {
       argTmp.clear();
@@ -314,17 +326,22 @@ dispatch:
     // (reserved first, so those never move while referenced).
     auto refer = [R](bytecode::RegisterList list, boost::container::small_vector<Tensor, 8>& temps,
                      boost::container::small_vector<const Tensor*, 16>& refs, const char* what) {
-      temps.clear();
-      temps.reserve(list.size);
       // Sized once and filled in place: a push_back per operand was an
-      // out-of-line call each.
+      // out-of-line call each. temps is reserved at the first scalar, before
+      // any pointer into it is taken.
       refs.resize(list.size);
       const Tensor** out = refs.data();
+      bool reserved = false;
       for (uint32_t i = 0; i < list.size; ++i) {
         const Value& v = R[list[i]];
-        if (v.isObject(ObjectKind::Tensor)) {
+        if (v.isObject(ObjectKind::Tensor)) [[likely]] {
           out[i] = &v.asTensorObject()->tensor;
         } else {
+          if (!reserved) {
+            temps.clear();
+            temps.reserve(list.size);
+            reserved = true;
+          }
           temps.push_back(tensorOf(v, what));
           out[i] = &temps.back();
         }

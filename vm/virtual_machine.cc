@@ -19,6 +19,8 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, VMOptions 
           options_.pools ? options_.pools : std::make_shared<MemoryPools>(options_.memoryLimit))) {
   if (!exe_) throw Error("VirtualMachine needs an executable");
   runtime_ = options_.runtime ? options_.runtime : Runtime::processDefault();
+  device::ThreadPool* pool = runtime_->threadPool();
+  forksPossible_ = pool && pool->size() >= 2;
   auto t0 = std::chrono::steady_clock::now();
   kernels_ = std::make_unique<vm::BoundKernels>(runtime_->kernelTable(exe_));
   kernelsMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -191,6 +191,9 @@ class VirtualMachine {
   std::unique_ptr<vm::MemoryTrace> memoryTrace_;
   std::unique_ptr<vm::GpuStreams> streams_;  // one per GPU this VM runs on
   std::unique_ptr<PendingFork> fork_;        // made at the first fork
+  // Whether a fork can ever go to another thread: the Runtime has a pool of two
+  // or more (fixed for its life). Otherwise a fork is an invoke from the start.
+  bool forksPossible_ = false;
   uint64_t forksRun_ = 0;
 };
 
