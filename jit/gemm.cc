@@ -327,16 +327,14 @@ void microScalar(int64_t kc, const float* ap, const float* bp, float* c, int64_t
 
 }  // namespace
 
-const Isa& detail::isa(int tile) {
-  static const std::array<Isa, kGemmTiles> chosen = [] {
-    Isa plain{microScalar, {6, 16}, nullptr};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) plain = Isa{micro256, {6, 16}, micro256Rows};
-    if (__builtin_cpu_supports("avx512f"))
-      return std::to_array({Isa{micro512<8, 2>, {8, 32}, micro512Rows<8, 2>}, Isa{micro512<6, 4>, {6, 64}, micro512Rows<6, 4>}});
-    return std::to_array({plain, plain});
-  }();
-  return chosen[tile > 0 && tile < kGemmTiles ? tile : 0];
-}
+const std::array<Isa, kGemmTiles> detail::kIsaByTile = [] {
+  __builtin_cpu_init();  // a static initializer may run before libgcc's
+  Isa plain{microScalar, {6, 16}, nullptr};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) plain = Isa{micro256, {6, 16}, micro256Rows};
+  if (__builtin_cpu_supports("avx512f"))
+    return std::to_array({Isa{micro512<8, 2>, {8, 32}, micro512Rows<8, 2>}, Isa{micro512<6, 4>, {6, 64}, micro512Rows<6, 4>}});
+  return std::to_array({plain, plain});
+}();
 
 namespace {
 

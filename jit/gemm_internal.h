@@ -3,6 +3,7 @@
 // Internal to jit/; kernels reach these through gemm.h and conv2d.h.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -46,8 +47,11 @@ struct Isa {
 // wide alternative a schedule may choose (jit::GemmBlocking::tile): AVX-512 6 x 64;
 // machines without one run the default for it. Out-of-range tiles are the default.
 // The micro-kernel for this machine and tile (AVX-512 8 x 32 or 6 x 64, AVX2
-// 6 x 16, or portable).
-const Isa& isa(int tile = 0);
+// 6 x 16, or portable). Chosen once, when the library is loaded (the CPU does not
+// change under a process), and read inline: a GEMV's dispatch asked several times
+// a call. Nothing reads it from another library's static initializers.
+extern const std::array<Isa, kGemmTiles> kIsaByTile;
+inline const Isa& isa(int tile = 0) { return kIsaByTile[static_cast<unsigned>(tile) < kGemmTiles ? tile : 0]; }
 
 // Packs rows [i0, i0+rows) x depth [p0, p0+kc) of A (k x m stored when t) into
 // MR-tall panels, zero-padded.

@@ -30,7 +30,7 @@ const jit::CompiledKernel& BoundKernels::onOtherDevice(uint32_t k, Device device
   return *kernel;
 }
 
-void BoundKernels::prepared(uint32_t k, const jit::CompiledKernel& kernel, std::span<const Tensor* const> ins,
+void BoundKernels::preparedSlow(uint32_t k, const jit::CompiledKernel& kernel, std::span<const Tensor* const> ins,
                             std::span<const float*> out) {
   const auto& wanted = kernel.preparedInputs();
   std::vector<PreparedSlot>& slots = prepared_[k];

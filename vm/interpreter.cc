@@ -99,7 +99,11 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
 
   // Small scratch lists for kernel operands (a kernel has few parameters).
   boost::container::small_vector<Tensor, 8> ins, outs;
-  boost::container::small_vector<const Tensor*, 16> inRefs, outRefs;  // invoke_kernel's operands, in place
+  // invoke_kernel's operands, by reference to the tensors in the registers.
+  constexpr uint32_t kInlineOperands = 16;
+  const Tensor* inOnStack[kInlineOperands];
+  const Tensor* outOnStack[kInlineOperands];
+  std::vector<const Tensor*> inMore, outMore;  // for longer lists
   boost::container::small_vector<Value, 8> argTmp;
   vm::MemoryTrace* trace = memoryTrace_.get();  // null unless enableMemoryTrace()
 
@@ -324,13 +328,16 @@ dispatch:
     // Operands by reference to the tensors in the registers (no copies); a
     // scalar register's value becomes a 0-d tensor kept in ins/outs for the call
     // (reserved first, so those never move while referenced).
-    auto refer = [R](bytecode::RegisterList list, boost::container::small_vector<Tensor, 8>& temps,
-                     boost::container::small_vector<const Tensor*, 16>& refs, const char* what) {
-      // Sized once and filled in place: a push_back per operand was an
-      // out-of-line call each. temps is reserved at the first scalar, before
-      // any pointer into it is taken.
-      refs.resize(list.size);
-      const Tensor** out = refs.data();
+    // Filled in place, on the stack up to kInlineOperands: a push_back or a
+    // resize per operand list was an out-of-line call each. temps is reserved
+    // at the first scalar, before any pointer into it is taken.
+    auto refer = [R](bytecode::RegisterList list, const Tensor** onStack, std::vector<const Tensor*>& more,
+                     boost::container::small_vector<Tensor, 8>& temps, const char* what) {
+      const Tensor** out = onStack;
+      if (list.size > kInlineOperands) {
+        more.resize(list.size);
+        out = more.data();
+      }
       bool reserved = false;
       for (uint32_t i = 0; i < list.size; ++i) {
         const Value& v = R[list[i]];
@@ -346,13 +353,13 @@ dispatch:
           out[i] = &temps.back();
         }
       }
+      return jit::CompiledKernel::TensorRefs(out, list.size);
     };
-    refer(o.list<1>(), ins, inRefs, "kernel input");
-    refer(o.list<2>(), outs, outRefs, "kernel output");
-    jit::CompiledKernel::TensorRefs inSpan(inRefs.data(), inRefs.size()), outSpan(outRefs.data(), outRefs.size());
+    jit::CompiledKernel::TensorRefs inSpan = refer(o.list<1>(), inOnStack, inMore, ins, "kernel input");
+    jit::CompiledKernel::TensorRefs outSpan = refer(o.list<2>(), outOnStack, outMore, outs, "kernel output");
     // A tuning log may give a kernel with `?` dimensions a variant per shape.
     const jit::CompiledKernel& kernel =
-        kernels.on(k, outRefs.empty() ? Device{} : outRefs[0]->device()).variantFor(inSpan);
+        kernels.on(k, outSpan.empty() ? Device{} : outSpan[0]->device()).variantFor(inSpan);
     uint64_t t0 = profiling_ ? nowNanos() : 0;
     // On a GPU the launch returns at once: events around it measure the kernel.
     device::CudaStream* timed = profiling_ && kernel.device().isGpu() ? &streams_->on(kernel.device()) : nullptr;
@@ -371,13 +378,13 @@ dispatch:
     }
     if (recordingShapes_) [[unlikely]] {
       std::vector<Shape> shapes;
-      for (const Tensor* t : inRefs) shapes.push_back(t->shape());
+      for (const Tensor* t : inSpan) shapes.push_back(t->shape());
       KernelShapeProfile& byShape = profile_[k].byShape[jit::formatShapes(shapes)];
       byShape.calls++;
       if (!timed) byShape.totalNanos += nowNanos() - t0;
     }
     if (trace)
-      for (const Tensor* t : inRefs) trace->read(*t);
+      for (const Tensor* t : inSpan) trace->read(*t);
     // Temporaries must not outlive the instruction.
     ins.clear();
     outs.clear();
