@@ -11,7 +11,12 @@
 // same rounds, its median: see StreamFloor), or its FLOPs at peak where that is
 // larger.
 //
-//   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR] [--tuning-log FILE] [--profile]
+//   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--pause MS] [--dump DIR] [--tuning-log FILE] [--profile]
+// --pause sets the idle time before each timed block (default 100 ms: long
+// enough for every runtime's spinning threads to sleep). On this project's VM a
+// core left idle that long runs memory-bound work slower for the next
+// milliseconds, two-thread work most (model_bench's blocks are 4-20 ms), so
+// `--no-ort --pause 0` shows Kiln and the floors back to back as well.
 // --profile prints, instead of the timings, each workload's per-kernel table on 1
 // and 2 threads (calls per run, mean time a call, share): where Kiln's time goes,
 // for workloads vmrun cannot take (the tree's input is an ADT value).
@@ -54,7 +59,7 @@ using namespace kiln::bench;
 namespace {
 
 constexpr double kTolerance = 2e-3;
-constexpr int kQuiesceMillis = 100;
+int gQuiesceMillis = 100;  // --pause
 
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;
@@ -77,7 +82,7 @@ class StreamFloor {
       : buf_(static_cast<size_t>(bytesPerStep / 4), 1.0f), steps_(steps), threads_(threads) {}
 
   void timeBlock(int per, std::vector<double>& micros) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
+    std::this_thread::sleep_for(std::chrono::milliseconds(gQuiesceMillis));
     for (double seconds : kiln::device::timedReads(buf_.data(), buf_.size(), threads_, per, steps_, false))
       micros.push_back(seconds * 1e6);
   }
@@ -201,7 +206,7 @@ int runsPerBlock(KilnModel& m) {
 // took up to 1.6x as long).
 void timeBlock(KilnModel* model, int per, std::vector<double>& times) {
   if (!model) return;
-  std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
+  std::this_thread::sleep_for(std::chrono::milliseconds(gQuiesceMillis));
   for (int i = 0; i < per; ++i) {
     auto s = Clock::now();
     model->run();
@@ -275,9 +280,10 @@ int main(int argc, char** argv) {
     else if (a == "--tuning-log" && i + 1 < argc) tuningLog = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--pause" && i + 1 < argc) gQuiesceMillis = std::clamp(std::atoi(argv[++i]), 0, 10'000);
     else {
-      std::fprintf(stderr, "usage: model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--dump DIR] [--tuning-log FILE] "
-                           "[--profile]\n");
+      std::fprintf(stderr, "usage: model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--pause MS] [--dump DIR] "
+                           "[--tuning-log FILE] [--profile]\n");
       return 2;
     }
   }
@@ -305,7 +311,8 @@ int main(int argc, char** argv) {
   if (!ort.unavailable().empty()) std::printf("ONNX Runtime: not run (%s)\n", ort.unavailable().c_str());
   std::string root = (std::filesystem::temp_directory_path() / ("kiln_model_bench_" + std::to_string(::getpid()))).string();
   double peak = fp32Peak();
-  std::printf("FP32 peak %.0f GFLOP/s per core; medians of %d rounds, Kiln and ORT alternating\n\n", peak / 1e9, rounds);
+  std::printf("FP32 peak %.0f GFLOP/s per core; medians of %d rounds, Kiln and ORT alternating, %d ms idle before each block\n\n",
+              peak / 1e9, rounds, gQuiesceMillis);
   // kiln: the workload's Relay program; kiln-onnx: the ONNX file ORT runs, imported.
   // dnnl: the Relay program partitioned for oneDNN (--partition dnnl), when Kiln has it.
   bool dnnl = kiln::kernel_ir::findLibrary("dnnl")->available;
@@ -371,7 +378,7 @@ int main(int argc, char** argv) {
         timeBlock(imported.get(), per, kilnOnnx);
         timeBlock(tuned.get(), per, kilnTuned);
         timeBlock(partitioned.get(), per, kilnDnnl);
-        if (withOrt) std::this_thread::sleep_for(std::chrono::milliseconds(kQuiesceMillis));
+        if (withOrt) std::this_thread::sleep_for(std::chrono::milliseconds(gQuiesceMillis));
         if (withOrt && ort.run(per, micros, out, ortError_)) {
           onnx.insert(onnx.end(), micros.begin(), micros.end());
         } else if (withOrt) {
