@@ -72,6 +72,45 @@ inline const AdtObject* adtOf(const Value& v, const char* what) {
   return v.asAdt();
 }
 
+// Arguments gathered before a call's frame is filled: a tail call's frame is
+// its caller's own, a closure's captured values come first, and a fork hands
+// them to another VM. Contiguous, the first kInline in the object itself: a
+// push is a move and an increment, inline (a small_vector's push_back was an
+// out-of-line call per argument). Moved-from entries are empty, so clear()
+// releases only what a call left behind.
+class ArgBuffer {
+ public:
+  ArgBuffer() = default;
+  ArgBuffer(const ArgBuffer&) = delete;
+  ArgBuffer& operator=(const ArgBuffer&) = delete;
+  void push_back(Value v) {
+    if (size_ == capacity_) [[unlikely]]
+      grow();
+    data_[size_++] = std::move(v);
+  }
+  Value* data() { return data_; }
+  size_t size() const { return size_; }
+  Value& operator[](size_t i) { return data_[i]; }
+  void clear() {
+    for (size_t i = 0; i < size_; ++i) data_[i] = Value();
+    size_ = 0;
+  }
+
+ private:
+  static constexpr size_t kInline = 8;
+  [[gnu::noinline]] void grow() {
+    std::vector<Value> bigger(capacity_ * 2);
+    for (size_t i = 0; i < size_; ++i) bigger[i] = std::move(data_[i]);
+    heap_ = std::move(bigger);
+    data_ = heap_.data();
+    capacity_ = heap_.size();
+  }
+  Value inline_[kInline];
+  std::vector<Value> heap_;
+  Value* data_ = inline_;
+  size_t size_ = 0, capacity_ = kInline;
+};
+
 }  // namespace
 
 Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
@@ -104,7 +143,7 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   const Tensor* inOnStack[kInlineOperands];
   const Tensor* outOnStack[kInlineOperands];
   std::vector<const Tensor*> inMore, outMore;  // for longer lists
-  boost::container::small_vector<Value, 8> argTmp;
+  ArgBuffer argTmp;
   vm::MemoryTrace* trace = memoryTrace_.get();  // null unless enableMemoryTrace()
 
 // Each handler opens the typed view of its own instruction (bytecode/operands.h):
