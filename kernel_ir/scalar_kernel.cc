@@ -24,17 +24,7 @@ struct Num {
   double f;
 };
 
-int64_t wrapInt(DType t, int64_t v) {
-  switch (t) {
-    case DType::Int8: return static_cast<int8_t>(v);
-    case DType::Int16: return static_cast<int16_t>(v);
-    case DType::Int32: return static_cast<int32_t>(v);
-    case DType::UInt8: return static_cast<uint8_t>(v);
-    case DType::UInt16: return static_cast<uint16_t>(v);
-    case DType::Bool: return v != 0;
-    default: return v;
-  }
-}
+int64_t wrapInt(DType t, int64_t v) { return wrapToWidth(t, v); }
 
 double roundFloat(DType t, double v) {
   if (t == DType::Float32) return static_cast<float>(v);
@@ -301,7 +291,7 @@ std::unique_ptr<ScalarKernel> ScalarKernel::tryBuild(const kernel_ir::FusedFunct
     if (last.kind == ExprKind::Binary && !isFloat(operandType) && !isFloat(last.type) && simpleOp &&
         operand(last.a, f.lhsInput, f.lhsConst) && operand(last.b, f.rhsInput, f.rhsConst)) {
       f.enabled = true;
-      f.op = last.op;
+      f.op = op;
       f.operandType = operandType;
       f.resultType = last.type;
       bool inputsMatch = true;
@@ -313,25 +303,7 @@ std::unique_ptr<ScalarKernel> ScalarKernel::tryBuild(const kernel_ir::FusedFunct
   return sk;
 }
 
-bool ScalarKernel::runFast(const Value* const* inputs, Value* const* outputs) const {
-  int64_t x = fast_.lhsConst, y = fast_.rhsConst;
-  if (fast_.lhsInput >= 0) {
-    const Value& v = *inputs[fast_.lhsInput];
-    if (!v.isScalar() || v.dtype() != fast_.operandType) return false;
-    x = v.intValue();
-  }
-  if (fast_.rhsInput >= 0) {
-    const Value& v = *inputs[fast_.rhsInput];
-    if (!v.isScalar() || v.dtype() != fast_.operandType) return false;
-    y = v.intValue();
-  }
-  Num r = binary(static_cast<BinaryOp>(fast_.op), fast_.operandType, fast_.resultType, Num{x, 0}, Num{y, 0});
-  *outputs[0] = Value::intScalar(fast_.resultType, r.i);
-  return true;
-}
-
-void ScalarKernel::run(const Value* const* inputs, Value* const* outputs) const {
-  if (fast_.enabled && runFast(inputs, outputs)) return;
+void ScalarKernel::runSteps(const Value* const* inputs, Value* const* outputs) const {
   Num vals[64];
   std::vector<Num> big;
   Num* v = vals;

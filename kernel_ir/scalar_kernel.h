@@ -19,6 +19,41 @@
 
 namespace kiln::kernel_ir {
 
+// The integer operators ScalarKernel's one-operator path takes (add, subtract
+// and multiply wrapping, as the step interpreter's).
+inline int64_t integerBinary(loop::BinaryOp op, int64_t a, int64_t b) {
+  using loop::BinaryOp;
+  auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  switch (op) {
+    case BinaryOp::Add: return static_cast<int64_t>(u(a) + u(b));
+    case BinaryOp::Sub: return static_cast<int64_t>(u(a) - u(b));
+    case BinaryOp::Mul: return static_cast<int64_t>(u(a) * u(b));
+    case BinaryOp::Max: return a > b ? a : b;
+    case BinaryOp::Min: return a < b ? a : b;
+    case BinaryOp::Eq: return a == b;
+    case BinaryOp::Ne: return a != b;
+    case BinaryOp::Lt: return a < b;
+    case BinaryOp::Le: return a <= b;
+    case BinaryOp::Gt: return a > b;
+    case BinaryOp::Ge: return a >= b;
+    case BinaryOp::And: return a & b;
+    case BinaryOp::Or: return a | b;
+    default: return 0;  // never enabled for the others (tryBuild)
+  }
+}
+// An integer result at its dtype's width.
+inline int64_t wrapToWidth(DType t, int64_t v) {
+  switch (t) {
+    case DType::Int8: return static_cast<int8_t>(v);
+    case DType::Int16: return static_cast<int16_t>(v);
+    case DType::Int32: return static_cast<int32_t>(v);
+    case DType::UInt8: return static_cast<uint8_t>(v);
+    case DType::UInt16: return static_cast<uint16_t>(v);
+    case DType::Bool: return v != 0;
+    default: return v;
+  }
+}
+
 class ScalarKernel {
  public:
   // Null when `f` is not a scalar kernel.
@@ -29,7 +64,12 @@ class ScalarKernel {
 
   // inputs[i] is a register scalar or a 0-d CPU tensor; writes register scalars.
   // Every input is read before any output is written (outputs may alias inputs).
-  void run(const Value* const* inputs, Value* const* outputs) const;
+  // Inline up to the one-operator case (a loop's counter and condition), so a
+  // VM step pays no call for it; anything else runs the step interpreter.
+  void run(const Value* const* inputs, Value* const* outputs) const {
+    if (fast_.enabled && runFast(inputs, outputs)) return;
+    runSteps(inputs, outputs);
+  }
 
  private:
   struct Step {
@@ -44,12 +84,27 @@ class ScalarKernel {
   // operator over inputs and constants, run without the step interpreter.
   struct FastBinary {
     bool enabled = false;
-    uint8_t op = 0;
+    loop::BinaryOp op = loop::BinaryOp::Add;
     DType operandType = DType::Int32, resultType = DType::Int32;
     int32_t lhsInput = -1, rhsInput = -1;  // input index, or -1 for the constant
     int64_t lhsConst = 0, rhsConst = 0;
   };
-  bool runFast(const Value* const* inputs, Value* const* outputs) const;
+  bool runFast(const Value* const* inputs, Value* const* outputs) const {
+    int64_t x = fast_.lhsConst, y = fast_.rhsConst;
+    if (fast_.lhsInput >= 0) {
+      const Value& v = *inputs[fast_.lhsInput];
+      if (!v.isScalar() || v.dtype() != fast_.operandType) return false;
+      x = v.intValue();
+    }
+    if (fast_.rhsInput >= 0) {
+      const Value& v = *inputs[fast_.rhsInput];
+      if (!v.isScalar() || v.dtype() != fast_.operandType) return false;
+      y = v.intValue();
+    }
+    *outputs[0] = Value::intScalar(fast_.resultType, wrapToWidth(fast_.resultType, integerBinary(fast_.op, x, y)));
+    return true;
+  }
+  void runSteps(const Value* const* inputs, Value* const* outputs) const;
 
   FastBinary fast_;
   std::vector<DType> inputTypes_, outputTypes_;
