@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 
 #include "device/cuda_driver.h"
 #include "jit/gpu_plan.h"
@@ -65,6 +66,22 @@ class ScratchArena {
   std::unique_ptr<char, Free> block_;
   size_t used_ = 0;
 };
+
+// Bytes of scratch buffer `decl` for a call with these value shapes (and their
+// flat array, the kernel's shape arguments), or nothing when the size overflows.
+std::optional<uint64_t> scratchBytes(const loop::BufferDecl& decl, const std::vector<Shape>& shapes, const int64_t* shapeArray) {
+  uint64_t n = 1;
+  bool sized = true;
+  auto times = [&](int64_t f) { sized = sized && f >= 0 && !__builtin_mul_overflow(n, static_cast<uint64_t>(f), &n); };
+  if (decl.scratchValue >= 0) {
+    for (int64_t d : shapes[static_cast<size_t>(decl.scratchValue)]) times(d);
+  } else {
+    for (int64_t f : decl.scratchSize) times(f >= 0 ? f : shapeArray[-f - 1]);
+  }
+  times(static_cast<int64_t>(dtypeSize(decl.dtype)));
+  if (!sized) return std::nullopt;
+  return n;
+}
 
 }  // namespace
 
@@ -201,18 +218,14 @@ void CompiledKernel::launch(TensorRefs inputs, TensorRefs outputs,
       buffers[nextBuffer++] = const_cast<float*>(p);
       continue;
     }
-    int64_t n = 1;
-    if (decl.scratchValue >= 0) {
-      for (int64_t d : shapes[static_cast<size_t>(decl.scratchValue)]) n *= d;
-    } else {
-      for (int64_t f : decl.scratchSize) n *= f >= 0 ? f : shapeArray[-f - 1];
-    }
+    std::optional<uint64_t> bytes = scratchBytes(decl, shapes, shapeArray);
+    if (!bytes) throw Error("kernel " + f_.name + ": its scratch buffer's size overflows");
     if (!gpu_ && !arena) arena.emplace();
-    if (void* p = gpu_ ? nullptr : arena->take(static_cast<size_t>(n) * dtypeSize(decl.dtype))) {
+    if (void* p = gpu_ ? nullptr : arena->take(*bytes)) {
       buffers[nextBuffer++] = p;
       continue;
     }
-    scratch.push_back(Tensor::empty(decl.dtype, {n}, device_));
+    scratch.push_back(Tensor::empty(decl.dtype, {static_cast<int64_t>(*bytes / dtypeSize(decl.dtype))}, device_));
     buffers[nextBuffer++] = scratch.back().data();
   }
   if (gpu_) {
@@ -295,18 +308,10 @@ void CompiledKernel::planStaticCall() {
       c.extras.push_back({nextPrepared++, 0});
       continue;
     }
-    // As launch sizes it, checked: a size that overflows is left to the general path.
-    uint64_t n = 1;
-    bool sized = true;
-    auto times = [&](int64_t f) { sized = sized && f >= 0 && !__builtin_mul_overflow(n, static_cast<uint64_t>(f), &n); };
-    if (decl.scratchValue >= 0) {
-      for (int64_t d : (*staticShapes_)[static_cast<size_t>(decl.scratchValue)]) times(d);
-    } else {
-      for (int64_t f : decl.scratchSize) times(f >= 0 ? f : staticFlat_[static_cast<size_t>(-f - 1)]);
-    }
-    times(static_cast<int64_t>(dtypeSize(decl.dtype)));
-    if (!sized) return;
-    c.extras.push_back({-1, n});
+    // As launch sizes it: a size that overflows is left to the general path (its error).
+    std::optional<uint64_t> bytes = scratchBytes(decl, *staticShapes_, staticFlat_.data());
+    if (!bytes) return;
+    c.extras.push_back({-1, *bytes});
   }
   staticCall_ = std::move(c);
 }

@@ -24,7 +24,6 @@ struct Num {
   double f;
 };
 
-int64_t wrapInt(DType t, int64_t v) { return wrapToWidth(t, v); }
 
 double roundFloat(DType t, double v) {
   if (t == DType::Float32) return static_cast<float>(v);
@@ -149,7 +148,7 @@ Num binary(BinaryOp op, DType t, DType resultType, Num x, Num y) {
     case BinaryOp::And: r.i = a & b; break;
     case BinaryOp::Or: r.i = a | b; break;
   }
-  r.i = wrapInt(resultType, r.i);
+  r.i = wrapToWidth(resultType, r.i);
   return r;
 }
 
@@ -162,7 +161,7 @@ Num unary(UnaryOp op, DType t, Num x) {
       case UnaryOp::Not: r.i = t == DType::Bool ? !x.i : ~x.i; break;
       default: r.i = x.i; break;  // floor/ceil/round of an integer
     }
-    r.i = wrapInt(t, r.i);
+    r.i = wrapToWidth(t, r.i);
     return r;
   }
   double v = x.f;
@@ -194,7 +193,7 @@ Num cast(DType from, DType to, Num x) {
     else r.i = to == DType::Bool ? (x.f != 0) : saturate(to, x.f);
   } else {
     if (isFloat(to)) r.f = roundFloat(to, static_cast<double>(x.i));
-    else r.i = wrapInt(to, x.i);
+    else r.i = wrapToWidth(to, x.i);
   }
   return r;
 }
@@ -350,7 +349,7 @@ void ScalarKernel::runSteps(const Value* const* inputs, Value* const* outputs) c
   for (size_t o = 0; o < outputTypes_.size(); ++o) {
     DType t = outputTypes_[o];
     const Num& r = v[outputSlot_[o]];
-    *outputs[o] = isFloat(t) ? Value::floatScalar(t, roundFloat(t, r.f)) : Value::intScalar(t, wrapInt(t, r.i));
+    *outputs[o] = isFloat(t) ? Value::floatScalar(t, roundFloat(t, r.f)) : Value::intScalar(t, wrapToWidth(t, r.i));
   }
 }
 
