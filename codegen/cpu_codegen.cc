@@ -9,6 +9,7 @@
 #include <llvm/TargetParser/Host.h>
 
 #include "codegen/loop_emitter.h"
+#include "codegen/streaming_stores.h"
 #include "device/thread_pool.h"
 #include "jit/gemm.h"
 
@@ -33,6 +34,30 @@ const CpuTarget& hostTarget() {
 
 namespace {
 
+// The buffers the streaming-stores schedule may write around the caches: those
+// element stores write and nothing in the kernel reads (no load of them, no
+// GEMM or convolution on them), so no line written is wanted back here.
+std::vector<bool> outputsNeverRead(const loop::LoopKernel& k) {
+  std::vector<bool> stored(k.buffers.size()), read(k.buffers.size());
+  auto mark = [&](int32_t b) {
+    if (b >= 0 && static_cast<size_t>(b) < read.size()) read[static_cast<size_t>(b)] = true;
+  };
+  for (const loop::ExprNode& e : k.exprs)
+    if (e.kind == loop::ExprKind::Load) mark(static_cast<int32_t>(e.a));
+  for (const loop::StmtNode& s : k.stmts) {
+    if (s.kind == loop::StmtKind::Store && s.buffer >= 0) stored[static_cast<size_t>(s.buffer)] = true;
+    if (s.kind == loop::StmtKind::Gemm)
+      for (int32_t b : {s.gemm.a, s.gemm.b, s.gemm.c}) mark(b);
+    if (s.kind == loop::StmtKind::Conv2d)
+      for (int32_t b : {s.conv.x, s.conv.w, s.conv.out, s.conv.packedW, s.conv.bias, s.conv.next.w,
+                        s.conv.next.packedW, s.conv.next.bias, s.conv.next.between})
+        mark(b);
+  }
+  std::vector<bool> out(k.buffers.size());
+  for (size_t b = 0; b < out.size(); ++b) out[b] = stored[b] && !read[b];
+  return out;
+}
+
 class CpuCodegen final : public LoopEmitter {
  public:
   CpuCodegen(const loop::LoopKernel& k, llvm::LLVMContext& ctx, const CpuTarget& target)
@@ -42,6 +67,10 @@ class CpuCodegen final : public LoopEmitter {
     auto m = std::make_unique<llvm::Module>(symbol, ctx_);
     m_ = m.get();
     m->setTargetTriple(target_.triple);
+    if (k_.schedule.streamingStores) {
+      m->addModuleFlag(llvm::Module::Error, kStreamingStoresFlag, 1);
+      streamable_ = outputsNeverRead(k_);
+    }
     llvm::Type* ptr = b_.getPtrTy();
 
     symbol_ = symbol;
@@ -386,7 +415,14 @@ class CpuCodegen final : public LoopEmitter {
     return b_.CreateCall(f, {x});
   }
 
+  void emitStore(const loop::StmtNode& s) override {
+    llvm::StoreInst* st = storeValue(s);
+    if (static_cast<size_t>(s.buffer) < streamable_.size() && streamable_[static_cast<size_t>(s.buffer)])
+      markStreamable(*st);
+  }
+
   const CpuTarget& target_;
+  std::vector<bool> streamable_;  // per buffer, when the schedule streams stores (outputsNeverRead)
   std::string symbol_;
   int tasks_ = 0;
   bool inTask_ = false;  // emitting a task body: loops inside run serially

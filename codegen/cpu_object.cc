@@ -15,6 +15,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "codegen/streaming_stores.h"
 #include "kiln/error.h"
 
 namespace kiln::jit {
@@ -100,6 +101,7 @@ CpuObject compileToObject(llvm::Module& module, const std::string& symbol, bool 
   module.setDataLayout(tm->createDataLayout());
   module.setTargetTriple(tm->getTargetTriple().str());
   optimizeModule(module, *tm);
+  streamVectorStores(module);  // after the vectorizer, whose vector stores it rewrites
   if (keepIR) {
     llvm::raw_string_ostream os(out.optimizedIR);
     module.print(os, nullptr);

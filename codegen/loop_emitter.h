@@ -140,13 +140,13 @@ class LoopEmitter {
       for (loop::StmtId c : s.body) emitStmt(c);
     });
   }
-  void storeValue(const loop::StmtNode& s) {
+  llvm::StoreInst* storeValue(const loop::StmtNode& s) {
     const loop::BufferDecl& buf = k_.buffers[static_cast<size_t>(s.buffer)];
     llvm::Value* v = emitExpr(s.value);
     if (buf.dtype == DType::Float16) v = b_.CreateFPTrunc(v, b_.getHalfTy());
     if (buf.dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
     llvm::Value* p = b_.CreateInBoundsGEP(memoryType(buf.dtype), fn_->getArg(static_cast<unsigned>(s.buffer)), emitExpr(s.index));
-    b_.CreateStore(v, p);
+    return b_.CreateStore(v, p);
   }
 
   // A reduction whose outermost loop is shared among threads: each takes the

@@ -62,6 +62,7 @@ std::string Schedule::toString() const {
   if (gemmTile) add("micro=" + std::to_string(gemmTile));
   if (gemmPackA) add("pack_a=1");
   if (gemmNarrow) add(gemmNarrow == 1 ? "narrow=panels" : "narrow=dot");
+  if (streamingStores) add("stores=stream");
   return s.empty() ? "default" : s;
 }
 
@@ -115,6 +116,9 @@ std::optional<Schedule> Schedule::parse(std::string_view text, std::string* erro
     } else if (key == "narrow") {
       ok = value == "panels" || value == "dot";
       s.gemmNarrow = value == "panels" ? 1 : 2;
+    } else if (key == "stores") {
+      ok = value == "stream" || value == "cached";
+      s.streamingStores = value == "stream";
     } else if (key == "conv") {
       ok = value == "direct" || value == "gemm";
       s.directConv = value == "direct";
@@ -314,6 +318,19 @@ void transformNest(LoopKernel& k, const Nest& n, const Schedule& s) {
   k.stmts[static_cast<size_t>(n.loops.front())] = k.stmts[static_cast<size_t>(body)];
 }
 
+// Whether loop `l` stores in its own body (directly or in a block there), where
+// its vectorized iterations make vector stores.
+bool storesDirectly(const LoopKernel& k, const StmtNode& l) {
+  for (StmtId c : l.body) {
+    const StmtNode& s = k.stmt(c);
+    if (s.kind == StmtKind::Store) return true;
+    if (s.kind == StmtKind::Block)
+      for (StmtId b : s.body)
+        if (k.stmt(b).kind == StmtKind::Store) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
@@ -339,6 +356,7 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
     if (s.kind == StmtKind::Conv2d) space.hasConv = space.hasParallel = true;
     if (s.kind == StmtKind::For) {
       if (isVectorized(s.loop)) space.hasVectorLoops = true;
+      if (isVectorized(s.loop) && storesDirectly(k, s)) space.hasVectorStores = true;
       if (isParallel(s.loop)) space.hasParallel = true;
       if (s.loop == LoopKind::Serial) space.hasSerialInner = true;
     }
@@ -348,7 +366,8 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
 
 int ScheduleSpace::dimensions() const {
   return (nestDepth > 1 ? 2 : 0) + (nestDepth == 1 ? 1 : 0) + (hasVectorLoops ? 2 : 0) + (hasSerialInner ? 1 : 0) +
-         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 4 : 0) + (hasNarrowGemm ? 1 : 0);
+         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 4 : 0) + (hasNarrowGemm ? 1 : 0) +
+         (hasVectorStores ? 1 : 0);
 }
 
 namespace {
@@ -368,7 +387,7 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
   Schedule out = s;
   // Knobs this space has, drawn until one actually changes the schedule.
   for (int attempt = 0; attempt < 16 && out == s; ++attempt) {
-    switch (std::uniform_int_distribution<int>(0, 12)(rng)) {
+    switch (std::uniform_int_distribution<int>(0, 13)(rng)) {
       case 0:
         if (nestDepth > 1) {
           out.order.resize(static_cast<size_t>(nestDepth));
@@ -420,6 +439,9 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
         break;
       case 12:
         if (hasNarrowGemm) out.gemmNarrow = pick<int32_t>(rng, {0, 1, 2});
+        break;
+      case 13:
+        if (hasVectorStores) out.streamingStores = !out.streamingStores;
         break;
     }
   }

@@ -62,6 +62,10 @@ struct Schedule {
   // GEMMs of few columns: 0 the runtime's choice, 1 the panel kernels, 2 inner
   // products along the contraction where they apply (jit::GemmBlocking::narrow).
   int32_t gemmNarrow = 0;
+  // Vector stores that bypass the caches (non-temporal, where the address is
+  // aligned to the vector), for outputs too large to be read back from cache:
+  // they skip the read a cached store makes of every line it writes.
+  bool streamingStores = false;
 
   bool isDefault() const { return toString() == "default"; }
   std::string toString() const;
@@ -69,6 +73,11 @@ struct Schedule {
   static std::optional<Schedule> parse(std::string_view text, std::string* error = nullptr);
   bool operator==(const Schedule& o) const { return toString() == o.toString(); }
 };
+
+// The least output (bytes, all of a task's outputs) for which the tuner tries
+// streaming stores: a smaller one is likely still in cache when the next kernel
+// reads it, which a store around the caches would throw away.
+constexpr double kStreamingStoresLeastBytes = 8.0 * (1 << 20);
 
 // The most columns a GEMM's inner-product path takes (jit/gemm_dot.cc).
 constexpr int64_t kNarrowGemmMostColumns = 32;
@@ -86,6 +95,9 @@ struct ScheduleSpace {
   // transposed, and at most kNarrowGemmMostColumns columns (or `?` of them).
   bool hasNarrowGemm = false;
   bool hasConv = false;
+  // Vectorized loops that store (the streaming-stores knob). The tuner offers
+  // the knob only for tasks whose outputs are at least kStreamingStoresLeastBytes.
+  bool hasVectorStores = false;
   // How many independent knobs the space has (0: nothing to tune).
   int dimensions() const;
 

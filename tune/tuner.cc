@@ -63,8 +63,11 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
     r.task = task;
     std::string head = "task " + std::to_string(i + 1) + "/" + std::to_string(n) + " " + task.task + " " + task.name + " [" +
                        jit::formatShapes(task.shapes) + "]";
+    double outputBytes = 0;
     try {
-      MachineFloor::Floor floor = machine.floorOf(workBound(*exe.kernels()[task.kernel].function, task.shapes));
+      WorkBound work = workBound(*exe.kernels()[task.kernel].function, task.shapes);
+      outputBytes = work.outputBytes;
+      MachineFloor::Floor floor = machine.floorOf(work);
       r.floorMicros = floor.micros;
       r.floorWhat = floor.what;
     } catch (const Error&) {
@@ -86,6 +89,7 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
     auto taskStart = std::chrono::steady_clock::now();
     const kernel_ir::FusedFunction& f = *exe.kernels()[task.kernel].function;
     loop::ScheduleSpace space = loop::scheduleSpaceOf(kernel_ir::lowerToLoops(f, {.directConv = true, .gemmPostOps = true, .splitBorders = true}));
+    if (outputBytes < loop::kStreamingStoresLeastBytes) space.hasVectorStores = false;
     std::set<std::string> tried = {loop::Schedule{}.toString()};
     std::vector<std::pair<double, loop::Schedule>> scored;  // (speedup, schedule), best first
     double defaultMicros = 0;

@@ -45,7 +45,8 @@ WorkBound workBound(const kernel_ir::FusedFunction& f, const std::vector<Shape>&
   WorkBound b;
   for (size_t p = 0; p < f.params.size(); ++p) b.bytes += elementsOf(all[p]) * static_cast<double>(dtypeSize(f.params[p].dtype));
   for (int32_t o : f.outputs)
-    b.bytes += elementsOf(all[static_cast<size_t>(o)]) * static_cast<double>(dtypeSize(f.typeOf(o).dtype));
+    b.outputBytes += elementsOf(all[static_cast<size_t>(o)]) * static_cast<double>(dtypeSize(f.typeOf(o).dtype));
+  b.bytes += b.outputBytes;
   for (size_t i = 0; i < f.nodes.size(); ++i) {
     const kernel_ir::FusedNode& n = f.nodes[i];
     if (n.isConstant()) continue;

@@ -22,6 +22,7 @@ namespace kiln::tune {
 struct WorkBound {
   double flops = 0;  // floating-point operations of one call, counted low
   double bytes = 0;  // the parameters read once and the outputs written once
+  double outputBytes = 0;  // of those, the outputs'
 };
 
 // Throws kiln::Error when `shapes` do not fit the kernel (computeShapes).

@@ -443,3 +443,45 @@ TEST_CASE("a worker that crashes, hangs or fails is a failed measurement, not th
   CHECK(!missing.error.empty());
 }
 #endif
+
+TEST_CASE("streaming stores write around the caches only outputs the kernel never reads, with the same results") {
+  const std::string chain = "def @main(%x: Tensor[(?, ?), float32], %y: Tensor[(?, ?), float32]) { sigmoid(%x * %y + 1f) * %x - %y }";
+  auto spaceOf = [](const std::string& src) {
+    return loop::scheduleSpaceOf(kernel_ir::lowerToLoops(test::fusedFrom(src), {.directConv = true, .gemmPostOps = true}));
+  };
+  CHECK(spaceOf(chain).hasVectorStores);
+  CHECK_FALSE(
+      spaceOf("def @main(%x: Tensor[(40, 300), float32], %w: Tensor[(70, 300), float32]) { nn.dense(%x, %w) }")
+          .hasVectorStores);  // a GEMM stores its own way
+  CHECK(parsed("stores=stream").streamingStores);
+  CHECK(parsed("stores=stream").toString() == "stores=stream");
+  CHECK(parsed("stores=cached").isDefault());
+
+  // The optimized IR: guarded non-temporal vector stores and a fence before returning.
+  jit::CompiledKernel streamed(test::fusedFrom(chain), Device{}, true, nullptr, {}, parsed("stores=stream"));
+  CHECK(streamed.optimizedIR().find("!nontemporal") != std::string::npos);
+  CHECK(streamed.optimizedIR().find("@llvm.x86.sse.sfence") != std::string::npos);
+  jit::CompiledKernel cached(test::fusedFrom(chain), Device{}, true);
+  CHECK(cached.optimizedIR().find("!nontemporal") == std::string::npos);
+  // Results bit for bit the default's, at shapes whose rows and parallel pieces
+  // start off a vector's alignment (the guarded stores' other path) and on it.
+  for (Shape shape : {Shape{1, 5}, Shape{37, 100}, Shape{3, 4096}, Shape{257, 1031}}) {
+    Tensor x = Tensor::empty(DType::Float32, shape), y = Tensor::empty(DType::Float32, shape);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      x.data<float>()[i] = static_cast<float>(i % 23) * 0.07f - 0.5f;
+      y.data<float>()[i] = static_cast<float>(i % 11) * 0.11f;
+    }
+    std::vector<Tensor> a = streamed(std::vector<Tensor>{x, y});
+    std::vector<Tensor> b = cached(std::vector<Tensor>{x, y});
+    INFO(shape[0], "x", shape[1]);
+    REQUIRE(a[0].nbytes() == b[0].nbytes());
+    CHECK(std::memcmp(a[0].data(), b[0].data(), b[0].nbytes()) == 0);
+  }
+  // A softmax stores exp(x - max) and divides it in place: its output is read
+  // back, so its stores stay cached whatever the schedule says.
+  jit::CompiledKernel softmax(test::fusedFrom("def @main(%x: Tensor[(8, 512), float32]) { nn.softmax(%x, axis=-1) }"),
+                              Device{}, true, nullptr, {}, parsed("stores=stream"));
+  CHECK(softmax.optimizedIR().find("!nontemporal") == std::string::npos);
+  checkSameResult("def @main(%x: Tensor[(70, 130), float32]) { nn.softmax(%x, axis=-1) }", {{70, 130}}, "stores=stream");
+  checkSameResult(chain, {{33, 517}, {33, 517}}, "stores=stream,vec=8,interleave=2");
+}
