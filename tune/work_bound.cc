@@ -78,8 +78,9 @@ MachineFloor MachineFloor::measure(int threads) {
 }
 
 MachineFloor::Floor MachineFloor::floorOf(const WorkBound& b) const {
-  double read = device::readSeconds(b.bytes, 1);
-  if (threads > 1) read = std::min(read, device::readSeconds(b.bytes, threads));
+  double operands = std::max(0.0, b.bytes - b.outputBytes);
+  double read = device::readSeconds(operands, 1);
+  if (threads > 1) read = std::min(read, device::readSeconds(operands, threads));
   double compute = peakFlopsPerCore > 0 ? b.flops / (peakFlopsPerCore * threads) : 0;
   return compute > read ? Floor{compute * 1e6, "FLOPs at peak"} : Floor{read * 1e6, "bytes read"};
 }

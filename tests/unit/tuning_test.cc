@@ -351,6 +351,7 @@ TEST_CASE("a task's floor: its FLOPs counted low, its operands and results once,
       {{40, 300}, {70, 300}});
   CHECK(dense.flops == 2.0 * 40 * 70 * 300);
   CHECK(dense.bytes == 4.0 * (40 * 300 + 70 * 300 + 40 * 70));
+  CHECK(dense.outputBytes == 4.0 * 40 * 70);
   // A convolution: 2 x outputs x (input channels x 3 x 3), plus its bias and ReLU.
   tune::WorkBound conv = tune::workBound(
       test::fusedFrom("def @main(%x: Tensor[(1, 3, 20, 20), float32], %w: Tensor[(8, 3, 3, 3), float32], %b: Tensor[(8,), float32]) "
@@ -380,6 +381,8 @@ TEST_CASE("a task's floor: its FLOPs counted low, its operands and results once,
   CHECK(std::string(read.what) == "bytes read");
   CHECK(read.micros > 0);
   CHECK(read.micros < 1e5);
+  // Results are not read: a kernel that only writes has no read floor.
+  CHECK(machine.floorOf({0, 1 << 20, 1 << 20}).micros == 0);
   tune::MachineFloor::Floor compute = machine.floorOf({1e12, 64});
   CHECK(std::string(compute.what) == "FLOPs at peak");
   CHECK(compute.micros == doctest::Approx(1e12 / machine.peakFlopsPerCore * 1e6));
