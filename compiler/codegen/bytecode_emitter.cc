@@ -385,6 +385,7 @@ class FunctionEmitter {
     return code_.jumpWords(at).at(0);
   }
   void patch(uint32_t at) { code_[at] = here(); }
+  void patchTo(uint32_t at, Word target) { code_[at] = target; }
 
   // ---- blocks ----
   // `let a = @f(...); let b = @g(...)` where both globals are pure and the
@@ -740,7 +741,14 @@ class FunctionEmitter {
   // Emits the tests of `p` against the value in `v`; failing tests jump to a
   // location recorded in `fails`. Binds pattern variables; `loaded` collects
   // every register the tests fill.
-  void emitPattern(const Pattern* p, uint32_t v, std::vector<uint32_t>& fails, std::vector<uint32_t>& temps,
+  // A pattern's failed test: the jump to patch, and how many fields the pattern
+  // had loaded when it was made (a prefix of `loaded`: those to release).
+  struct FailedTest {
+    uint32_t jump;
+    size_t loaded;
+  };
+
+  void emitPattern(const Pattern* p, uint32_t v, std::vector<FailedTest>& fails, std::vector<uint32_t>& temps,
                    std::vector<uint32_t>& loaded) {
     switch (p->kind) {
       case PatternKind::Wildcard: return;
@@ -751,7 +759,7 @@ class FunctionEmitter {
       }
       case PatternKind::Ctor: {
         auto* c = static_cast<const PatternCtor*>(p);
-        fails.push_back(emitJump(Opcode::BranchIfNotCtor, {v, eb_.ctorId(c->ctor), kLater}));
+        fails.push_back({emitJump(Opcode::BranchIfNotCtor, {v, eb_.ctorId(c->ctor), kLater}), loaded.size()});
         fieldPatterns(c->args, v, fails, temps, loaded);
         return;
       }
@@ -759,7 +767,7 @@ class FunctionEmitter {
     }
   }
 
-  void fieldPatterns(std::span<const Pattern* const> ps, uint32_t v, std::vector<uint32_t>& fails, std::vector<uint32_t>& temps,
+  void fieldPatterns(std::span<const Pattern* const> ps, uint32_t v, std::vector<FailedTest>& fails, std::vector<uint32_t>& temps,
                      std::vector<uint32_t>& loaded) {
     for (size_t i = 0; i < ps.size(); ++i) {
       const Pattern* p = ps[i];
@@ -792,7 +800,8 @@ class FunctionEmitter {
     for (size_t k = 0; k < m->clauses.size(); ++k) {
       const Clause& c = m->clauses[k];
       restore(before);
-      std::vector<uint32_t> fails, temps, loaded;
+      std::vector<FailedTest> fails;
+      std::vector<uint32_t> temps, loaded;
       emitPattern(c.pattern, s, fails, temps, loaded);
       std::vector<uint32_t> entry = temps;
       entry.insert(entry.end(), ops.temps.begin(), ops.temps.end());
@@ -803,9 +812,20 @@ class FunctionEmitter {
         emitBlockInto(c.body, dst, armPoint(m, static_cast<int>(k)));
         ends.push_back(emitJump(Opcode::Goto, {kLater}));
       }
-      for (uint32_t f : fails) patch(f);
-      // A failed test may leave fields loaded: drop them before the next clause.
-      for (uint32_t r : loaded) emit(Opcode::Release, {r});
+      // A failed test may leave fields loaded: drop them before the next clause,
+      // last loaded first, each test jumping to the release of the last field
+      // loaded before it, so that no path releases a register it never wrote
+      // (a constructor's test fails before any of its fields is loaded).
+      // Fields loaded after the last test are never released here (no path).
+      size_t reached = 0;
+      for (const FailedTest& f : fails) reached = std::max(reached, f.loaded);
+      std::vector<Word> releaseFrom(reached + 1);
+      for (size_t i = reached; i-- > 0;) {
+        releaseFrom[i + 1] = here();
+        emit(Opcode::Release, {loaded[i]});
+      }
+      releaseFrom[0] = here();
+      for (const FailedTest& f : fails) patchTo(f.jump, releaseFrom[f.loaded]);
     }
     std::string where = (g_.fromPrelude ? std::string("<prelude>") : eb_.module().file()) + ":" + std::to_string(m->loc.line) + ":" + std::to_string(m->loc.col);
     emit(Opcode::Fatal, {eb_.string(std::string(m->complete ? "match" : "match?") + " at " + where +

@@ -1,9 +1,12 @@
 // Memory: the measured peak against the liveness lower bound for every sample,
 // flat memory over a long allocating loop, branch-aware release, moved call
-// arguments, storage planning and the byte limit, all through the public API.
+// arguments, a failed match test releasing only the fields it loaded, storage
+// planning and the byte limit, all through the public API.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -263,4 +266,61 @@ def @main(%x: Tensor[(?,), float32]) -> Tensor[(?,), float32] { exp(%x) + 1f }
   }
   Tensor small = filled({100}, 4);
   CHECK(vm.invoke("main", {Value(small)}).tensor().shape() == kiln::Shape{100});
+}
+
+TEST_CASE("memory: a failed match test releases the fields its clause loaded, and only those") {
+  // The first clause loads %a and the tail, then fails on a one-element list
+  // (both released before the next test); the second fails on its constructor
+  // test, before loading anything (nothing to release).
+  auto exe = kiln::compile(R"(
+type L { C(Tensor[(4096,), float32], L), N }
+def @pick(%l: L) -> Tensor[(4096,), float32] {
+  match (%l) {
+    C(%a, C(%b, _)) => %a + %b,
+    N => zeros(shape=[4096], dtype="float32"),
+    C(%a, N) => %a * 2f,
+  }
+}
+def @main(%x: Tensor[(4096,), float32], %two: bool) -> Tensor[(4096,), float32] {
+  let %e = exp(%x);
+  let %l = if (%two) { C(%e, C(%x, N)) } else { C(%e, N) };
+  @pick(%l)
+}
+)",
+                           "nested_match.relay");
+  std::string text = exe->disassemble();
+  INFO(text);
+  kiln::VirtualMachine vm(exe);
+  Tensor x = filled({4096}, 3);
+  for (bool two : {false, true, false}) {
+    Value r = vm.invoke("main", {Value(x), Value::intScalar(DType::Bool, two ? 1 : 0)});
+    float want = two ? std::exp(x.data<float>()[5]) + x.data<float>()[5] : 2 * std::exp(x.data<float>()[5]);
+    CHECK(r.tensor().data<float>()[5] == doctest::Approx(want).epsilon(1e-5));
+    r = Value();
+    CHECK(inUse(vm) == 0);
+  }
+  // @pick's tests by offset: where each failed test lands. The outer test of
+  // the first clause lands on the second clause's test (no field loaded yet);
+  // its nested test, on the release of the two fields it loaded.
+  std::map<int, std::string> at;
+  std::istringstream lines(text.substr(text.find("def @pick")));
+  std::string line;
+  std::getline(lines, line);
+  while (std::getline(lines, line) && !line.empty()) {
+    std::istringstream fields(line);
+    int offset = 0;
+    fields >> offset;
+    std::string rest;
+    std::getline(fields >> std::ws, rest);
+    at[offset] = rest;
+  }
+  std::vector<std::string> landings;
+  for (const auto& [offset, ins] : at) {
+    size_t arrow = ins.find("->");
+    if (ins.rfind("br_not_ctor", 0) == 0 && arrow != std::string::npos) landings.push_back(at[std::stoi(ins.substr(arrow + 2))]);
+  }
+  REQUIRE(landings.size() >= 3);
+  CHECK(landings[0].rfind("br_not_ctor r0, N", 0) == 0);
+  CHECK(landings[1].rfind("release", 0) == 0);
+  CHECK(landings[2].rfind("br_not_ctor r0, C", 0) == 0);
 }
