@@ -344,7 +344,7 @@ class CpuCodegen final : public LoopEmitter {
       return b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(buffer)), emitExpr(offset));
     };
     int64_t flags = (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0) |
-                    (k_.schedule.parallel ? 0 : jit::kGemmFlagSerial) |
+                    (k_.schedule.parallel ? 0 : jit::kGemmFlagSerial) | device::grainFlags(k_.schedule.grainShift) |
                     jit::gemmBlockingFlags({k_.schedule.gemmKC, k_.schedule.gemmMCTiles, k_.schedule.gemmTile, k_.schedule.gemmPackA,
                                             k_.schedule.gemmNarrow});
     if (g.bias >= 0 || g.relu) {
@@ -392,7 +392,7 @@ class CpuCodegen final : public LoopEmitter {
     auto orNull = [&](int32_t b) {
       return b >= 0 ? static_cast<llvm::Value*>(buffer(b)) : llvm::ConstantPointerNull::get(b_.getPtrTy());
     };
-    int64_t flags = (c.relu ? 1 : 0) | (k_.schedule.parallel ? 0 : 2);
+    int64_t flags = (c.relu ? 1 : 0) | (k_.schedule.parallel ? 0 : 2) | device::grainFlags(k_.schedule.grainShift);
     if (!pair) {
       llvm::FunctionCallee conv = m_->getOrInsertFunction(
           "kiln_sconv2d", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr, ptr, ptr, i64}, false));

@@ -21,6 +21,8 @@ namespace {
 thread_local bool tInTask = false;
 // Set by SerialScope: this thread's parallel loops run inline.
 thread_local bool tSerial = false;
+// Set by GrainScope: the least work this thread shares, kMinParallelWork scaled.
+thread_local int64_t tMinWork = kMinParallelWork;
 std::atomic<int64_t> gJobsRun{0};
 
 // Workers that have just finished a job spin for a while before sleeping, and so
@@ -292,7 +294,7 @@ thread_local ThreadPool* tCurrent = nullptr;
 
 // Whether a loop is worth sharing out: enough work, and not already inside a
 // task (nested loops run inline, so a pool never waits on itself).
-bool worthSharing(int64_t n, int64_t work) { return n > 1 && work >= kMinParallelWork && !tInTask && !tSerial; }
+bool worthSharing(int64_t n, int64_t work) { return n > 1 && work >= tMinWork && !tInTask && !tSerial; }
 
 }  // namespace
 
@@ -376,6 +378,16 @@ void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffer
 
 SerialScope::SerialScope(bool serial) : previous_(tSerial) { tSerial = previous_ || serial; }
 SerialScope::~SerialScope() { tSerial = previous_; }
+
+GrainScope::GrainScope(int shift) : active_(shift != 0) {
+  if (!active_) return;
+  previous_ = tMinWork;
+  shift = std::clamp(shift, -kMaxGrainShift, kMaxGrainShift);
+  tMinWork = shift >= 0 ? kMinParallelWork << shift : kMinParallelWork >> -shift;
+}
+GrainScope::~GrainScope() {
+  if (active_) tMinWork = previous_;
+}
 
 }  // namespace kiln::device
 

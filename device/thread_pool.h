@@ -118,6 +118,33 @@ class SerialScope {
   bool previous_;
 };
 
+// While one lives (with a shift other than 0), parallelFor on this thread
+// shares only loops of at least kMinParallelWork * 2^shift work: the grain a
+// kernel's schedule chose (loop::Schedule::grainShift), around a runtime GEMM or
+// convolution, whose work estimates the JIT does not see. Scopes nest; the
+// innermost's grain holds. A shift of 0 touches nothing.
+class GrainScope {
+ public:
+  explicit GrainScope(int shift);
+  ~GrainScope();
+  GrainScope(const GrainScope&) = delete;
+  GrainScope& operator=(const GrainScope&) = delete;
+
+ private:
+  bool active_;
+  int64_t previous_ = 0;
+};
+constexpr int kMaxGrainShift = 24;  // kMinParallelWork << 24 still fits int64 comfortably
+
+// A grain shift in a runtime entry point's flags (bits 25-30, two's complement),
+// as the JIT passes it to the GEMM and convolution entry points.
+constexpr int kGrainFlagShift = 25;
+constexpr int64_t grainFlags(int shift) { return (int64_t(shift) & 0x3f) << kGrainFlagShift; }
+constexpr int grainFromFlags(int64_t flags) {
+  int v = static_cast<int>((flags >> kGrainFlagShift) & 0x3f);
+  return v >= 32 ? v - 64 : v;
+}
+
 // Whether the calling thread is running a pool task now (its loops run inline,
 // and it cannot start() another).
 bool inPoolTask();

@@ -63,7 +63,8 @@ bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t 
 
 // The entry point JIT kernels call: `dims` holds the 16 fields of Conv2dDims;
 // `packedW` and `bias` may be null; `flags` bit 0 is ReLU (ConvPostOps), bit 1
-// runs it on the calling thread alone (loop::Schedule::parallel).
+// runs it on the calling thread alone (loop::Schedule::parallel), bits 25-30 the
+// least work it shares (device::grainFlags, loop::Schedule::grainShift).
 extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out,
                              const float* bias, int64_t flags);
 

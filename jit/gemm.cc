@@ -950,6 +950,7 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
 extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                                   const float* packed, float* c, int64_t ldc, int64_t flags) {
   kiln::device::SerialScope serial((flags & kiln::jit::kGemmFlagSerial) != 0);
+  kiln::device::GrainScope grain(kiln::device::grainFromFlags(flags));
   kiln::jit::sgemmPacked(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, packed, c, ldc, (flags & 4) != 0, {},
                          kiln::jit::gemmBlockingFromFlags(flags));
 }
@@ -957,6 +958,7 @@ extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* 
 extern "C" void kiln_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                            float* c, int64_t ldc, int64_t flags) {
   kiln::device::SerialScope serial((flags & kiln::jit::kGemmFlagSerial) != 0);
+  kiln::device::GrainScope grain(kiln::device::grainFromFlags(flags));
   kiln::jit::sgemm(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, c, ldc, (flags & 4) != 0, {},
                    kiln::jit::gemmBlockingFromFlags(flags));
 }
@@ -964,6 +966,7 @@ extern "C" void kiln_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int6
 extern "C" void kiln_sgemm_post(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                                 const float* packed, float* c, int64_t ldc, int64_t flags, const float* bias) {
   kiln::device::SerialScope serial((flags & kiln::jit::kGemmFlagSerial) != 0);
+  kiln::device::GrainScope grain(kiln::device::grainFromFlags(flags));
   kiln::jit::sgemmPacked(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, packed, c, ldc, (flags & 4) != 0,
                          kiln::jit::GemmPost{bias, (flags & 8) != 0}, kiln::jit::gemmBlockingFromFlags(flags));
 }

@@ -102,7 +102,7 @@ inline GemmBlocking gemmBlockingFromFlags(int64_t flags) {
 }  // namespace kiln::jit
 
 // The entry point JIT kernels call; flags: bit 0 transA, bit 1 transB, bit 2 accumulate, bit 4 serial,
-// bits 8-22 blocking (gemmBlockingFlags).
+// bits 8-24 blocking (gemmBlockingFlags), bits 25-30 the grain (device::grainFlags).
 // The same with a prepacked B (null: none).
 extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                                   const float* packed, float* c, int64_t ldc, int64_t flags);

@@ -41,7 +41,8 @@ struct Schedule {
   int32_t unroll = 0;
   // Whether parallel loops, GEMMs and convolutions share their work among the
   // pool's threads, and the least work (elements touched) a loop shares:
-  // device::kMinParallelWork scaled by 2^grainShift.
+  // device::kMinParallelWork scaled by 2^grainShift (for the runtime's GEMMs
+  // and convolutions too, through device::GrainScope).
   bool parallel = true;
   int32_t grainShift = 0;
   // Convolutions: the runtime's direct convolution (true) or an unfold into a

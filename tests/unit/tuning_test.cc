@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "device/cpu_limits.h"
+#include "device/thread_pool.h"
 #include "jit/gemm.h"
 #include "jit/host_cpu.h"
 #include "jit/kernel.h"
@@ -487,4 +488,36 @@ TEST_CASE("streaming stores write around the caches only outputs the kernel neve
   CHECK(softmax.optimizedIR().find("!nontemporal") == std::string::npos);
   checkSameResult("def @main(%x: Tensor[(70, 130), float32]) { nn.softmax(%x, axis=-1) }", {{70, 130}}, "stores=stream");
   checkSameResult(chain, {{33, 517}, {33, 517}}, "stores=stream,vec=8,interleave=2");
+}
+
+TEST_CASE("a schedule's grain reaches the runtime's GEMMs: a product under the default grain shares at a finer one") {
+  device::ThreadPool pool(2);
+  device::ThreadPoolScope scope(&pool);
+  // 8 x 128 by 128 x 96: the few-rows product's work estimate (m n k / 4 =
+  // 24576) is under kMinParallelWork, so by default it runs on its caller.
+  const std::string src = "def @main(%x: Tensor[(8, 128), float32], %w: Tensor[(128, 96), float32]) { nn.matmul(%x, %w) }";
+  jit::CompiledKernel plain(test::fusedFrom(src), Device{}, false);
+  jit::CompiledKernel fine(test::fusedFrom(src), Device{}, false, nullptr, {}, parsed("grain=-2"));
+  Tensor x = Tensor::empty(DType::Float32, {8, 128}), w = Tensor::empty(DType::Float32, {128, 96});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = static_cast<float>(i % 7) * 0.05f - 0.15f;
+  int64_t before = pool.stats().shared;
+  std::vector<Tensor> a = plain(std::vector<Tensor>{x, w});
+  CHECK(pool.stats().shared == before);
+  std::vector<Tensor> b = fine(std::vector<Tensor>{x, w});
+  CHECK(pool.stats().shared == before + 1);
+  CHECK(std::memcmp(a[0].data(), b[0].data(), a[0].nbytes()) == 0);  // each output column's sum is the same either way
+
+  // The scope itself: a coarser grain keeps a loop the default would share on its caller.
+  auto noop = [](void* const*, const int64_t*, int64_t, int64_t) {};
+  before = pool.stats().shared;
+  {
+    device::GrainScope coarse(3);
+    pool.parallelFor(4, 4 * device::kMinParallelWork, noop, nullptr, nullptr);
+  }
+  CHECK(pool.stats().shared == before);
+  pool.parallelFor(4, 4 * device::kMinParallelWork, noop, nullptr, nullptr);
+  CHECK(pool.stats().shared == before + 1);
+  CHECK(device::grainFromFlags(device::grainFlags(-10) | 7) == -10);
+  CHECK(device::grainFromFlags(device::grainFlags(20)) == 20);
 }
