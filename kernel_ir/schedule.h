@@ -63,9 +63,10 @@ struct Schedule {
   // GEMMs of few columns: 0 the runtime's choice, 1 the panel kernels, 2 inner
   // products along the contraction where they apply (jit::GemmBlocking::narrow).
   int32_t gemmNarrow = 0;
-  // Vector stores that bypass the caches (non-temporal, where the address is
-  // aligned to the vector), for outputs too large to be read back from cache:
-  // they skip the read a cached store makes of every line it writes.
+  // Vector stores of outputs the kernel never reads back bypass the caches
+  // (non-temporal, where the address is aligned to the vector;
+  // codegen/streaming_stores.h), for outputs too large to be read back from
+  // cache: they skip the read a cached store makes of every line it writes.
   bool streamingStores = false;
 
   bool isDefault() const { return toString() == "default"; }
