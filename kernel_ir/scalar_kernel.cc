@@ -24,7 +24,6 @@ struct Num {
   double f;
 };
 
-
 double roundFloat(DType t, double v) {
   if (t == DType::Float32) return static_cast<float>(v);
   if (t == DType::Float16) return halfToFloat(floatToHalf(static_cast<float>(v)));
@@ -66,21 +65,12 @@ int64_t intPower(DType t, int64_t x, int64_t y) {
   return t == DType::Int64 ? result : saturate(t, static_cast<double>(result));
 }
 
-// Wrapping add/sub/mul without signed-overflow UB.
-int64_t wrapOp(uint64_t a, uint64_t b, BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return static_cast<int64_t>(a + b);
-    case BinaryOp::Sub: return static_cast<int64_t>(a - b);
-    default: return static_cast<int64_t>(a * b);
-  }
-}
-
 int64_t intDivRem(BinaryOp op, int64_t x, int64_t y, DType t) {
   if (y == 0) return 0;
   bool isSigned = !isUnsignedInt(t) && t != DType::Bool;
   int64_t q, r;
   if (isSigned && y == -1) {
-    q = wrapOp(0, static_cast<uint64_t>(x), BinaryOp::Sub);
+    q = integerBinary(BinaryOp::Sub, 0, x);
     r = 0;
   } else {
     q = x / y;
@@ -129,24 +119,12 @@ Num binary(BinaryOp op, DType t, DType resultType, Num x, Num y) {
   }
   int64_t a = x.i, b = y.i;
   switch (op) {
-    case BinaryOp::Add:
-    case BinaryOp::Sub:
-    case BinaryOp::Mul: r.i = wrapOp(static_cast<uint64_t>(a), static_cast<uint64_t>(b), op); break;
     case BinaryOp::Div:
     case BinaryOp::FloorDiv:
     case BinaryOp::Mod:
     case BinaryOp::FloorMod: r.i = intDivRem(op, a, b, t); break;
     case BinaryOp::Pow: r.i = intPower(t, a, b); break;
-    case BinaryOp::Max: r.i = std::max(a, b); break;
-    case BinaryOp::Min: r.i = std::min(a, b); break;
-    case BinaryOp::Eq: r.i = a == b; break;
-    case BinaryOp::Ne: r.i = a != b; break;
-    case BinaryOp::Lt: r.i = a < b; break;
-    case BinaryOp::Le: r.i = a <= b; break;
-    case BinaryOp::Gt: r.i = a > b; break;
-    case BinaryOp::Ge: r.i = a >= b; break;
-    case BinaryOp::And: r.i = a & b; break;
-    case BinaryOp::Or: r.i = a | b; break;
+    default: r.i = integerBinary(op, a, b); break;  // wrapping arithmetic, min/max, comparisons, and/or
   }
   r.i = wrapToWidth(resultType, r.i);
   return r;
@@ -156,8 +134,8 @@ Num unary(UnaryOp op, DType t, Num x) {
   Num r{0, 0};
   if (!isFloat(t)) {
     switch (op) {
-      case UnaryOp::Neg: r.i = wrapOp(0, static_cast<uint64_t>(x.i), BinaryOp::Sub); break;
-      case UnaryOp::Abs: r.i = x.i < 0 ? wrapOp(0, static_cast<uint64_t>(x.i), BinaryOp::Sub) : x.i; break;
+      case UnaryOp::Neg: r.i = integerBinary(BinaryOp::Sub, 0, x.i); break;
+      case UnaryOp::Abs: r.i = x.i < 0 ? integerBinary(BinaryOp::Sub, 0, x.i) : x.i; break;
       case UnaryOp::Not: r.i = t == DType::Bool ? !x.i : ~x.i; break;
       default: r.i = x.i; break;  // floor/ceil/round of an integer
     }

@@ -19,8 +19,9 @@
 
 namespace kiln::kernel_ir {
 
-// The integer operators ScalarKernel's one-operator path takes (add, subtract
-// and multiply wrapping, as the step interpreter's).
+// The integer operators other than division, remainder and power, at 64 bits
+// (add, subtract and multiply wrapping, without signed-overflow UB): the
+// one-operator path's whole set, and the step interpreter's for these.
 inline int64_t integerBinary(loop::BinaryOp op, int64_t a, int64_t b) {
   using loop::BinaryOp;
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
@@ -38,7 +39,7 @@ inline int64_t integerBinary(loop::BinaryOp op, int64_t a, int64_t b) {
     case BinaryOp::Ge: return a >= b;
     case BinaryOp::And: return a & b;
     case BinaryOp::Or: return a | b;
-    default: return 0;  // never enabled for the others (tryBuild)
+    default: return 0;  // division, remainder, power: never asked (tryBuild, binary())
   }
 }
 // An integer result at its dtype's width.
