@@ -65,7 +65,7 @@ uint32_t Value::ctor() const {
 }
 
 std::string Value::describe() const {
-  switch (kind_) {
+  switch (kind()) {
     case Kind::Empty: return "an empty register";
     case Kind::Scalar: return "scalar " + std::string(dtypeShortName(dtype_));
     case Kind::Object: break;

@@ -23,10 +23,14 @@ std::string operandText(const Executable& exe, const Operand& o) {
       for (size_t i = 0; i < o.list.size(); ++i) s += (i ? " r" : "r") + num(o.list[i]);
       return s + "]";
     }
-    case 'M': {  // a moved register prints as ^rN
+    case 'M':
+    case 'B': {  // a moved register prints as ^rN, a view as &rN
       std::string s = "[";
-      for (size_t i = 0; i < o.list.size(); ++i)
-        s += (i ? " " : "") + std::string(o.list[i] & bytecode::kMoveBit ? "^r" : "r") + num(o.list[i] & ~bytecode::kMoveBit);
+      for (size_t i = 0; i < o.list.size(); ++i) {
+        uint32_t e = o.list[i];
+        const char* mark = e & bytecode::kMoveBit ? "^r" : e & bytecode::kViewBit ? "&r" : "r";
+        s += (i ? " " : "") + std::string(mark) + num(bytecode::listRegister(e));
+      }
       return s + "]";
     }
     case 'F': return "@" + (o.value < exe.functions().size() ? exe.functions()[o.value].name : num(o.value));

@@ -28,7 +28,7 @@ uint32_t InstructionWriter::emit(Opcode op, std::span<const Arg> args) {
   size_t k = 0;
   for (const Arg& a : args) {
     char kind = kinds[k++];
-    bool list = kind == 'L' || kind == 'M';
+    bool list = isListKind(kind);
     if (a.isList != list) fail("operand " + std::to_string(k - 1) + (list ? " must be a list" : " must not be a list"));
     if (list) {
       code_.push_back(static_cast<uint32_t>(a.list.size()));

@@ -18,7 +18,7 @@ std::optional<InstructionView> InstructionView::decode(std::span<const uint32_t>
       if (at + 2 > code.size()) return std::nullopt;
       o.value64 = code[at] | static_cast<uint64_t>(code[at + 1]) << 32;
       at += 2;
-    } else if (k == 'L' || k == 'M') {
+    } else if (isListKind(k)) {
       if (at >= code.size()) return std::nullopt;
       uint32_t n = code[at++];
       if (n > code.size() - at) return std::nullopt;
@@ -29,7 +29,7 @@ std::optional<InstructionView> InstructionView::decode(std::span<const uint32_t>
       if (at >= code.size()) return std::nullopt;
       o.value = code[at++];
     }
-    o.word = static_cast<uint32_t>(at - pc) - (k == 'W' ? 2 : k == 'L' || k == 'M' ? 1 + o.value : 1);
+    o.word = static_cast<uint32_t>(at - pc) - (k == 'W' ? 2 : isListKind(k) ? 1 + o.value : 1);
     v.operands[v.numOperands++] = o;
   }
   v.length = static_cast<uint32_t>(at - pc);
@@ -41,10 +41,10 @@ std::vector<uint32_t> InstructionView::destinations() const {
   int lastList = -1;
   for (uint32_t k = 0; k < numOperands; ++k) {
     if (operands[k].kind == 'D') out.push_back(operands[k].value);
-    if (operands[k].kind == 'L' || operands[k].kind == 'M') lastList = static_cast<int>(k);
+    if (isListKind(operands[k].kind)) lastList = static_cast<int>(k);
   }
   if (info(op).writesLastList() && lastList >= 0)
-    for (uint32_t r : operands[lastList].list) out.push_back(r & ~kMoveBit);
+    for (uint32_t r : operands[lastList].list) out.push_back(listRegister(r));
   return out;
 }
 

@@ -33,6 +33,12 @@ inline constexpr uint32_t kNumOpcodes = 0
 
 // In an `M` list, a register marked with this bit is moved, not copied.
 inline constexpr uint32_t kMoveBit = 0x8000'0000u;
+// In a `B` list, a register marked with this bit is passed as a view.
+inline constexpr uint32_t kViewBit = 0x4000'0000u;
+// A list entry's register, without its move or view bit.
+constexpr uint32_t listRegister(uint32_t entry) { return entry & ~(kMoveBit | kViewBit); }
+// Operand kinds that are register lists (count, then entries).
+constexpr bool isListKind(char k) { return k == 'L' || k == 'M' || k == 'B'; }
 
 struct OpcodeInfo {
   std::string_view mnemonic;
@@ -42,7 +48,7 @@ struct OpcodeInfo {
 
   constexpr bool isTerminator() const { return flags.find('T') != std::string_view::npos; }
   constexpr bool writesLastList() const { return flags.find('O') != std::string_view::npos; }
-  constexpr bool hasList() const { return operands.find_first_of("LM") != std::string_view::npos; }
+  constexpr bool hasList() const { return operands.find_first_of("LMB") != std::string_view::npos; }
   // Words of an instruction without lists (opcode word included); 0 when it has lists.
   constexpr uint32_t fixedLength() const {
     if (hasList()) return 0;

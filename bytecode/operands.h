@@ -3,7 +3,7 @@
 // Operands<Opcode::X> reads instruction X in place. Its accessors are indexed by
 // operand position (as in the table, from 0) and typed by the operand's kind
 // letter, checked at compile time: reg<k>() for D and R, index<k>() for the
-// one-word kinds (F K C S A J I T V), wide<k>() for W, list<k>() for L and M.
+// one-word kinds (F K C S A J I T V), wide<k>() for W, list<k>() for L, M and B.
 // An operand's word offset is a constant unless a list precedes it; then it is
 // the constant plus the lengths of those lists. length() is the instruction's
 // length, a constant for opcodes without lists. Nothing here is written per
@@ -43,13 +43,14 @@ struct OperandLayout {
       constexpr char prev = kinds[k - 1];
       uint32_t at = offset<k - 1>(insn);
       if constexpr (prev == 'W') return at + 2;
-      else if constexpr (prev == 'L' || prev == 'M') return at + 1 + insn[at];
+      else if constexpr (isListKind(prev)) return at + 1 + insn[at];
       else return at + 1;
     }
   }
 };
 
-// A register list in place: n entries (M entries may carry kMoveBit).
+// A register list in place: n entries (M and B entries may carry kMoveBit, B
+// entries kViewBit instead).
 struct RegisterList {
   const uint32_t* regs;
   uint32_t size;
@@ -82,7 +83,7 @@ class Operands {
   }
   template <size_t k>
   RegisterList list() const {
-    static_assert(Layout::template kind<k>() == 'L' || Layout::template kind<k>() == 'M', "not a register list");
+    static_assert(isListKind(Layout::template kind<k>()), "not a register list");
     uint32_t at = Layout::template offset<k>(p_);
     return RegisterList{p_ + at + 1, p_[at]};
   }

@@ -10,7 +10,8 @@
 //   carries each parameter's device after its type.
 //   A constant's data starts at a 64-byte aligned file offset and is padded to a
 //   multiple of 64 bytes, so a mapped file serves tensors in place.
-// Minor versions only append sections at the end of the payload; a loader reads
+// Minor versions only append sections at the end of the payload or add
+// instructions (2.5: get_field_view and view arguments); a loader reads
 // every minor version up to its own and refuses a newer one and another major.
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -8,7 +8,9 @@
 // runs off the end of a function; that a fork calls a pure function and is
 // followed, in straight-line code no jump enters, only by invokes of pure
 // functions and releases up to the join of its register, which nothing between
-// reads or writes; that every join has its fork. Value kinds in
+// reads or writes; that every join has its fork; that a `B` list never both
+// views and moves a register; and that every get_field_view reads a stable
+// register (stableRegisters below). Value kinds in
 // registers (a tensor where a tuple is expected) are checked by the VM when used.
 #include "bytecode/verifier.h"
 
@@ -28,6 +30,42 @@ namespace {
   throw Error("invalid executable: function '" + f.name + "' at " + std::to_string(pc) + ": " + what);
 }
 
+// Stable registers: those that hold one value from the function's entry to its
+// end, so that a view of a field of that value (get_field_view) lives no longer
+// than the value. A parameter is stable when no instruction writes it; another
+// register when only get_field_view of a stable register writes it (it then
+// holds nothing or a view into the stable value, and an ADT value's fields
+// never change); and neither is ever released or moved out, except by the
+// terminator that ends the frame (a tail call gathers its arguments, owning
+// views, before the frame is cleared). Flow-insensitive: the emitter gives a
+// view a register of its own for the whole function.
+std::vector<bool> stableRegisters(const BytecodeFunction& f, const std::vector<InstructionView>& insns) {
+  std::vector<bool> stable(f.frameSize, true);
+  for (const InstructionView& in : insns) {
+    bool view = in.op == Opcode::GetFieldView;
+    for (uint32_t r : in.destinations())
+      if (!view || r < f.numParams) stable[r] = false;
+    if (in.op == Opcode::Release) stable[in.operands[0].value] = false;
+    if (isTerminator(in.op)) continue;
+    for (uint32_t k = 0; k < in.numOperands; ++k)
+      if (isListKind(in.operands[k].kind))
+        for (uint32_t e : in.operands[k].list)
+          if (e & kMoveBit) stable[listRegister(e)] = false;
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const InstructionView& in : insns) {
+      if (in.op != Opcode::GetFieldView) continue;
+      uint32_t dst = in.operands[0].value, src = in.operands[1].value;
+      if (stable[dst] && !stable[src]) {
+        stable[dst] = false;
+        changed = true;
+      }
+    }
+  }
+  return stable;
+}
+
 // Fork at insns[i]: straight-line code of invokes (of pure functions) and
 // releases up to the join of its register, which nothing between touches, and
 // no jump into it. Returns the join's index.
@@ -38,9 +76,9 @@ size_t checkFork(const BytecodeFunction& f, const std::vector<InstructionView>& 
   if (!pure[fork.operands[1].value]) fail(f, fork.pc, "fork of a function that is not pure");
   auto touches = [r](const Operand& o) {
     if (o.kind == 'D' || o.kind == 'R') return o.value == r;
-    if (o.kind == 'M' || o.kind == 'L')
+    if (isListKind(o.kind))
       for (uint32_t x : o.list)
-        if ((x & ~kMoveBit) == r) return true;
+        if (listRegister(x) == r) return true;
     return false;
   };
   for (size_t j = i + 1; j < insns.size(); ++j) {
@@ -87,6 +125,21 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f, const std:
         case 'M':
           for (uint32_t r : o.list) reg(in, r & ~kMoveBit);
           break;
+        case 'B': {
+          // A register passed as a view must keep its value through the call:
+          // the same list moving it out would hand the callee its only owner.
+          std::vector<uint32_t> viewed, moved;
+          for (uint32_t e : o.list) {
+            if ((e & kMoveBit) && (e & kViewBit)) fail(f, in.pc, "a list entry both moved and viewed");
+            reg(in, listRegister(e));
+            if (e & kViewBit) viewed.push_back(listRegister(e));
+            if (e & kMoveBit) moved.push_back(listRegister(e));
+          }
+          for (uint32_t r : viewed)
+            if (std::find(moved.begin(), moved.end(), r) != moved.end())
+              fail(f, in.pc, "register " + std::to_string(r) + " passed as a view and moved in the same call");
+          break;
+        }
         case 'F':
           if (o.value >= exe.functions().size()) fail(f, in.pc, "function index out of range");
           break;
@@ -184,6 +237,11 @@ void verifyFunction(const Executable& exe, const BytecodeFunction& f, const std:
       default: break;
     }
   }
+  std::vector<bool> stable = stableRegisters(f, insns);
+  for (const InstructionView& in : insns)
+    if (in.op == Opcode::GetFieldView && !stable[in.operands[1].value])
+      fail(f, in.pc, "get_field_view of register " + std::to_string(in.operands[1].value) +
+                         ", which is written, released or moved out in the function: the view could outlive the value");
   // Forks and joins pair up.
   std::vector<bool> jumpedTo(f.code.size() + 1, false);
   for (const InstructionView& in : insns)

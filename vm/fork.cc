@@ -33,7 +33,7 @@ void VirtualMachine::PendingFork::task(void* const* buffers, const int64_t*, int
   f->nanos = nanosSince(t0);
 }
 
-bool VirtualMachine::startFork(uint32_t callee, std::span<Value> args, uint32_t reg, uint64_t site) {
+bool VirtualMachine::mayFork(uint64_t site) {
   // Inside a pool task (a forked call itself) nothing can start: checked first,
   // so a fork's own VM never makes one of its own.
   if (device::inPoolTask() || profiling_ || memoryTrace_ || (fork_ && fork_->active)) return false;
@@ -49,6 +49,12 @@ bool VirtualMachine::startFork(uint32_t callee, std::span<Value> args, uint32_t 
     --it->second;
     return false;
   }
+  return true;
+}
+
+bool VirtualMachine::startFork(uint32_t callee, std::span<Value> args, uint32_t reg, uint64_t site) {
+  PendingFork& f = *fork_;
+  device::ThreadPool* pool = runtime_->threadPool();
   if (!f.child) {
     VMOptions o = options_;
     o.runtime = runtime_;

@@ -154,7 +154,9 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
 #define IDX(k) o.index<k>()
 #define NEXT() pc += o.length()
 // An `M` list entry: moved out when marked (the value's last use), else copied.
-#define TAKE(r) ((r) & bytecode::kMoveBit ? std::move(R[(r) & ~bytecode::kMoveBit]) : Value(R[r]))
+// A `B` entry's view bit makes it a copy here: a view is made only where the
+// callee's frame is filled (enterWithArgs).
+#define TAKE(r) ((r) & bytecode::kMoveBit ? std::move(R[(r) & ~bytecode::kMoveBit]) : Value(R[bytecode::listRegister(r)]))
 // After enter/reenter: the callee's code from its first instruction, its registers at `base`.
 #define ENTERED(callee)                \
   fn = &exe.functions()[callee];       \
@@ -207,14 +209,19 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
     return newBase;
   };
   // The same for an invoke, with the listed registers of the current frame as
-  // the arguments, moved or copied straight into the new frame (no gathering:
-  // the two frames never overlap).
+  // the arguments, moved, copied or viewed straight into the new frame (no
+  // gathering: the two frames never overlap). A view is sound because the
+  // caller's register holds its value, untouched, until the callee returns.
   auto enterWithArgs = [this, &openFrame](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee,
                                           uint32_t next, uint32_t dst, bytecode::RegisterList args) -> uint32_t {
     uint32_t newBase = openFrame(current, currentBase, callee, next, dst);
     Value* R = regs_.data() + currentBase;
     Value* nr = regs_.data() + newBase;
-    for (uint32_t i = 0; i < args.size; ++i) nr[i] = TAKE(args[i]);
+    for (uint32_t i = 0; i < args.size; ++i) {
+      uint32_t e = args[i];
+      if (e & bytecode::kViewBit) nr[i].view(R[bytecode::listRegister(e)]);
+      else nr[i] = TAKE(e);
+    }
     frames_.push_back(Frame{callee, 0, newBase, 0});
     return newBase;
   };
@@ -311,17 +318,19 @@ dispatch:
   DISPATCH();
   CASE(Fork) {
     // The call goes to a worker when startFork can (kiln/vm.h, "Forks"), and
-    // this thread goes on to the join; otherwise it is an invoke.
+    // this thread goes on to the join; otherwise it is an invoke. A fork's
+    // arguments are owned (TAKE copies what the list passes as views): the
+    // caller goes on, and may release them, while the callee runs.
     OPS(Fork);
     bytecode::RegisterList args = o.list<2>();
     uint32_t callee = IDX(1);
-    if (!forksPossible_) {
+    uint64_t site = static_cast<uint64_t>(frames_.back().function) << 32 | pc;
+    if (!forksPossible_ || !mayFork(site)) {
       base = enterWithArgs(fn, base, callee, pc + o.length(), o.reg<0>(), args);
       ENTERED(callee);
       DISPATCH();
     }
     for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
-    uint64_t site = static_cast<uint64_t>(frames_.back().function) << 32 | pc;
     if (startFork(callee, std::span<Value>(argTmp.data(), argTmp.size()), base + o.reg<0>(), site)) {
       argTmp.clear();
       REG(0) = Value();
@@ -556,6 +565,15 @@ dispatch:
     if (i >= a->size) throw Error("field " + std::to_string(i) + " of a value with " + std::to_string(a->size) + " fields");
     Value v = a->fields()[i];  // copy first: the destination may hold the ADT itself
     REG(0) = std::move(v);
+    NEXT();
+  }
+  DISPATCH();
+  CASE(GetFieldView) {
+    OPS(GetFieldView);
+    const AdtObject* a = adtOf(REG(1), "get_field_view");
+    uint32_t i = IDX(2);
+    if (i >= a->size) throw Error("field " + std::to_string(i) + " of a value with " + std::to_string(a->size) + " fields");
+    REG(0).view(a->fields()[i]);
     NEXT();
   }
   DISPATCH();

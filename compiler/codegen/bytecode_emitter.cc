@@ -182,6 +182,16 @@ class ExecutableBuilder {
 // die at the instruction that consumes them. At a branch the register state is
 // saved, and each arm starts from it: an arm never sees registers freed by its
 // sibling.
+//
+// Views (kiln/value.h): a parameter of a data type (not a tuple) that a match
+// takes apart is pinned: its register keeps the value to the end of the
+// function, so the fields the match binds are views of it (get_field_view),
+// pinned too, each in a register of its own. Calls of globals pass every
+// argument they do not move as a view (a `B` list), the pinned ones included:
+// a recursion over a tree hands its subtrees and the values it shares down
+// without touching a reference count. A pinned register is never released
+// or moved out (the verifier's stable registers); Ret and tail calls make
+// owned values of what they take from it.
 class FunctionEmitter {
  public:
   FunctionEmitter(ExecutableBuilder& eb, const GlobalFunction& g)
@@ -225,8 +235,10 @@ class FunctionEmitter {
       emit(Opcode::LoadConst, {r, c, bytecode::encodeDevice(deviceOf(p))});
       paramRegs.emplace_back(p, r);
     }
+    std::unordered_set<const Var*> takenApart = matchedDataParams(params, body);
     for (auto& [p, r] : paramRegs) {
       bindVar(p, r);
+      if (takenApart.count(p) && r < out.numParams) pinned_[r] = true;
       if (!std::binary_search(live_.liveIn.begin(), live_.liveIn.end(), p)) kill(p);
     }
     out.resultType = describeType(result);
@@ -237,6 +249,29 @@ class FunctionEmitter {
   }
 
  private:
+  // The parameters of a data type (an ADT, not a tuple or a reference cell)
+  // that some match of `body` scrutinizes directly.
+  static std::unordered_set<const Var*> matchedDataParams(const std::vector<const Var*>& params, const Expr* body) {
+    std::unordered_set<const Var*> candidates;
+    for (const Var* p : params)
+      if (p->type && p->type->kind == TypeKind::Adt && !isRefType(static_cast<const AdtType*>(p->type)))
+        candidates.insert(p);
+    std::unordered_set<const Var*> found;
+    if (candidates.empty()) return found;
+    std::vector<const Expr*> stack{body};
+    while (!stack.empty()) {
+      const Expr* e = stack.back();
+      stack.pop_back();
+      if (e->kind == ExprKind::Match) {
+        const Expr* s = static_cast<const Match*>(e)->scrutinee;
+        if (s->kind == ExprKind::Var && candidates.count(static_cast<const Var*>(s))) found.insert(static_cast<const Var*>(s));
+      }
+      // Nested functions are other globals after lambda lifting: their own business.
+      if (e->kind != ExprKind::Function) forEachChild(e, [&](const Expr* c) { stack.push_back(c); });
+    }
+    return found;
+  }
+
   // ---- devices (passes/device_placement.h) ----
   Device deviceOf(const Expr* e) const { return eb_.options().devices ? eb_.options().devices->deviceOf(e) : Device{}; }
   static bool onHost(Device d) { return d == Device{}; }
@@ -271,9 +306,19 @@ class FunctionEmitter {
       frameSize_ = std::max(frameSize_, next_);
       refs_.resize(next_, 0);
       heap_.resize(next_, false);
+      pinned_.resize(next_, false);
     }
     refs_[r] = 0;
     heap_[r] = false;
+    return r;
+  }
+
+  // A register never used before in this function, on any path.
+  uint32_t freshReg() {
+    std::vector<uint32_t> keep;
+    keep.swap(free_);
+    uint32_t r = newReg();
+    free_.swap(keep);
     return r;
   }
 
@@ -294,7 +339,7 @@ class FunctionEmitter {
   // One holder of `r` is gone; with the last, the value is released (unless an
   // instruction moved it out) and the register reused.
   void dropReg(uint32_t r, bool moved = false) {
-    if (refs_[r] == 0 || --refs_[r] > 0) return;
+    if (pinned_[r] || refs_[r] == 0 || --refs_[r] > 0) return;
     if (heap_[r] && !moved) emit(Opcode::Release, {r});
     free_.push_back(r);
   }
@@ -340,7 +385,7 @@ class FunctionEmitter {
     std::vector<uint32_t> rs(ops.temps);
     for (const Var* v : live_.diesAt(at)) {
       uint32_t r = regOf_.at(v);
-      if (refs_[r] == 1) rs.push_back(r);
+      if (refs_[r] == 1 && !pinned_[r]) rs.push_back(r);
     }
     return rs;
   }
@@ -358,6 +403,21 @@ class FunctionEmitter {
       list[i] = r | bytecode::kMoveBit;
     }
     return moved;
+  }
+
+  std::vector<uint32_t> unpinned(const std::vector<uint32_t>& rs) const {
+    std::vector<uint32_t> out;
+    for (uint32_t r : rs)
+      if (!pinned_[r & ~bytecode::kMoveBit]) out.push_back(r);
+    return out;
+  }
+
+  // An invoke's or fork's arguments that are not moved go as views: the caller
+  // holds them across the call. A register moved at its last occurrence is
+  // copied at the others (the verifier refuses a view and a move of one register).
+  static void viewUnmoved(std::vector<uint32_t>& list, const std::vector<uint32_t>& moved) {
+    for (uint32_t& e : list)
+      if (!(e & bytecode::kMoveBit) && std::find(moved.begin(), moved.end(), e) == moved.end()) e |= bytecode::kViewBit;
   }
 
   void finish(LivenessPoint at, const Operands& ops, const std::vector<uint32_t>& moved = {}) {
@@ -477,7 +537,7 @@ class FunctionEmitter {
       size_t cap = capturedCount(g);
       if (cap && c->args.size() == cap) return false;  // builds a closure
       auto args = atoms(c->args, ops);
-      mark(args, args);
+      mark(args, unpinned(args));
       emitParts(Opcode::TailCall, {one(eb_.functionId(name)), list(args)});
       return true;
     }
@@ -485,7 +545,7 @@ class FunctionEmitter {
       uint32_t f = atom(c->callee, ops);
       auto args = atoms(c->args, ops);
       std::vector<uint32_t> movable;
-      for (uint32_t r : args)
+      for (uint32_t r : unpinned(args))
         if (r != f) movable.push_back(r);
       mark(args, movable);
       emitParts(Opcode::TailCallClosure, {one(f), list(args)});
@@ -611,6 +671,7 @@ class FunctionEmitter {
         auto args = atoms(c->args, ops);
         auto moved = mark(args, movable(at, ops));
         Opcode op = cap && args.size() == cap ? Opcode::AllocClosure : invoke;
+        if (op != Opcode::AllocClosure) viewUnmoved(args, moved);
         emitParts(op, {one(dst), one(eb_.functionId(name)), list(args)});
         finish(at, ops, moved);
         return;
@@ -773,8 +834,12 @@ class FunctionEmitter {
       const Pattern* p = ps[i];
       if (p->kind == PatternKind::Wildcard) continue;
       if (p->kind == PatternKind::Var && !usedVar(static_cast<const PatternVar*>(p)->var)) continue;
-      uint32_t r = newReg();
-      emit(Opcode::GetField, {r, v, static_cast<uint32_t>(i)});
+      // A field of a pinned value is a view, pinned in a register no other
+      // value ever takes (the verifier's rule is over the whole function).
+      bool view = pinned_[v];
+      uint32_t r = view ? freshReg() : newReg();
+      emit(view ? Opcode::GetFieldView : Opcode::GetField, {r, v, static_cast<uint32_t>(i)});
+      if (view) pinned_[r] = true;
       loaded.push_back(r);
       if (p->kind == PatternKind::Var) {
         bindVar(static_cast<const PatternVar*>(p)->var, r);
@@ -822,7 +887,7 @@ class FunctionEmitter {
       std::vector<Word> releaseFrom(reached + 1);
       for (size_t i = reached; i-- > 0;) {
         releaseFrom[i + 1] = here();
-        emit(Opcode::Release, {loaded[i]});
+        if (!pinned_[loaded[i]]) emit(Opcode::Release, {loaded[i]});
       }
       releaseFrom[0] = here();
       for (const FailedTest& f : fails) patchTo(f.jump, releaseFrom[f.loaded]);
@@ -852,6 +917,7 @@ class FunctionEmitter {
   std::unordered_map<const Var*, uint32_t> regOf_;
   std::vector<uint32_t> refs_;
   std::vector<bool> heap_;
+  std::vector<bool> pinned_;  // holds its value to the end of the function (see "Views")
   std::vector<uint32_t> free_;
   uint32_t next_ = 0, frameSize_ = 0;
 };

@@ -90,7 +90,8 @@ class Executable {
   // 2.2: alloc_tensor_own.
   // 2.3: the precompiled section (machine code per kernel), after the functions.
   // 2.4: the library section (which kernels an external library runs), last.
-  static constexpr uint32_t kMinorVersion = 4;
+  // 2.5: views (get_field_view; invoke and fork pass arguments as views).
+  static constexpr uint32_t kMinorVersion = 5;
 
   // What an executable is made of, as the compiler emits it and the loader reads it.
   struct Contents {

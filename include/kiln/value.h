@@ -11,6 +11,16 @@
 //   - Empty: a register that holds nothing (never written, or released).
 // Copying a Value adds a reference; the count is atomic, so values (and the
 // constants of a shared Executable) may be copied and dropped on any thread.
+//
+// Views: a register may hold a borrowed object reference, a view, that adds no
+// reference and drops none. The VM makes them where the bytecode guarantees
+// that the object outlives the view (a field of a value its frame keeps to
+// the end, an argument its caller holds across the call: bytecode/opcodes.def,
+// get_field_view and `B` lists), so a recursion over a tree passes its
+// weights and subtrees down without a locked instruction per call. A view
+// never escapes as one: copying or moving it out makes an owned Value (one
+// more reference), so whatever stores, returns or hands it to another thread
+// owns what it holds; dropping a view does nothing. Only view() makes one.
 // Objects are immutable once built, except storage, whose bytes kernels write, and
 // reference cells, whose content `ref_write` replaces. A cell is not synchronized:
 // a program reads and writes it on its VM's thread; an app that hands one cell to
@@ -81,13 +91,19 @@ class Value {
   enum class Kind : uint8_t { Empty, Scalar, Object };
 
   Value() { bits_.i = 0; }
-  Value(const Value& o) : bits_(o.bits_), kind_(o.kind_), dtype_(o.dtype_) { retain(); }
-  Value(Value&& o) noexcept : bits_(o.bits_), kind_(o.kind_), dtype_(o.dtype_) { o.kind_ = Kind::Empty; }
+  // A copy is owned, a view's included.
+  Value(const Value& o) : bits_(o.bits_), kind_(owned(o.kind_)), dtype_(o.dtype_) { retain(); }
+  // Moved out of a view, the value takes a reference of its own.
+  Value(Value&& o) noexcept : bits_(o.bits_), kind_(o.kind_), dtype_(o.dtype_) {
+    if (kind_ == kView) [[unlikely]]
+      own();
+    o.kind_ = Kind::Empty;
+  }
   Value& operator=(const Value& o) {
     if (this != &o) {
       o.retain();
       release();
-      bits_ = o.bits_, kind_ = o.kind_, dtype_ = o.dtype_;
+      bits_ = o.bits_, kind_ = owned(o.kind_), dtype_ = o.dtype_;
     }
     return *this;
   }
@@ -95,11 +111,25 @@ class Value {
     if (this != &o) {
       release();
       bits_ = o.bits_, kind_ = o.kind_, dtype_ = o.dtype_;
+      if (kind_ == kView) [[unlikely]]
+        own();
       o.kind_ = Kind::Empty;
     }
     return *this;
   }
   ~Value() { release(); }
+
+  // This Value becomes a view of `o`'s object (a copy of `o` when it holds a
+  // scalar or nothing): no reference is taken, and the caller guarantees that
+  // the object outlives the view (see "Views" above).
+  void view(const Value& o) {
+    auto bits = o.bits_;
+    Kind kind = o.kind_;
+    DType dtype = o.dtype_;
+    release();
+    bits_ = bits, kind_ = kind == Kind::Object ? kView : kind, dtype_ = dtype;
+  }
+  bool isView() const { return kind_ == kView; }
 
   // A tensor (shares its buffer).
   Value(Tensor t);  // NOLINT: a tensor is a value
@@ -126,10 +156,10 @@ class Value {
   static Value storage(std::shared_ptr<void> buffer, size_t bytes, Device device);
   static Value ref(Value content);
 
-  Kind kind() const { return kind_; }
+  Kind kind() const { return owned(kind_); }  // a view is an object
   bool empty() const { return kind_ == Kind::Empty; }
   bool isScalar() const { return kind_ == Kind::Scalar; }
-  bool isObject(ObjectKind k) const { return kind_ == Kind::Object && bits_.o->kind == k; }
+  bool isObject(ObjectKind k) const { return holdsObject() && bits_.o->kind == k; }
   // A tensor of any rank, including a register scalar.
   bool isTensor() const { return isScalar() || isObject(ObjectKind::Tensor); }
   bool isAdt() const { return isObject(ObjectKind::Adt) && asAdt()->ctor != kTupleCtor; }
@@ -150,7 +180,7 @@ class Value {
   std::span<const Value> fields() const;
   uint32_t ctor() const;  // kTupleCtor for tuples
 
-  Object* object() const { return kind_ == Kind::Object ? bits_.o : nullptr; }
+  Object* object() const { return holdsObject() ? bits_.o : nullptr; }
   const AdtObject* asAdt() const { return static_cast<const AdtObject*>(bits_.o); }
   const ClosureObject* asClosure() const { return static_cast<const ClosureObject*>(bits_.o); }
   const TensorObject* asTensorObject() const { return static_cast<const TensorObject*>(bits_.o); }
@@ -162,9 +192,23 @@ class Value {
   std::string describe() const;
 
  private:
+  // A view is stored as a kind of its own, kView, which no public Kind names:
+  // release() counts down Kind::Object only, so dropping a view costs nothing
+  // more than dropping a scalar, and no other byte says what a Value is.
+  // Object and kView differ in bit 0 alone (holdsObject tests bit 1).
+  static constexpr Kind kView = static_cast<Kind>(3);
+  static_assert(static_cast<uint8_t>(Kind::Object) == 2, "holdsObject() tests bit 1");
+  static constexpr Kind owned(Kind k) { return k == kView ? Kind::Object : k; }
+  bool holdsObject() const { return (static_cast<uint8_t>(kind_) & 2) != 0; }
+  // A view becomes an owned reference.
+  void own() {
+    kind_ = Kind::Object;
+    retain();
+  }
+
   explicit Value(Object* o) : kind_(Kind::Object) { bits_.o = o; }
   void retain() const {
-    if (kind_ == Kind::Object) bits_.o->refs.fetch_add(1, std::memory_order_relaxed);
+    if (holdsObject()) bits_.o->refs.fetch_add(1, std::memory_order_relaxed);
   }
   void release() {
     if (kind_ == Kind::Object && bits_.o->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(bits_.o);
@@ -183,7 +227,7 @@ class Value {
     double f;
     Object* o;
   } bits_;
-  Kind kind_ = Kind::Empty;
+  Kind kind_ = Kind::Empty;  // or kView
   DType dtype_ = DType::Int32;
 };
 

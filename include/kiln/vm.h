@@ -156,9 +156,13 @@ class VirtualMachine {
     uint32_t dst;  // caller's register for the result
   };
   Value run(uint32_t function, std::span<const Value> args);
-  // Forks (vm/fork.cc): starts a fork of `callee` on `args` (taken) whose result
-  // goes to register `reg` (absolute) when joined; false: the caller runs it.
+  // Forks (vm/fork.cc). mayFork: whether the fork at `site` may go to another
+  // thread (false: the caller runs it as an invoke, views and all). startFork,
+  // after mayFork: starts a fork of `callee` on `args` (taken, owned) whose
+  // result goes to register `reg` (absolute) when joined; false when the pool is
+  // busy: the arguments are back in `args` and the caller runs it.
   struct PendingFork;
+  bool mayFork(uint64_t site);
   bool startFork(uint32_t callee, std::span<Value> args, uint32_t reg, uint64_t site);
   // The fork's result, or its error thrown; the fork is over either way.
   Value joinFork();

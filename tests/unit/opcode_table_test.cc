@@ -81,7 +81,8 @@ TEST_CASE("opcode table: every opcode round-trips through encode, decode, typed 
         case 'V': args.push_back(InstructionWriter::word(0)); break;
         case 'W': args.push_back(InstructionWriter::word(0x100000000ull + 4096)); break;
         case 'L':
-        case 'M': {
+        case 'M':
+        case 'B': {
           // Kernel lists match the kernel's arity; a call of the probe passes none;
           // a constructor or closure list matches what it builds; a tuple takes two.
           std::vector<uint32_t> regs;

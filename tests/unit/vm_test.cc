@@ -9,6 +9,8 @@
 #include <random>
 #include <thread>
 
+#include "bytecode/instruction_writer.h"
+#include "bytecode/opcodes.h"
 #include "kiln/compile.h"
 #include "kiln/error.h"
 #include "kiln/npy.h"
@@ -264,5 +266,161 @@ TEST_CASE("samples: the MLP with npz weights matches a plain-loop reference") {
     }
     for (double& v : o) z += std::exp(v - mx);
     for (int j = 0; j < 10; ++j) CHECK(y.data<float>()[b * 10 + j] == doctest::Approx(std::exp(o[j] - mx) / z).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("value: a view holds no reference - copying or moving it out takes one, dropping it none") {
+  Value owner(vec({1, 2, 3, 4}));
+  auto refs = [&] { return owner.object()->refs.load(); };
+  REQUIRE(refs() == 1u);
+  Value v;
+  v.view(owner);
+  CHECK(v.isView());
+  CHECK(v.isObject(kiln::ObjectKind::Tensor));
+  CHECK(refs() == 1u);
+  Value copy = v;  // owned
+  CHECK_FALSE(copy.isView());
+  CHECK(refs() == 2u);
+  Value moved = std::move(v);  // owned; the view is gone
+  CHECK_FALSE(moved.isView());
+  CHECK(v.empty());
+  CHECK(refs() == 3u);
+  Value assigned;
+  Value w;
+  w.view(owner);
+  assigned = std::move(w);
+  CHECK_FALSE(assigned.isView());
+  CHECK(refs() == 4u);
+  w.view(owner);
+  w = Value();  // a dropped view drops nothing
+  CHECK(refs() == 4u);
+  w.view(owner);
+  w.view(copy);  // nor does one replaced
+  CHECK(refs() == 4u);
+  copy = Value();
+  moved = Value();
+  assigned = Value();
+  CHECK(refs() == 1u);
+  // A scalar has nothing to borrow: its view is a plain copy.
+  Value s = Value::intScalar(kiln::DType::Int32, 7);
+  Value sv;
+  sv.view(s);
+  CHECK_FALSE(sv.isView());
+  CHECK(sv.intValue() == 7);
+}
+
+namespace {
+
+// An executable of `kProgram` plus a one-parameter function "probe" with `code`
+// (frame of 4 registers); the verifier's verdict, "" when it accepts.
+std::string verdictOnProbe(std::vector<uint32_t> code) {
+  auto exe = kiln::compile(kProgram, "t.relay");
+  kiln::Executable::Contents c = exe->contents();
+  kiln::BytecodeFunction f;
+  f.name = "probe";
+  f.numParams = 1;
+  f.frameSize = 4;
+  f.paramNames = {"t"};
+  f.paramTypes = {kiln::TypeDesc{}};
+  f.code = std::move(code);
+  c.functions.push_back(f);
+  try {
+    kiln::Executable::build(std::move(c));
+    return "";
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("verifier: a view is only of a register that holds its value to the end, and never moved beside itself") {
+  using kiln::bytecode::InstructionWriter;
+  using kiln::bytecode::Opcode;
+  uint32_t probe = static_cast<uint32_t>(kiln::compile(kProgram, "t.relay")->functions().size());
+  auto program = [&](const std::function<void(InstructionWriter&)>& middle) {
+    InstructionWriter w;
+    w.emitWords(Opcode::GetFieldView, {1, 0, 0});
+    w.emitWords(Opcode::GetFieldView, {2, 1, 0});  // a view of a view's field
+    middle(w);
+    w.emitWords(Opcode::Ret, {2});
+    return w.take();
+  };
+  auto regs = [](std::vector<uint32_t> r) { return InstructionWriter::regs(std::move(r)); };
+  auto word = [](uint64_t v) { return InstructionWriter::word(v); };
+  // Accepted: the parameter and the views stay put; calls see them as views.
+  CHECK(verdictOnProbe(program([](InstructionWriter&) {})) == "");
+  CHECK(verdictOnProbe(program([&](InstructionWriter& w) {
+          w.emit(Opcode::Invoke, {word(3), word(probe), regs({1 | kiln::bytecode::kViewBit})});
+        })) == "");
+  // Refused: the parameter released, overwritten, or moved into a call, and a
+  // view register that something else writes.
+  std::string released = verdictOnProbe(program([](InstructionWriter& w) { w.emitWords(Opcode::Release, {0}); }));
+  CHECK(released.find("get_field_view of register 0") != std::string::npos);
+  CHECK(verdictOnProbe(program([](InstructionWriter& w) { w.emitWords(Opcode::Move, {0, 3}); })).find("get_field_view") !=
+        std::string::npos);
+  CHECK(verdictOnProbe(program([&](InstructionWriter& w) {
+          w.emit(Opcode::Invoke, {word(3), word(probe), regs({0 | kiln::bytecode::kMoveBit})});
+        })).find("get_field_view") != std::string::npos);
+  CHECK(verdictOnProbe(program([](InstructionWriter& w) { w.emitWords(Opcode::Move, {1, 3}); })).find("get_field_view of register 1") !=
+        std::string::npos);
+  // A list may not view and move one register, nor mark an entry both ways.
+  InstructionWriter both;
+  both.emit(Opcode::Invoke, {word(3), word(probe), regs({0 | kiln::bytecode::kViewBit | kiln::bytecode::kMoveBit})});
+  both.emitWords(Opcode::Ret, {3});
+  CHECK(verdictOnProbe(both.take()).find("both moved and viewed") != std::string::npos);
+  InstructionWriter twice;
+  twice.emit(Opcode::Invoke, {word(3), word(probe), regs({0 | kiln::bytecode::kViewBit, 0 | kiln::bytecode::kMoveBit})});
+  twice.emitWords(Opcode::Ret, {3});
+  CHECK(verdictOnProbe(twice.take()).find("passed as a view and moved") != std::string::npos);
+  // A view bit is not a register bit in a list that takes none (`M`): out of the frame.
+  InstructionWriter closure;
+  closure.emit(Opcode::AllocTuple, {word(3), regs({0 | kiln::bytecode::kViewBit})});
+  closure.emitWords(Opcode::Ret, {3});
+  CHECK(verdictOnProbe(closure.take()).find("outside the frame") != std::string::npos);
+}
+
+TEST_CASE("vm: a value passed as a view and kept by the callee outlives the caller's reference") {
+  // @keep stores its argument (a view: @main uses %e after the call) in the list
+  // it returns; @main drops %e; the list still holds it. A tree recursion
+  // passes its weights down as views and returns a field of a view.
+  auto exe = kiln::compile(R"(
+type T { Leaf(Tensor[(4,), float32]), Node(T, T) }
+def @keep(%x: Tensor[(4,), float32]) -> List[Tensor[(4,), float32]] { Cons(%x, Nil) }
+def @reduce(%t: T, %w: Tensor[(4,), float32]) -> Tensor[(4,), float32] {
+  match (%t) {
+    Leaf(%v) => %v,
+    Node(%l, %r) => (@reduce(%l, %w) + @reduce(%r, %w)) * %w,
+  }
+}
+def @main(%x: Tensor[(4,), float32]) {
+  let %e = exp(%x);
+  let %l = @keep(%e);
+  let %y = %e + 1f;
+  let %t = Node(Node(Leaf(%x), Leaf(%y)), Leaf(%x));
+  (%l, %y, @reduce(%t, %x), @reduce(Leaf(%e), %x))
+}
+)",
+                           "views.relay");
+  std::string text = exe->disassemble();
+  INFO(text);
+  CHECK(text.find("&r") != std::string::npos);
+  CHECK(text.find("get_field_view") != std::string::npos);
+  kiln::VirtualMachine vm(exe);
+  Tensor x = vec({0.5f, 1, 1.5f, 2});
+  for (int round = 0; round < 3; ++round) {
+    Value r = vm.invoke("main", {Value(x)});
+    std::span<const Value> out = r.fields();
+    REQUIRE(out.size() == 4u);
+    for (const Value& v : out) CHECK_FALSE(v.isView());
+    const Value& kept = out[0].fields()[0];
+    for (int i = 0; i < 4; ++i) {
+      float xi = x.data<float>()[i], e = std::exp(xi), y = e + 1;
+      CHECK(kept.tensor().data<float>()[i] == doctest::Approx(e));
+      CHECK(out[2].tensor().data<float>()[i] == doctest::Approx(((xi + y) * xi + xi) * xi));
+      CHECK(out[3].tensor().data<float>()[i] == doctest::Approx(e));
+    }
+    // The leaf's tensor returned by @reduce(Leaf(%e)) is %e itself, owned now.
+    CHECK(out[3].tensor().data() == kept.tensor().data());
   }
 }
