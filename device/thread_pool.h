@@ -134,6 +134,19 @@ class GrainScope {
   bool active_;
   int64_t previous_ = 0;
 };
+// Runs `f` under a SerialScope and a GrainScope when they would change anything:
+// most runtime GEMM and convolution calls ask for neither, and then pay no
+// thread-local writes (four out-of-line calls each).
+template <class F>
+void underScopes(bool serial, int grainShift, F&& f) {
+  if (!serial && grainShift == 0) {
+    f();
+    return;
+  }
+  SerialScope s(serial);
+  GrainScope g(grainShift);
+  f();
+}
 constexpr int kMaxGrainShift = 24;  // kMinParallelWork << 24 still fits int64 comfortably
 
 // A grain shift in a runtime entry point's flags (bits 25-30, two's complement),

@@ -560,7 +560,6 @@ extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w
   kiln::jit::Conv2dDims d;
   std::memcpy(&d, dims, sizeof d);
   // Bit 0 of `flags`: ReLU; bit 1: on the calling thread alone.
-  kiln::device::SerialScope serial((flags & 2) != 0);
-  kiln::device::GrainScope grain(kiln::device::grainFromFlags(flags));  // bits 25-30
-  kiln::jit::sconv2d(d, x, w, packedW, out, kiln::jit::ConvPostOps{bias, (flags & 1) != 0});
+  kiln::device::underScopes((flags & 2) != 0, kiln::device::grainFromFlags(flags) /* bits 25-30 */,
+                            [&] { kiln::jit::sconv2d(d, x, w, packedW, out, kiln::jit::ConvPostOps{bias, (flags & 1) != 0}); });
 }

@@ -73,8 +73,8 @@ extern "C" void kiln_sconv2d_pair(const int64_t* dims, const float* x, const flo
   std::memcpy(&a, dims, sizeof a);
   std::memcpy(&b, dims + 16, sizeof b);
   // Bit 0: ReLU after the first; bit 1: on the calling thread alone; bit 2: ReLU after the second.
-  kiln::device::SerialScope serial((flags & 2) != 0);
-  kiln::device::GrainScope grain(kiln::device::grainFromFlags(flags));  // bits 25-30
-  kiln::jit::sconv2dPair(a, x, wa, packedA, kiln::jit::ConvPostOps{biasA, (flags & 1) != 0}, b, wb, packedB,
-                         kiln::jit::ConvPostOps{biasB, (flags & 4) != 0}, between, out);
+  kiln::device::underScopes((flags & 2) != 0, kiln::device::grainFromFlags(flags) /* bits 25-30 */, [&] {
+    kiln::jit::sconv2dPair(a, x, wa, packedA, kiln::jit::ConvPostOps{biasA, (flags & 1) != 0}, b, wb, packedB,
+                           kiln::jit::ConvPostOps{biasB, (flags & 4) != 0}, between, out);
+  });
 }
