@@ -36,6 +36,8 @@ class InstructionWriter {
   uint32_t size() const { return static_cast<uint32_t>(code_.size()); }
   uint32_t& operator[](uint32_t at) { return code_.at(at); }
   std::vector<uint32_t> take() { return std::move(code_); }
+  // Drops the instructions from word `at` (an instruction start) on.
+  void truncate(uint32_t at) { code_.resize(std::min<size_t>(at, code_.size())); }
 
  private:
   std::vector<uint32_t> code_;

@@ -292,9 +292,11 @@ dispatch:
   CASE(Ret) {
     OPS(Ret);
     Value v = std::move(REG(0));
-    // The emitter releases each register after its last use: most are empty here.
+    // The emitter releases each register after its last use, but for those
+    // whose last use is right before the return: those are dropped here, and
+    // recycled as a release would (vm/memory.h).
     for (uint32_t i = 0; i < fn->frameSize; ++i)
-      if (!R[i].empty()) R[i] = Value();
+      if (!R[i].empty() && !memory_->recycle(R[i])) R[i] = Value();
     frames_.pop_back();
     if (frames_.empty()) {
       result = std::move(v);

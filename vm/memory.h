@@ -61,8 +61,10 @@ class TensorMemory {
   static constexpr uint64_t kRecycleMaxBytes = 64 * 1024;
   // Takes `v` (leaving it empty) when it can be recycled; otherwise leaves it.
   bool recycle(Value& v) {
-    // A view's count does not count it: the object is its owner's, however few hold it.
-    if (recycled_.size() >= kRecycleSlots || !v.isObject(ObjectKind::Tensor) || v.isView()) return false;
+    // A view's count does not count it: the object is its owner's, however few
+    // hold it. Tested first, without reading the object: a return clears its
+    // frame in register order, so a view's object may already be gone.
+    if (recycled_.size() >= kRecycleSlots || v.isView() || !v.isObject(ObjectKind::Tensor)) return false;
     const TensorObject* o = v.asTensorObject();
     const Tensor& t = o->tensor;
     if (o->refs.load(std::memory_order_relaxed) != 1 || !(t.device() == Device{}) || t.memoryUseCount() != 1) return false;

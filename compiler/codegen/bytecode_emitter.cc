@@ -432,20 +432,43 @@ class FunctionEmitter {
   // each instruction against its row.
   using Word = uint64_t;
   using Part = bytecode::InstructionWriter::Arg;
-  void emit(Opcode op, std::initializer_list<Word> operands) { code_.emitWords(op, operands); }
+  void emit(Opcode op, std::initializer_list<Word> operands) {
+    uint32_t at = code_.emitWords(op, operands);
+    if (op == Opcode::Release) releasesBeforeHere_.push_back(at);
+    else releasesBeforeHere_.clear();
+  }
   static Part one(uint32_t w) { return bytecode::InstructionWriter::word(w); }
   static Part list(const std::vector<uint32_t>& ws) { return bytecode::InstructionWriter::regs(ws); }
-  void emitParts(Opcode op, std::initializer_list<Part> parts) { code_.emit(op, parts); }
+  void emitParts(Opcode op, std::initializer_list<Part> parts) {
+    code_.emit(op, parts);
+    releasesBeforeHere_.clear();
+  }
   uint32_t here() const { return code_.size(); }
   // A jump target written as kLater is patched when the target is known.
   static constexpr Word kLater = 0;
   // Emits a jump; returns the word of its J operand (found through the table) to patch.
   uint32_t emitJump(Opcode op, std::initializer_list<Word> operands) {
     uint32_t at = code_.emitWords(op, operands);
+    releasesBeforeHere_.clear();
     return code_.jumpWords(at).at(0);
   }
-  void patch(uint32_t at) { code_[at] = here(); }
-  void patchTo(uint32_t at, Word target) { code_[at] = target; }
+  void patch(uint32_t at) { patchTo(at, here()); }
+  void patchTo(uint32_t at, Word target) {
+    code_[at] = static_cast<uint32_t>(target);
+    lastTarget_ = std::max<int64_t>(lastTarget_, static_cast<int64_t>(target));
+  }
+
+  // A return: the releases right before it go (ret drops, and recycles, every
+  // register of the frame itself), but for those past a jump target (which
+  // would land past the end); a jump to the first one dropped lands on the ret.
+  void emitRet(uint32_t r) {
+    size_t keep = 0;
+    for (size_t i = 0; i < releasesBeforeHere_.size(); ++i)
+      if (static_cast<int64_t>(releasesBeforeHere_[i]) < lastTarget_) keep = i + 1;
+    if (keep < releasesBeforeHere_.size()) code_.truncate(releasesBeforeHere_[keep]);
+    releasesBeforeHere_.clear();
+    emit(Opcode::Ret, {r});
+  }
 
   // ---- blocks ----
   // `let a = @f(...); let b = @g(...)` where both globals are pure and the
@@ -518,7 +541,7 @@ class FunctionEmitter {
       r = newReg();
       emitValue(e, r, end);
     }
-    emit(Opcode::Ret, {r});
+    emitRet(r);
   }
 
   // A block whose value goes to `dst`, then control continues after it.
@@ -920,6 +943,8 @@ class FunctionEmitter {
   std::vector<bool> pinned_;  // holds its value to the end of the function (see "Views")
   std::vector<uint32_t> free_;
   uint32_t next_ = 0, frameSize_ = 0;
+  std::vector<uint32_t> releasesBeforeHere_;  // starts of the releases emitted last, in a row
+  int64_t lastTarget_ = -1;                   // the furthest jump target patched so far
 };
 
 }  // namespace

@@ -175,6 +175,38 @@ def @main(%n: int32, %t: Tensor[(4,), float32]) -> (Tensor[(4,), float32], List[
   CHECK(inUse(vm) == 0);
 }
 
+TEST_CASE("memory: what dies right before a return is left to ret, which recycles it like a release") {
+  // @step's input dies at its kernel, the last instruction before the return:
+  // no release there; ret drops it, and the next call's output takes it back.
+  // Non-tail recursion, so every level returns through ret.
+  auto exe = kiln::compile(R"(
+def @step(%t: Tensor[(4,), float32]) -> Tensor[(4,), float32] { %t * 2f - %t + 1f }
+def @down(%n: int32, %t: Tensor[(4,), float32]) -> Tensor[(4,), float32] {
+  if (%n == 0) { %t } else { @step(@down(%n - 1, %t)) }
+}
+def @main(%n: int32, %t: Tensor[(4,), float32]) -> Tensor[(4,), float32] { @down(%n, %t) }
+)",
+                           "ret_recycles.relay");
+  std::string text = exe->disassemble();
+  INFO(text);
+  std::string step = text.substr(text.find("def @step("));
+  step = step.substr(0, step.find("\n\n"));
+  CHECK(step.find("release") == std::string::npos);
+  CHECK(step.find("ret ") != std::string::npos);
+  kiln::VMOptions options;
+  options.pools = std::make_shared<kiln::MemoryPools>();  // this test's counts alone
+  kiln::VirtualMachine vm(exe, options);
+  Tensor zeros = Tensor::empty(DType::Float32, {4});
+  for (int i = 0; i < 4; ++i) zeros.data<float>()[i] = 0;
+  Value r = vm.invoke("main", {Value::intScalar(DType::Int32, 500), Value(zeros)});
+  for (int i = 0; i < 4; ++i) CHECK(r.tensor().data<float>()[i] == 500.0f);
+  CHECK(vm.memoryStats().allocations >= 500);
+  const kiln::PoolStats& pool = vm.memoryStats().pools.at(0);
+  CHECK(pool.hits + pool.misses < 50);
+  r = Value();
+  CHECK(inUse(vm) == 0);
+}
+
 TEST_CASE("memory: a value used only by one branch is released on entry to the other") {
   auto exe = kiln::compile(R"(
 def @main(%c: bool, %x: Tensor[(4096,), float32]) -> Tensor[(4096,), float32] {
