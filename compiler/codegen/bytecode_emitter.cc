@@ -832,8 +832,10 @@ class FunctionEmitter {
     size_t loaded;
   };
 
+  // `tested` false: the value is known to match (the last clause of an
+  // exhaustive match), so the pattern only binds.
   void emitPattern(const Pattern* p, uint32_t v, std::vector<FailedTest>& fails, std::vector<uint32_t>& temps,
-                   std::vector<uint32_t>& loaded) {
+                   std::vector<uint32_t>& loaded, bool tested) {
     switch (p->kind) {
       case PatternKind::Wildcard: return;
       case PatternKind::Var: {
@@ -843,16 +845,18 @@ class FunctionEmitter {
       }
       case PatternKind::Ctor: {
         auto* c = static_cast<const PatternCtor*>(p);
-        fails.push_back({emitJump(Opcode::BranchIfNotCtor, {v, eb_.ctorId(c->ctor), kLater}), loaded.size()});
-        fieldPatterns(c->args, v, fails, temps, loaded);
+        if (tested) fails.push_back({emitJump(Opcode::BranchIfNotCtor, {v, eb_.ctorId(c->ctor), kLater}), loaded.size()});
+        fieldPatterns(c->args, v, fails, temps, loaded, tested);
         return;
       }
-      case PatternKind::Tuple: fieldPatterns(static_cast<const PatternTuple*>(p)->fields, v, fails, temps, loaded); return;
+      case PatternKind::Tuple:
+        fieldPatterns(static_cast<const PatternTuple*>(p)->fields, v, fails, temps, loaded, tested);
+        return;
     }
   }
 
   void fieldPatterns(std::span<const Pattern* const> ps, uint32_t v, std::vector<FailedTest>& fails, std::vector<uint32_t>& temps,
-                     std::vector<uint32_t>& loaded) {
+                     std::vector<uint32_t>& loaded, bool tested) {
     for (size_t i = 0; i < ps.size(); ++i) {
       const Pattern* p = ps[i];
       if (p->kind == PatternKind::Wildcard) continue;
@@ -871,7 +875,7 @@ class FunctionEmitter {
         refs_[r] = 1;
         heap_[r] = true;
         temps.push_back(r);
-        emitPattern(p, r, fails, temps, loaded);
+        emitPattern(p, r, fails, temps, loaded, tested);
       }
     }
   }
@@ -890,7 +894,10 @@ class FunctionEmitter {
       restore(before);
       std::vector<FailedTest> fails;
       std::vector<uint32_t> temps, loaded;
-      emitPattern(c.pattern, s, fails, temps, loaded);
+      // The type checker proved `match` exhaustive: a value that reaches its
+      // last clause matches it, and the tests there would only cost time.
+      bool lastOfComplete = m->complete && k + 1 == m->clauses.size();
+      emitPattern(c.pattern, s, fails, temps, loaded, !lastOfComplete);
       std::vector<uint32_t> entry = temps;
       entry.insert(entry.end(), ops.temps.begin(), ops.temps.end());
       enterArm(armPoint(m, static_cast<int>(k)), entry);
@@ -915,9 +922,13 @@ class FunctionEmitter {
       releaseFrom[0] = here();
       for (const FailedTest& f : fails) patchTo(f.jump, releaseFrom[f.loaded]);
     }
-    std::string where = (g_.fromPrelude ? std::string("<prelude>") : eb_.module().file()) + ":" + std::to_string(m->loc.line) + ":" + std::to_string(m->loc.col);
-    emit(Opcode::Fatal, {eb_.string(std::string(m->complete ? "match" : "match?") + " at " + where +
-                                    ": no clause matches the value")});
+    // Only a `match?` can run out of clauses (a complete match's last clause tests nothing).
+    if (!m->complete || m->clauses.empty()) {
+      std::string where = (g_.fromPrelude ? std::string("<prelude>") : eb_.module().file()) + ":" +
+                          std::to_string(m->loc.line) + ":" + std::to_string(m->loc.col);
+      emit(Opcode::Fatal, {eb_.string(std::string(m->complete ? "match" : "match?") + " at " + where +
+                                      ": no clause matches the value")});
+    }
     for (uint32_t e : ends) patch(e);
   }
 
