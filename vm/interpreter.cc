@@ -326,14 +326,16 @@ dispatch:
     OPS(Fork);
     bytecode::RegisterList args = o.list<2>();
     uint32_t callee = IDX(1);
-    uint64_t site = static_cast<uint64_t>(frames_.back().function) << 32 | pc;
-    if (!forksPossible_ || !mayFork(site)) {
+    // The site (function, pc) is looked at only where forks are possible: on one
+    // thread a fork is an invoke and touches nothing else.
+#define FORK_SITE() (static_cast<uint64_t>(frames_.back().function) << 32 | pc)
+    if (!forksPossible_ || !mayFork(FORK_SITE())) {
       base = enterWithArgs(fn, base, callee, pc + o.length(), o.reg<0>(), args);
       ENTERED(callee);
       DISPATCH();
     }
     for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
-    if (startFork(callee, std::span<Value>(argTmp.data(), argTmp.size()), base + o.reg<0>(), site)) {
+    if (startFork(callee, std::span<Value>(argTmp.data(), argTmp.size()), base + o.reg<0>(), FORK_SITE())) {
       argTmp.clear();
       REG(0) = Value();
       NEXT();
@@ -343,6 +345,7 @@ dispatch:
     }
   }
   DISPATCH();
+#undef FORK_SITE
   CASE(Join) {
     OPS(Join);
     if (forkPending(base + o.reg<0>())) REG(0) = joinFork();

@@ -408,7 +408,7 @@ class FunctionEmitter {
   std::vector<uint32_t> unpinned(const std::vector<uint32_t>& rs) const {
     std::vector<uint32_t> out;
     for (uint32_t r : rs)
-      if (!pinned_[r & ~bytecode::kMoveBit]) out.push_back(r);
+      if (!pinned_[r]) out.push_back(r);
     return out;
   }
 

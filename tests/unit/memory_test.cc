@@ -83,6 +83,12 @@ uint64_t peak(const kiln::VirtualMachine& vm) {
   return n;
 }
 
+// Function `fn`'s listing in a disassembly (functions are separated by a blank line).
+std::string functionText(const std::string& text, const std::string& fn) {
+  std::string f = text.substr(text.find("def @" + fn + "("));
+  return f.substr(0, f.find("\n\n"));
+}
+
 }  // namespace
 
 TEST_CASE("memory: each sample's peak is within 1.15x of its liveness lower bound, with and without planning") {
@@ -189,8 +195,7 @@ def @main(%n: int32, %t: Tensor[(4,), float32]) -> Tensor[(4,), float32] { @down
                            "ret_recycles.relay");
   std::string text = exe->disassemble();
   INFO(text);
-  std::string step = text.substr(text.find("def @step("));
-  step = step.substr(0, step.find("\n\n"));
+  std::string step = functionText(text, "step");
   CHECK(step.find("release") == std::string::npos);
   CHECK(step.find("ret ") != std::string::npos);
   kiln::VMOptions options;
@@ -306,7 +311,7 @@ namespace {
 // Where each br_not_ctor of function `fn` lands: the instruction there, in order.
 std::vector<std::string> failedTestLandings(const std::string& text, const std::string& fn) {
   std::map<int, std::string> at;
-  std::istringstream lines(text.substr(text.find("def @" + fn + "(")));
+  std::istringstream lines(functionText(text, fn));
   std::string line;
   std::getline(lines, line);
   while (std::getline(lines, line) && !line.empty()) {
@@ -372,7 +377,7 @@ def @main(%x: Tensor[(4096,), float32], %two: bool) -> Tensor[(4096,), float32] 
   // The second clause's test lands on the last clause, which tests nothing (the
   // match is exhaustive, so a value that gets there matches it): it loads %a.
   CHECK(landings[2].rfind("get_field ", 0) == 0);
-  std::string pick = text.substr(text.find("def @pick("), text.find("def @main(") - text.find("def @pick("));
+  std::string pick = functionText(text, "pick");
   CHECK(pick.find("fatal") == std::string::npos);
   CHECK(text.find("get_field_view") == std::string::npos);
 }
@@ -396,7 +401,7 @@ def @main(%x: Tensor[(4096,), float32], %two: bool) -> Tensor[(4096,), float32] 
                            "pinned_match.relay");
   std::string text = exe->disassemble();
   INFO(text);
-  std::string pick = text.substr(text.find("def @pick("), text.find("def @main(") - text.find("def @pick("));
+  std::string pick = functionText(text, "pick");
   CHECK(pick.find("get_field_view") != std::string::npos);
   CHECK(pick.find(" get_field ") == std::string::npos);
   CHECK(pick.find("release") == std::string::npos);
