@@ -82,6 +82,18 @@ llvm::Value* expOfNonNegative(llvm::IRBuilderBase& b, llvm::Value* y) {
   return b.CreateFMul(e.mantissa, b.CreateBitCast(bits, b.getFloatTy()));
 }
 
+// exp(y) for y <= 0 (or NaN, giving a finite value the caller replaces): as
+// emitExpF32, but n is in [-150, 0], so p * 2^(n + 24) is an exact normal
+// float and the constant 2^-24 after it rounds once into the denormals (the
+// split scale's result, in two instructions fewer). Below -103.97 the result
+// is 0, as emitExpF32's. The same bits as emitExpF32 (sigmoid's exp).
+llvm::Value* expOfNonPositive(llvm::IRBuilderBase& b, llvm::Value* y) {
+  ReducedExp e = reducedExp(b, b.CreateMaxNum(y, c(b, -104.0)));
+  llvm::Value* bits = b.CreateShl(b.CreateAdd(b.CreateFPToSI(e.n, b.getInt32Ty()), ci(b, 127 + 24)), 23);
+  llvm::Value* result = b.CreateFMul(b.CreateFMul(e.mantissa, b.CreateBitCast(bits, b.getFloatTy())), c(b, 0x1p-24));
+  return b.CreateSelect(b.CreateFCmpOLT(y, c(b, -103.972084045410)), c(b, 0.0), result);
+}
+
 }  // namespace
 
 llvm::Value* emitExpF32(llvm::IRBuilderBase& b, llvm::Value* x) {
@@ -139,9 +151,11 @@ llvm::Value* emitTanhF32(llvm::IRBuilderBase& b, llvm::Value* x) {
 llvm::Value* emitSigmoidF32(llvm::IRBuilderBase& b, llvm::Value* x) {
   // With e = exp(-|x|) <= 1: 1 / (1 + e) for x >= 0, e / (1 + e) below, so tiny
   // results (down to denormals) keep their precision instead of flushing to 0.
-  llvm::Value* e = emitExpF32(b, b.CreateFNeg(unaryIntrinsic(b, llvm::Intrinsic::fabs, x)));
+  ContractGuard contract(b);
+  llvm::Value* e = expOfNonPositive(b, b.CreateFNeg(unaryIntrinsic(b, llvm::Intrinsic::fabs, x)));
   llvm::Value* r = b.CreateFDiv(c(b, 1.0), b.CreateFAdd(c(b, 1.0), e));  // one division
-  return b.CreateSelect(b.CreateFCmpOGE(x, c(b, 0.0)), r, b.CreateFMul(e, r));
+  r = b.CreateSelect(b.CreateFCmpOGE(x, c(b, 0.0)), r, b.CreateFMul(e, r));
+  return b.CreateSelect(isNaN(b, x), x, r);
 }
 
 llvm::Value* emitErfF32(llvm::IRBuilderBase& b, llvm::Value* x) {
