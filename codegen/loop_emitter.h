@@ -388,6 +388,7 @@ class LoopEmitter {
     switch (op) {
       case UnaryOp::Neg: return flt ? b_.CreateFNeg(x) : b_.CreateNeg(x);
       case UnaryOp::Exp: return f32 ? emitExpF32(b_, x) : intrinsic(llvm::Intrinsic::exp, x);
+      case UnaryOp::ExpNonPositive: return f32 ? emitExpNonPositiveF32(b_, x) : intrinsic(llvm::Intrinsic::exp, x);
       case UnaryOp::Log: return f32 ? emitLogF32(b_, x) : intrinsic(llvm::Intrinsic::log, x);
       case UnaryOp::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, x);
       case UnaryOp::Rsqrt:

@@ -105,6 +105,11 @@ llvm::Value* emitExpF32(llvm::IRBuilderBase& b, llvm::Value* x) {
   return b.CreateSelect(isNaN(b, x), x, result);
 }
 
+llvm::Value* emitExpNonPositiveF32(llvm::IRBuilderBase& b, llvm::Value* x) {
+  ContractGuard contract(b);
+  return b.CreateSelect(isNaN(b, x), x, expOfNonPositive(b, x));
+}
+
 llvm::Value* emitLogF32(llvm::IRBuilderBase& b, llvm::Value* x) {
   ContractGuard contract(b);
   // x = m * 2^e with m in [sqrt(1/2), sqrt(2)); log(x) = e ln 2 + log(m).

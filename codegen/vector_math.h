@@ -24,6 +24,9 @@ inline constexpr double kSigmoidMaxRelError = 3e-7;    // (1.7e-7)
 inline constexpr double kErfMaxAbsError = 3e-7;        // (1.75e-7); also the relative bound for |x| < 1
 
 llvm::Value* emitExpF32(llvm::IRBuilderBase& b, llvm::Value* x);
+// exp(x) for x <= 0 or NaN (softmax's x - max): emitExpF32's bits, in fewer
+// instructions; an argument above 0 gives an unspecified result.
+llvm::Value* emitExpNonPositiveF32(llvm::IRBuilderBase& b, llvm::Value* x);
 llvm::Value* emitLogF32(llvm::IRBuilderBase& b, llvm::Value* x);
 llvm::Value* emitTanhF32(llvm::IRBuilderBase& b, llvm::Value* x);
 llvm::Value* emitSigmoidF32(llvm::IRBuilderBase& b, llvm::Value* x);

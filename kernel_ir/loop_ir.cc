@@ -11,7 +11,7 @@ namespace kiln::loop {
 
 const char* unaryName(UnaryOp op) {
   static const char* const names[] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
-                                      "sin", "cos", "abs", "floor", "ceil", "round", "not"};
+                                      "sin", "cos", "abs", "floor", "ceil", "round", "not", "exp_nonpositive"};
   return names[static_cast<int>(op)];
 }
 const char* binaryName(BinaryOp op) {

@@ -30,7 +30,9 @@ namespace kiln::loop {
 using ExprId = int32_t;
 using StmtId = int32_t;
 
-enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Erf, Sin, Cos, Abs, Floor, Ceil, Round, Not };
+// ExpNonPositive: exp of an argument that is never above 0 (or is NaN), as
+// softmax's x - max(x): a backend may leave out exp's overflow handling.
+enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Erf, Sin, Cos, Abs, Floor, Ceil, Round, Not, ExpNonPositive };
 enum class BinaryOp : uint8_t {
   Add, Sub, Mul, Div, Pow, Max, Min, FloorDiv, Mod, FloorMod,
   Eq, Ne, Lt, Le, Gt, Ge, And, Or,

@@ -156,7 +156,8 @@ class Lowering {
     int32_t vm = b_.newVar(), ve = b_.newVar(), vs = b_.newVar(), vw = b_.newVar();
     int32_t xb = bufferOf_[static_cast<size_t>(x)];
     ExprId m = b_.reduce(loop::ReduceOp::Max, {vm}, {cols}, b_.load(xb, b_.add(base, b_.var(vm))));
-    ExprId e = b_.unary(loop::UnaryOp::Exp, b_.binary(loop::BinaryOp::Sub, b_.load(xb, b_.add(base, b_.var(ve))), m));
+    // x - max(x) is never above 0 (NaN where the row has one, or +inf twice).
+    ExprId e = b_.unary(loop::UnaryOp::ExpNonPositive, b_.binary(loop::BinaryOp::Sub, b_.load(xb, b_.add(base, b_.var(ve))), m));
     loop::StmtId writeExp = b_.forLoop(ve, cols, loop::LoopKind::Vectorized, {b_.store(out, b_.add(base, b_.var(ve)), e)});
     // The max pass waits on memory and this one on exp: fetching the next row
     // while computing this one overlaps the two.

@@ -145,7 +145,8 @@ Num unary(UnaryOp op, DType t, Num x) {
   double v = x.f;
   switch (op) {
     case UnaryOp::Neg: r.f = -v; break;
-    case UnaryOp::Exp: r.f = std::exp(v); break;
+    case UnaryOp::Exp:
+    case UnaryOp::ExpNonPositive: r.f = std::exp(v); break;
     case UnaryOp::Log: r.f = std::log(v); break;
     case UnaryOp::Sqrt: r.f = std::sqrt(v); break;
     case UnaryOp::Rsqrt: r.f = 1.0 / std::sqrt(v); break;
