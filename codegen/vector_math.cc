@@ -175,7 +175,7 @@ llvm::Value* emitErfF32(llvm::IRBuilderBase& b, llvm::Value* x) {
   llvm::Value* t = b.CreateFDiv(c(b, 1.0), b.CreateFAdd(c(b, 1.0), b.CreateFMul(a, c(b, 0.3275911))));
   llvm::Value* poly = b.CreateFMul(
       t, horner(b, t, {1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592}));
-  llvm::Value* tail = b.CreateFSub(c(b, 1.0), b.CreateFMul(poly, emitExpF32(b, b.CreateFNeg(z))));
+  llvm::Value* tail = b.CreateFSub(c(b, 1.0), b.CreateFMul(poly, expOfNonPositive(b, b.CreateFNeg(z))));
   llvm::Value* large = b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, tail, x);
   llvm::Value* r = b.CreateSelect(b.CreateFCmpOLT(a, c(b, 1.0)), small, large);
   return b.CreateSelect(isNaN(b, x), x, r);
