@@ -85,13 +85,12 @@ llvm::Value* expOfNonNegative(llvm::IRBuilderBase& b, llvm::Value* y) {
 // exp(y) for y <= 0 (or NaN, giving a finite value the caller replaces): as
 // emitExpF32, but n is in [-150, 0], so p * 2^(n + 24) is an exact normal
 // float and the constant 2^-24 after it rounds once into the denormals (the
-// split scale's result, in two instructions fewer). Below -103.97 the result
-// is 0, as emitExpF32's. The same bits as emitExpF32 (sigmoid's exp).
+// split scale's result, in two instructions fewer); below -103.97 that rounds
+// to 0, as emitExpF32's does. The same bits as emitExpF32 (sigmoid's exp).
 llvm::Value* expOfNonPositive(llvm::IRBuilderBase& b, llvm::Value* y) {
   ReducedExp e = reducedExp(b, b.CreateMaxNum(y, c(b, -104.0)));
   llvm::Value* bits = b.CreateShl(b.CreateAdd(b.CreateFPToSI(e.n, b.getInt32Ty()), ci(b, 127 + 24)), 23);
-  llvm::Value* result = b.CreateFMul(b.CreateFMul(e.mantissa, b.CreateBitCast(bits, b.getFloatTy())), c(b, 0x1p-24));
-  return b.CreateSelect(b.CreateFCmpOLT(y, c(b, -103.972084045410)), c(b, 0.0), result);
+  return b.CreateFMul(b.CreateFMul(e.mantissa, b.CreateBitCast(bits, b.getFloatTy())), c(b, 0x1p-24));
 }
 
 }  // namespace
