@@ -151,8 +151,8 @@ llvm::Value* emitTanhF32(llvm::IRBuilderBase& b, llvm::Value* x) {
   llvm::Value* e = expOfNonNegative(b, b.CreateFAdd(a, a));
   llvm::Value* t = b.CreateFSub(c(b, 1.0), b.CreateFDiv(c(b, 2.0), b.CreateFAdd(e, c(b, 1.0))));
   llvm::Value* large = b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, t, x);
-  llvm::Value* r = b.CreateSelect(b.CreateFCmpOLT(a, c(b, 0.625)), small, large);
-  return b.CreateSelect(isNaN(b, x), x, r);
+  // NaN takes the polynomial, which keeps it (the exp path would not).
+  return b.CreateSelect(b.CreateFCmpULT(a, c(b, 0.625)), small, large);
 }
 
 llvm::Value* emitSigmoidF32(llvm::IRBuilderBase& b, llvm::Value* x) {
