@@ -28,6 +28,11 @@ llvm::Value* unaryIntrinsic(llvm::IRBuilderBase& b, llvm::Intrinsic::ID id, llvm
 
 llvm::Value* isNaN(llvm::IRBuilderBase& b, llvm::Value* x) { return b.CreateFCmpUNO(x, x); }
 
+// 2^e as a float, for an int32 e in [-126, 128] (128 gives +inf's bits).
+llvm::Value* pow2(llvm::IRBuilderBase& b, llvm::Value* e) {
+  return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, ci(b, 127)), 23), b.getFloatTy());
+}
+
 // x * 2^n for an integer-valued float n in [-150, 128], applied as two factors that
 // are each normal floats, one after the other: neither the factors nor the
 // intermediate overflow, and results in the denormal range round once.
@@ -35,10 +40,7 @@ llvm::Value* scaleByPow2(llvm::IRBuilderBase& b, llvm::Value* x, llvm::Value* n)
   llvm::Value* ni = b.CreateFPToSI(n, b.getInt32Ty());
   llvm::Value* n1 = b.CreateAShr(ni, 1);
   llvm::Value* n2 = b.CreateSub(ni, n1);
-  auto pow2 = [&](llvm::Value* e) {
-    return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, ci(b, 127)), 23), b.getFloatTy());
-  };
-  return b.CreateFMul(b.CreateFMul(x, pow2(n2)), pow2(n1));
+  return b.CreateFMul(b.CreateFMul(x, pow2(b, n2)), pow2(b, n1));
 }
 
 // Lets a multiply and the add after it fuse into one FMA within an
@@ -78,8 +80,7 @@ ReducedExp reducedExp(llvm::IRBuilderBase& b, llvm::Value* clamped) {
 // a third fewer instructions and a shorter chain (tanh's exp path).
 llvm::Value* expOfNonNegative(llvm::IRBuilderBase& b, llvm::Value* y) {
   ReducedExp e = reducedExp(b, b.CreateMinNum(y, c(b, 89.0)));
-  llvm::Value* bits = b.CreateShl(b.CreateAdd(b.CreateFPToSI(e.n, b.getInt32Ty()), ci(b, 127)), 23);
-  return b.CreateFMul(e.mantissa, b.CreateBitCast(bits, b.getFloatTy()));
+  return b.CreateFMul(e.mantissa, pow2(b, b.CreateFPToSI(e.n, b.getInt32Ty())));
 }
 
 // exp(y) for y <= 0 (or NaN, giving a finite value the caller replaces): as
@@ -89,8 +90,8 @@ llvm::Value* expOfNonNegative(llvm::IRBuilderBase& b, llvm::Value* y) {
 // to 0, as emitExpF32's does. The same bits as emitExpF32 (sigmoid's exp).
 llvm::Value* expOfNonPositive(llvm::IRBuilderBase& b, llvm::Value* y) {
   ReducedExp e = reducedExp(b, b.CreateMaxNum(y, c(b, -104.0)));
-  llvm::Value* bits = b.CreateShl(b.CreateAdd(b.CreateFPToSI(e.n, b.getInt32Ty()), ci(b, 127 + 24)), 23);
-  return b.CreateFMul(b.CreateFMul(e.mantissa, b.CreateBitCast(bits, b.getFloatTy())), c(b, 0x1p-24));
+  llvm::Value* scaled = b.CreateFMul(e.mantissa, pow2(b, b.CreateAdd(b.CreateFPToSI(e.n, b.getInt32Ty()), ci(b, 24))));
+  return b.CreateFMul(scaled, c(b, 0x1p-24));
 }
 
 }  // namespace

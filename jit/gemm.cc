@@ -960,11 +960,18 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   parallelFor((m + job.mc - 1) / job.mc, m * n * k / 64, rowBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
 }
 
+// Runs an entry point's product under the scopes its flags ask for: bit 4 serial,
+// bits 25-30 the grain.
+template <class Product>
+void underFlags(int64_t flags, Product&& product) {
+  device::underScopes((flags & kGemmFlagSerial) != 0, device::grainFromFlags(flags), product);
+}
+
 }  // namespace kiln::jit
 
 extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                                   const float* packed, float* c, int64_t ldc, int64_t flags) {
-  kiln::device::underScopes((flags & kiln::jit::kGemmFlagSerial) != 0, kiln::device::grainFromFlags(flags), [&] {
+  kiln::jit::underFlags(flags, [&] {
     kiln::jit::sgemmPacked(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, packed, c, ldc, (flags & 4) != 0, {},
                            kiln::jit::gemmBlockingFromFlags(flags));
   });
@@ -972,7 +979,7 @@ extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* 
 
 extern "C" void kiln_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                            float* c, int64_t ldc, int64_t flags) {
-  kiln::device::underScopes((flags & kiln::jit::kGemmFlagSerial) != 0, kiln::device::grainFromFlags(flags), [&] {
+  kiln::jit::underFlags(flags, [&] {
     kiln::jit::sgemm(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, c, ldc, (flags & 4) != 0, {},
                      kiln::jit::gemmBlockingFromFlags(flags));
   });
@@ -980,7 +987,7 @@ extern "C" void kiln_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int6
 
 extern "C" void kiln_sgemm_post(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                                 const float* packed, float* c, int64_t ldc, int64_t flags, const float* bias) {
-  kiln::device::underScopes((flags & kiln::jit::kGemmFlagSerial) != 0, kiln::device::grainFromFlags(flags), [&] {
+  kiln::jit::underFlags(flags, [&] {
     kiln::jit::sgemmPacked(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, packed, c, ldc, (flags & 4) != 0,
                            kiln::jit::GemmPost{bias, (flags & 8) != 0}, kiln::jit::gemmBlockingFromFlags(flags));
   });

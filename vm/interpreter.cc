@@ -72,6 +72,13 @@ inline const AdtObject* adtOf(const Value& v, const char* what) {
   return v.asAdt();
 }
 
+// Field i of the tuple or ADT value v (get_field, get_field_view).
+inline const Value& fieldOf(const Value& v, uint32_t i, const char* what) {
+  const AdtObject* a = adtOf(v, what);
+  if (i >= a->size) throw Error("field " + std::to_string(i) + " of a value with " + std::to_string(a->size) + " fields");
+  return a->fields()[i];
+}
+
 // Arguments gathered before a call's frame is filled: a tail call's frame is
 // its caller's own, a closure's captured values come first, and a fork hands
 // them to another VM. Contiguous, the first kInline in the object itself: a
@@ -565,20 +572,14 @@ dispatch:
   DISPATCH();
   CASE(GetField) {
     OPS(GetField);
-    const AdtObject* a = adtOf(REG(1), "get_field");
-    uint32_t i = IDX(2);
-    if (i >= a->size) throw Error("field " + std::to_string(i) + " of a value with " + std::to_string(a->size) + " fields");
-    Value v = a->fields()[i];  // copy first: the destination may hold the ADT itself
+    Value v = fieldOf(REG(1), IDX(2), "get_field");  // copy first: the destination may hold the ADT itself
     REG(0) = std::move(v);
     NEXT();
   }
   DISPATCH();
   CASE(GetFieldView) {
     OPS(GetFieldView);
-    const AdtObject* a = adtOf(REG(1), "get_field_view");
-    uint32_t i = IDX(2);
-    if (i >= a->size) throw Error("field " + std::to_string(i) + " of a value with " + std::to_string(a->size) + " fields");
-    REG(0).view(a->fields()[i]);
+    REG(0).view(fieldOf(REG(1), IDX(2), "get_field_view"));
     NEXT();
   }
   DISPATCH();
