@@ -43,11 +43,12 @@ constexpr bool isListKind(char k) { return k == 'L' || k == 'M' || k == 'B'; }
 struct OpcodeInfo {
   std::string_view mnemonic;
   std::string_view operands;  // operand kind letters, see opcodes.def
-  std::string_view flags;     // T terminator, O writes its last list
+  std::string_view flags;     // T terminator, O writes its last list, P passes deferred calls
   std::string_view meaning;
 
   constexpr bool isTerminator() const { return flags.find('T') != std::string_view::npos; }
   constexpr bool writesLastList() const { return flags.find('O') != std::string_view::npos; }
+  constexpr bool passesDeferred() const { return flags.find('P') != std::string_view::npos; }
   constexpr bool hasList() const { return operands.find_first_of("LMB") != std::string_view::npos; }
   // Words of an instruction without lists (opcode word included); 0 when it has lists.
   constexpr uint32_t fixedLength() const {
@@ -68,6 +69,8 @@ constexpr const OpcodeInfo& info(Opcode op) { return kOpcodeInfo[static_cast<uin
 
 // Instructions after which control never falls through to the next word.
 constexpr bool isTerminator(Opcode op) { return info(op).isTerminator(); }
+// Instructions that leave kernel calls the VM deferred deferred (opcodes.def, P).
+constexpr bool passesDeferred(Opcode op) { return info(op).passesDeferred(); }
 
 // One decoded operand: its kind letter and either a single word (`value`, with
 // `value64` for W) or, for L, the list of registers.

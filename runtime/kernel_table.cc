@@ -52,6 +52,31 @@ const jit::CompiledKernel& KernelTable::compiled(uint32_t k, Device device) {
   return *compiled_.emplace(key, std::move(kernel)).first->second;
 }
 
+const KernelTable::RowBatching* KernelTable::rowBatching(uint32_t k) {
+  if (k >= exe_->kernels().size()) throw Error("kernel index out of range");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rowBatching_.find(k);
+    if (it != rowBatching_.end()) return it->second.get();
+  }
+  std::unique_ptr<RowBatching> made;
+  const KernelInfo& info = exe_->kernels()[k];
+  if (info.kind == KernelKind::Compiled) {
+    if (auto plan = kernel_ir::rowBatchPlan(*info.function)) {
+      made = std::make_unique<RowBatching>();
+      made->plan = std::move(*plan);
+      try {
+        made->twin = cache_->get(made->plan.twin, Device{});
+      } catch (const Error&) {
+        made.reset();  // the calls run one by one; the kernel itself reports its own errors
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  // Two threads may both have made one: the first kept is everyone's.
+  return rowBatching_.emplace(k, std::move(made)).first->second.get();
+}
+
 namespace {
 struct CompileAllJob {
   KernelTable* table;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kernel_ir/loop_ir.h"
+#include "kernel_ir/row_batching.h"
 #include "kiln/executable.h"
 #include "kiln/memory.h"
 
@@ -74,6 +75,16 @@ class KernelTable {
   };
   PreparedStats preparedStats() const;
 
+  // Kernel `k` on the host over stacked rows (kernel_ir/row_batching.h): its
+  // plan and its batched twin, compiled; made on the first ask, once per table.
+  // Null when `k` is no compiled kernel, has no plan, or its twin does not
+  // compile (its calls then run one by one, as without batching).
+  struct RowBatching {
+    kernel_ir::RowBatchPlan plan;
+    std::shared_ptr<const jit::CompiledKernel> twin;
+  };
+  const RowBatching* rowBatching(uint32_t k);
+
   // Kernel `k`'s host evaluator; null unless its kind is Scalar.
   const kernel_ir::ScalarKernel* scalar(uint32_t k) const { return scalar_[k].get(); }
 
@@ -85,6 +96,7 @@ class KernelTable {
   std::unordered_map<const void*, uint32_t> weightConstants_;  // data -> index: float32 2-D and 4-D host constants
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<const jit::CompiledKernel>> compiled_;  // (kernel << 32 | device)
+  std::unordered_map<uint32_t, std::unique_ptr<const RowBatching>> rowBatching_;  // null: none
   struct PreparedKey {
     uint32_t constant;
     loop::PreparedLayout layout;

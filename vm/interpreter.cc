@@ -23,8 +23,9 @@
 #include "vm/bound_kernels.h"
 #include "vm/dynamic_ops.h"
 #include "vm/gpu_streams.h"
-#include "vm/memory_trace.h"
 #include "vm/memory.h"
+#include "vm/memory_trace.h"
+#include "vm/row_batcher.h"
 #include "kernel_ir/scalar_kernel.h"
 
 namespace kiln {
@@ -152,11 +153,21 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   std::vector<const Tensor*> inMore, outMore;  // for longer lists
   ArgBuffer argTmp;
   vm::MemoryTrace* trace = memoryTrace_.get();  // null unless enableMemoryTrace()
+  // Deferral moves a kernel's time and memory traffic away from its call: off
+  // while those are measured where the calls are made.
+  vm::RowBatcher* rows = profiling_ || trace ? nullptr : batcher_.get();
 
 // Each handler opens the typed view of its own instruction (bytecode/operands.h):
 // operands by their position in the table, kinds checked at compile time,
 // offsets and lengths generated from the table (constants where no list precedes).
-#define OPS(name) const bytecode::Operands<Opcode::name> o(code + pc)
+// Kernel calls the row batcher deferred run before any instruction that could
+// see their memory: all but those the opcode table marks P (vm/row_batcher.h).
+#define OPS(name)                                                   \
+  const bytecode::Operands<Opcode::name> o(code + pc);              \
+  if constexpr (!bytecode::passesDeferred(Opcode::name)) {          \
+    if (rows && rows->pending()) [[unlikely]]                       \
+      rows->flush();                                                \
+  }
 #define REG(k) R[o.reg<k>()]
 #define IDX(k) o.index<k>()
 #define NEXT() pc += o.length()
@@ -306,6 +317,7 @@ dispatch:
       if (!R[i].empty() && !memory_->recycle(R[i])) R[i] = Value();
     frames_.pop_back();
     if (frames_.empty()) {
+      if (rows && rows->pending()) rows->flush();  // what the caller gets is computed
       result = std::move(v);
       goto done;
     }
@@ -341,6 +353,8 @@ dispatch:
       ENTERED(callee);
       DISPATCH();
     }
+    // The other thread may read what deferred calls write.
+    if (rows && rows->pending()) rows->flush();
     for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
     if (startFork(callee, std::span<Value>(argTmp.data(), argTmp.size()), base + o.reg<0>(), FORK_SITE())) {
       argTmp.clear();
@@ -355,7 +369,11 @@ dispatch:
 #undef FORK_SITE
   CASE(Join) {
     OPS(Join);
-    if (forkPending(base + o.reg<0>())) REG(0) = joinFork();
+    if (forkPending(base + o.reg<0>())) {
+      // This thread's deferred calls run while the fork does, not after it.
+      if (rows && rows->pending()) rows->flush();
+      REG(0) = joinFork();
+    }
     NEXT();
   }
   DISPATCH();
@@ -385,6 +403,14 @@ dispatch:
   CASE(InvokeKernel) {
     OPS(InvokeKernel);
     uint32_t k = IDX(0);
+    if (rows) {
+      if (rows->defer(k, R, o.list<1>(), o.list<2>())) {
+        NEXT();
+        DISPATCH();
+      }
+      // Run now: what it reads or writes may be a deferred call's.
+      if (rows->pending()) rows->flush();
+    }
     // Operands by reference to the tensors in the registers (no copies); a
     // scalar register's value becomes a 0-d tensor kept in ins/outs for the call
     // (reserved first, so those never move while referenced).

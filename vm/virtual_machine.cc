@@ -11,6 +11,7 @@
 #include "vm/gpu_streams.h"
 #include "vm/memory.h"
 #include "vm/memory_trace.h"
+#include "vm/row_batcher.h"
 
 namespace kiln {
 
@@ -22,7 +23,9 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, VMOptions 
   device::ThreadPool* pool = runtime_->threadPool();
   forksPossible_ = pool && pool->size() >= 2;
   auto t0 = std::chrono::steady_clock::now();
-  kernels_ = std::make_unique<vm::BoundKernels>(runtime_->kernelTable(exe_));
+  std::shared_ptr<runtime::KernelTable> table = runtime_->kernelTable(exe_);
+  kernels_ = std::make_unique<vm::BoundKernels>(table);
+  if (options_.rowBatching) batcher_ = std::make_unique<vm::RowBatcher>(*table, *kernels_, *memory_);
   kernelsMillis_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   streams_ = std::make_unique<vm::GpuStreams>();
   for (const Tensor& t : exe_->constants()) constants_.emplace_back(t);
@@ -126,7 +129,16 @@ void VirtualMachine::checkArguments(std::string_view function, std::span<const V
   checkArgs(*f, args);
 }
 
+// A fork's calls count with its forking VM's.
+uint64_t VirtualMachine::rowBatchedCalls() const {
+  return (batcher_ ? batcher_->batchedCalls() : 0) + (fork_ && fork_->child ? fork_->child->rowBatchedCalls() : 0);
+}
+uint64_t VirtualMachine::rowBatches() const {
+  return (batcher_ ? batcher_->batches() : 0) + (fork_ && fork_->child ? fork_->child->rowBatches() : 0);
+}
+
 void VirtualMachine::resetStacks() {
+  if (batcher_) batcher_->drop();
   frames_.clear();
   for (Value& v : regs_) v = Value();
 }

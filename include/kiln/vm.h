@@ -52,6 +52,7 @@ class BoundKernels;
 class GpuStreams;
 class TensorMemory;
 class MemoryTrace;
+class RowBatcher;
 }  // namespace vm
 
 struct VMOptions {
@@ -68,6 +69,13 @@ struct VMOptions {
   // its own pools; 0: the machine's (hostMemoryLimit() for the host). Exceeding
   // it is a kiln::Error naming the device.
   uint64_t memoryLimit = 0;
+  // Dynamic batching (vm/row_batcher.h): calls of a kernel over one-row tensors
+  // with the same weights (a tree's nodes, reduced by recursion) are deferred and
+  // those that do not depend on one another run as one call over their rows
+  // stacked, within float tolerance of running them one by one. Off: every
+  // kernel runs when its instruction does. Profiling and memory tracing turn it
+  // off, as they time and trace each call where it is made.
+  bool rowBatching = true;
 };
 
 // Per-kernel run-time figures, collected when profiling is on. Kernels on a GPU
@@ -141,6 +149,10 @@ class VirtualMachine {
   VMMemoryStats memoryStats() const;
   // Calls a fork ran on another thread since the VM was made.
   uint64_t forksRun() const { return forksRun_; }
+  // Since the VM was made: kernel calls run in batches over stacked rows
+  // (VMOptions::rowBatching), and the batches they made.
+  uint64_t rowBatchedCalls() const;
+  uint64_t rowBatches() const;
 
   // Records tensor births and reads in each invoke() (a little slower), so that
   // livenessLowerBound() can say, per device, the largest total of tensor bytes
@@ -186,6 +198,7 @@ class VirtualMachine {
   std::vector<Value> constants_;                       // executable constants as values (cpu)
   std::unordered_map<uint64_t, Value> deviceConstants_;  // (constant, device) -> copy on that device
   std::unique_ptr<vm::BoundKernels> kernels_;          // into the runtime's kernel table
+  std::unique_ptr<vm::RowBatcher> batcher_;            // null: options_.rowBatching off
   bool profiling_ = false, tracing_ = false, recordingShapes_ = false;
   std::vector<KernelProfile> profile_;
   std::vector<TraceEvent> trace_;

@@ -1,0 +1,148 @@
+// Dynamic batching in the VM (vm/row_batcher.h): a tree's nodes run as one
+// kernel call per level, with the results of running them one by one (and of a
+// double-precision reference); deferred results are computed before anything
+// reads them; chains of calls with nothing to batch back off; and profiling,
+// forks and a queue longer than the cap keep the results.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kiln/compile.h"
+#include "kiln/runtime.h"
+#include "kiln/vm.h"
+#include "tree_program.h"
+
+namespace {
+
+using kiln::Tensor;
+using kiln::Value;
+using kiln::test::buildTree;
+using kiln::test::filled;
+using kiln::test::kTree;
+using kiln::test::runtimeWith;
+using kiln::test::Tree;
+
+kiln::VMOptions optionsWith(int threads, bool batching) {
+  kiln::VMOptions o;
+  o.runtime = runtimeWith(threads);
+  o.rowBatching = batching;
+  return o;
+}
+
+void checkClose(const Tensor& got, const Tensor& want, double tolerance = 1e-5) {
+  REQUIRE(got.shape() == want.shape());
+  for (int64_t i = 0; i < got.numel(); ++i)
+    CHECK(got.data<float>()[i] == doctest::Approx(want.data<float>()[i]).epsilon(tolerance));
+}
+
+}  // namespace
+
+TEST_CASE("row batching: a tree's nodes run one batch per level, with the results of one call per node") {
+  auto exe = kiln::compile(kTree, "tree.relay");
+  Tensor w = filled({8, 16}, 0.3f, 1), b = filled({8}, 0.1f, 2);
+  int seed = 3;
+  Tree tree = buildTree(*exe, 5, w, b, seed);  // 32 leaves, 31 nodes: levels of 16, 8, 4, 2 and the root
+  kiln::VirtualMachine batched(exe, optionsWith(1, true)), single(exe, optionsWith(1, false));
+  for (int run = 1; run <= 3; ++run) {
+    CAPTURE(run);
+    Tensor y = batched.invoke("main", {tree.value, Value(w), Value(b)}).tensor();
+    Tensor z = single.invoke("main", {tree.value, Value(w), Value(b)}).tensor();
+    checkClose(y, z);
+    for (int i = 0; i < 8; ++i) CHECK(y.data<float>()[i] == doctest::Approx(tree.expected[static_cast<size_t>(i)]).epsilon(1e-5));
+    // The root is alone at its level: it runs as called.
+    CHECK(batched.rowBatches() == 4u * static_cast<uint64_t>(run));
+    CHECK(batched.rowBatchedCalls() == 30u * static_cast<uint64_t>(run));
+  }
+  CHECK(single.rowBatchedCalls() == 0);
+}
+
+TEST_CASE("row batching: a deferred result is computed before an instruction reads it") {
+  // The whole tree is deferred; then an eager kernel (a sum over the row, not
+  // batchable) and br_false read the root, and a reshape views its memory.
+  const char* src = R"(
+type BTree { BLeaf(Tensor[(1, 8), float32]), BNode(BTree, BTree) }
+def @main(%t: BTree, %w: Tensor[(8, 16), float32], %b: Tensor[(8,), float32]) -> (Tensor[(1, 8), float32], Tensor[(8), float32]) {
+  let %reduce = fn (%n: BTree) -> Tensor[(1, 8), float32] {
+    match %n {
+      BLeaf(%v) => %v,
+      BNode(%l, %r) => tanh(nn.bias_add(nn.dense(concatenate((%reduce(%l), %reduce(%r)), axis=1), %w, units=8), %b)),
+    }
+  };
+  let %root = %reduce(%t);
+  let %s = if (greater(sum(%root), 0f)) { exp(%root) } else { negative(%root) };
+  (%s, reshape(%root, newshape=[8]))
+}
+)";
+  auto exe = kiln::compile(src, "reads.relay");
+  Tensor w = filled({8, 16}, 0.3f, 1), b = filled({8}, 0.1f, 2);
+  bool sawPositive = false, sawNegative = false;  // both branches taken
+  for (int seed : {7, 19, 23, 31}) {
+    CAPTURE(seed);
+    int next = seed;
+    Tree tree = buildTree(*exe, 6, w, b, next);
+    double sum = 0;
+    for (double v : tree.expected) sum += v;
+    (sum > 0 ? sawPositive : sawNegative) = true;
+    kiln::VirtualMachine batched(exe, optionsWith(1, true)), single(exe, optionsWith(1, false));
+    for (int run = 0; run < 2; ++run) {
+      Value y = batched.invoke("main", {tree.value, Value(w), Value(b)});
+      Value z = single.invoke("main", {tree.value, Value(w), Value(b)});
+      checkClose(y.fields()[0].tensor(), z.fields()[0].tensor());
+      checkClose(y.fields()[1].tensor(), z.fields()[1].tensor());
+      for (int i = 0; i < 8; ++i) {
+        double x = tree.expected[static_cast<size_t>(i)];
+        CHECK(y.fields()[0].tensor().data<float>()[i] == doctest::Approx(sum > 0 ? std::exp(x) : -x).epsilon(1e-5));
+        CHECK(y.fields()[1].tensor().data<float>()[i] == doctest::Approx(x).epsilon(1e-5));
+      }
+    }
+    CHECK(batched.rowBatchedCalls() > 0);
+  }
+  CHECK(sawPositive);
+  CHECK(sawNegative);
+}
+
+TEST_CASE("row batching: a loop's chain of calls backs off and keeps its results") {
+  // Every step reads the last one's result: nothing to batch.
+  const char* src = R"(
+def @step(%i: int32, %h: Tensor[(1, 8), float32], %w: Tensor[(8, 8), float32]) -> Tensor[(1, 8), float32] {
+  if (less(%i, 50)) { @step(add(%i, 1), tanh(nn.dense(%h, %w, units=8)), %w) } else { %h }
+}
+def @main(%h: Tensor[(1, 8), float32], %w: Tensor[(8, 8), float32]) -> Tensor[(1, 8), float32] { @step(0, %h, %w) }
+)";
+  auto exe = kiln::compile(src, "chain.relay");
+  Tensor h = filled({1, 8}, 1.0f, 4), w = filled({8, 8}, 0.4f, 5);
+  kiln::VirtualMachine batched(exe, optionsWith(1, true)), single(exe, optionsWith(1, false));
+  for (int run = 0; run < 3; ++run)
+    checkClose(batched.invoke("main", {Value(h), Value(w)}).tensor(), single.invoke("main", {Value(h), Value(w)}).tensor());
+  CHECK(batched.rowBatchedCalls() == 0);
+}
+
+TEST_CASE("row batching: forks, profiling and a queue past its cap keep the results") {
+  auto exe = kiln::compile(kTree, "tree.relay");
+  Tensor w = filled({8, 16}, 0.3f, 1), b = filled({8}, 0.1f, 2);
+  int seed = 11;
+  // 8192 leaves: more deferred calls than the cap (vm/row_batcher.h), so the
+  // queue runs part way through the tree.
+  Tree big = buildTree(*exe, 13, w, b, seed);
+  Tree small = buildTree(*exe, 6, w, b, seed);
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    kiln::VirtualMachine vm(exe, optionsWith(threads, true));
+    for (const Tree* t : {&big, &small}) {
+      Tensor y = vm.invoke("main", {t->value, Value(w), Value(b)}).tensor();
+      for (int i = 0; i < 8; ++i) CHECK(y.data<float>()[i] == doctest::Approx(t->expected[static_cast<size_t>(i)]).epsilon(1e-4));
+    }
+    CHECK(vm.rowBatchedCalls() > 8000);
+  }
+  // Profiled, every call runs (and is counted) where it is made.
+  kiln::VirtualMachine profiled(exe, optionsWith(1, true));
+  profiled.enableProfiling();
+  Tensor y = profiled.invoke("main", {small.value, Value(w), Value(b)}).tensor();
+  for (int i = 0; i < 8; ++i) CHECK(y.data<float>()[i] == doctest::Approx(small.expected[static_cast<size_t>(i)]).epsilon(1e-5));
+  CHECK(profiled.rowBatchedCalls() == 0);
+  uint64_t calls = 0;
+  for (const auto& p : profiled.kernelProfile()) calls += p.calls;
+  CHECK(calls == 63);
+}
