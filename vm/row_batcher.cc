@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "jit/kernel.h"
+#include "jit/scratch_arena.h"
 #include "vm/bound_kernels.h"
 #include "vm/memory.h"
 
@@ -213,14 +214,20 @@ void RowBatcher::runBatch(const Call* const* calls, size_t n) {
   size_t nIn = f.params.size(), nOut = f.outputs.size();
   // Rows stacked in order of the calls: call m's rows are row m of every
   // stacked input and output.
+  // The stacked tensors live for this call: in the thread's scratch arena when
+  // they fit (no pool, no reference count: a view owning nothing), else pooled.
   boost::container::small_vector<Tensor, 16> stacked;
   stacked.reserve(nIn + nOut);  // pointers into it are taken as it fills
   boost::container::small_vector<const Tensor*, 16> refs(nIn + nOut);
+  jit::ScratchArena::Frame scratch;
   auto stack = [&](size_t operand) {
     const Tensor& first = tensorAt(operands_[c0.first + operand]);
     Shape shape = first.shape();
     shape[0] = static_cast<int64_t>(n);
-    stacked.push_back(memory_.tensor(first.dtype(), dims(shape), Device{}));
+    if (void* p = scratch.take(first.nbytes() * n))
+      stacked.push_back(Tensor::view(first.dtype(), dims(shape), std::shared_ptr<void>(std::shared_ptr<void>(), p)));
+    else
+      stacked.push_back(memory_.tensor(first.dtype(), dims(shape), Device{}));
     return &stacked.back();
   };
   for (size_t i = 0; i < nIn; ++i) {
