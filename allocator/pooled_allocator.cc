@@ -80,6 +80,13 @@ struct PooledAllocator::State {
     uint64_t tag;
   };
   std::vector<std::vector<Cached>> free;
+  // Blocks out through allocateShared, whose deleters hold a plain pointer to
+  // this State (a shared_ptr each would be a locked add and subtract on one
+  // count per tensor, shared by every thread of the pool). The allocator, dying
+  // with some out, leaves the State to them: `orphan` keeps it until the last
+  // comes back.
+  uint64_t sharedOut = 0;
+  std::shared_ptr<State> orphan;
   uint64_t limit = 0;
   uint64_t inUse = 0, cached = 0, peakInUse = 0, peakReserved = 0;
   uint64_t hits = 0, misses = 0, releases = 0;
@@ -111,15 +118,17 @@ struct PooledAllocator::State {
     ++releases;
   }
 
-  void give(void* p, uint32_t c) {
+  void give(void* p, uint32_t c, bool shared = false) {
     uint64_t n = classBytes(c);
     if (host) KILN_POISON(p, n);
     else memory->setAddressable(p, 0, 0);
     uint64_t tag = host ? 0 : memory->streamTag();
+    std::shared_ptr<State> last;  // released after the lock, when this was the orphan's last block
     std::lock_guard<SpinLock> lock(mu);
     free[c].push_back({p, tag});
     inUse -= n;
     cached += n;
+    if (shared && --sharedOut == 0) last = std::move(orphan);
   }
 };
 
@@ -130,11 +139,17 @@ PooledAllocator::PooledAllocator(std::unique_ptr<DeviceMemory> memory, uint64_t 
   state_->limit = limit;
 }
 
-PooledAllocator::~PooledAllocator() { releaseCached(); }
+PooledAllocator::~PooledAllocator() {
+  std::lock_guard<SpinLock> lock(state_->mu);
+  state_->releaseCachedLocked();
+  if (state_->sharedOut) state_->orphan = state_;
+}
 
 Device PooledAllocator::device() const { return state_->memory->device(); }
 
-PooledAllocator::Block PooledAllocator::allocate(uint64_t bytes) {
+PooledAllocator::Block PooledAllocator::allocate(uint64_t bytes) { return take(bytes, false); }
+
+PooledAllocator::Block PooledAllocator::take(uint64_t bytes, bool shared) {
   State& s = *state_;
   if (bytes > kMaxRequest)
     throw Error("out of memory on " + device().toString() + ": a request of " + bytesText(bytes) + " is larger than any device");
@@ -170,6 +185,7 @@ PooledAllocator::Block PooledAllocator::allocate(uint64_t bytes) {
       }
       s.noteUse(n);
     }
+    s.sharedOut += shared;
   }
   if (s.host) KILN_UNPOISON(p, usable);
   else s.memory->setAddressable(p, usable, bytes);
@@ -182,11 +198,11 @@ void PooledAllocator::free(Block block) {
 }
 
 std::shared_ptr<void> PooledAllocator::allocateShared(uint64_t bytes) {
-  Block b = allocate(bytes);
+  Block b = take(bytes, true);
   try {
-    return std::shared_ptr<void>(b.ptr, [state = state_, c = b.sizeClass](void* p) { state->give(p, c); });
+    return std::shared_ptr<void>(b.ptr, [state = state_.get(), c = b.sizeClass](void* p) { state->give(p, c, true); });
   } catch (...) {
-    free(b);
+    state_->give(b.ptr, b.sizeClass, true);
     throw;
   }
 }

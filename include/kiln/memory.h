@@ -104,6 +104,7 @@ class PooledAllocator {
 
  private:
   struct State;
+  Block take(uint64_t bytes, bool shared);
   std::shared_ptr<State> state_;
 };
 
