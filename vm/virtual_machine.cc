@@ -50,7 +50,29 @@ void VirtualMachine::enableShapeRecording() {
   recordingShapes_ = true;
 }
 
-VMMemoryStats VirtualMachine::memoryStats() const { return memory_->stats(); }
+VMMemoryStats VirtualMachine::memoryStats() const {
+  VMMemoryStats s = memory_->stats();
+  if (!fork_ || !fork_->child) return s;
+  VMMemoryStats c = fork_->child->memoryStats();
+  s.allocations += c.allocations;
+  s.bytesAllocated += c.bytesAllocated;
+  if (fork_->child->memory_->pools() == memory_->pools()) return s;  // the same pools: counted once
+  for (const PoolStats& p : c.pools) {
+    auto mine = std::find_if(s.pools.begin(), s.pools.end(), [&](const PoolStats& q) { return q.device == p.device; });
+    if (mine == s.pools.end()) {
+      s.pools.push_back(p);
+      continue;
+    }
+    mine->bytesInUse += p.bytesInUse;
+    mine->bytesCached += p.bytesCached;
+    mine->peakBytesInUse += p.peakBytesInUse;
+    mine->peakBytesReserved += p.peakBytesReserved;
+    mine->hits += p.hits;
+    mine->misses += p.misses;
+    mine->releases += p.releases;
+  }
+  return s;
+}
 
 Value VirtualMachine::copyTo(const Value& v, Device device) {
   auto scopes = streams_->enterAll();

@@ -67,7 +67,8 @@ struct VMOptions {
   std::shared_ptr<MemoryPools> pools;
   // Most bytes each device's pool may hold (in use + cached) when the VM makes
   // its own pools; 0: the machine's (hostMemoryLimit() for the host). Exceeding
-  // it is a kiln::Error naming the device.
+  // it is a kiln::Error naming the device. A VM that forks (see "Forks") makes a
+  // second set for the VM running its forks, with the same limit.
   uint64_t memoryLimit = 0;
   // Dynamic batching (vm/row_batcher.h): calls of a kernel over one-row tensors
   // with the same weights (a tree's nodes, reduced by recursion) are deferred and
@@ -146,6 +147,11 @@ class VirtualMachine {
   // (KernelProfile::byShape): what `vmrun --record-shapes` saves for the tuner.
   void enableShapeRecording();
   const std::vector<TraceEvent>& trace() const { return trace_; }
+  // The requests of the VM running this VM's forks count with its own; where
+  // that VM has pools of its own, so do their figures: each pool's bytes, hits
+  // and misses added to this VM's pool of that device, and its peaks too,
+  // which makes them an upper bound (the two peaks may have come at different
+  // times).
   VMMemoryStats memoryStats() const;
   // Calls a fork ran on another thread since the VM was made.
   uint64_t forksRun() const { return forksRun_; }

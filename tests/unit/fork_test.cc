@@ -221,3 +221,30 @@ def @main(%x: int32) -> int32 { @pure(%x) }
           w[br + 2] = target;
         }).find("a jump lands between a fork and its join") != std::string::npos);
 }
+
+TEST_CASE("fork: a fork's VM allocates from pools of its own, counted with the forking VM's") {
+  auto exe = kiln::compile(kTree, "tree.relay");
+  Tensor w = filled({8, 16}, 0.3f, 1), b = filled({8}, 0.1f, 2);
+  int seed = 13;
+  Tree tree = buildTree(*exe, 9, w, b, seed);  // 512 leaves, 511 nodes: a fork long enough to stay forked
+  auto shared = std::make_shared<kiln::MemoryPools>();
+  for (bool ownPools : {true, false}) {
+    CAPTURE(ownPools);
+    kiln::VMOptions o;
+    o.runtime = runtimeWith(2);
+    if (!ownPools) o.pools = shared;
+    kiln::VirtualMachine vm(exe, o);
+    constexpr int kRuns = 3;
+    for (int run = 0; run < kRuns; ++run) {
+      Tensor y = vm.invoke("main", {tree.value, Value(w), Value(b)}).tensor();
+      for (int i = 0; i < 8; ++i) CHECK(y.data<float>()[i] == doctest::Approx(tree.expected[static_cast<size_t>(i)]).epsilon(1e-5));
+    }
+    CHECK(vm.forksRun() >= 1);
+    // Every node's result is one allocation, on whichever side of the fork it ran.
+    kiln::VMMemoryStats s = vm.memoryStats();
+    CHECK(s.allocations == 511u * kRuns);
+    REQUIRE(s.pools.size() == 1);
+    CHECK(s.pools[0].bytesInUse == 0);
+    CHECK(s.pools[0].hits + s.pools[0].misses > 0);
+  }
+}
