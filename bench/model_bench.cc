@@ -12,6 +12,7 @@
 // larger.
 //
 //   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--pause MS] [--dump DIR] [--tuning-log FILE] [--profile]
+//               [--no-row-batching]
 // --pause sets the idle time before each timed block (default 100 ms: long
 // enough for every runtime's spinning threads to sleep). On this project's VM a
 // core left idle that long runs memory-bound work slower for the next
@@ -23,7 +24,10 @@
 // --tuning-log adds `tuned us`: the Relay program with kiln-tune's schedules from
 // FILE, timed in the same rounds, and `t/k`, its time over the default schedules'.
 // After the table, Kiln on 2 threads against 1 thread, the two timed by turns in
-// the same rounds (the table's rows for 1 and 2 threads are taken minutes apart).
+// the same rounds (the table's rows for 1 and 2 threads are taken minutes apart),
+// then Kiln with dynamic batching against without, the same way.
+// --no-row-batching runs Kiln's VMs with VMOptions::rowBatching off (every
+// kernel call runs where it is made): the figures without dynamic batching.
 // --check runs every workload once through Kiln (and partitioned for oneDNN) against the reference and exits
 // non-zero on a mismatch (ctest runs this); no timing, no ORT. --dump writes
 // each workload as DIR/NAME.relay with NAME_weights.npz and NAME_inputs.npz, for
@@ -60,6 +64,7 @@ namespace {
 
 constexpr double kTolerance = 2e-3;
 int gQuiesceMillis = 100;  // --pause
+bool gRowBatching = true;  // --no-row-batching
 
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;
@@ -116,7 +121,7 @@ struct KilnModel {
   // `partition`: the Relay program partitioned for these libraries (oneDNN).
   // `tuningLog`: kernels compiled with the schedules kiln-tune recorded there.
   KilnModel(const Workload& w, int threads, const std::string& onnxFile = "", std::vector<std::string> partition = {},
-            const std::string& tuningLog = "") {
+            const std::string& tuningLog = "", bool rowBatching = gRowBatching) {
     kiln::RuntimeOptions ro;
     ro.numThreads = threads;
     ro.tuningLog = tuningLog;
@@ -131,6 +136,7 @@ struct KilnModel {
     }
     kiln::VMOptions vo;
     vo.runtime = runtime;
+    vo.rowBatching = rowBatching;
     vm = std::make_unique<kiln::VirtualMachine>(exe, vo);
     if (onnxFile.empty()) {
       args = workloadArguments(w, *exe);
@@ -241,6 +247,31 @@ void threadScaling(const std::vector<Workload>& all, int rounds) {
   }
 }
 
+// Kiln with dynamic batching (VMOptions::rowBatching) against without, by turns
+// in the same rounds, on 1 and 2 threads: what deferring and batching kernel
+// calls gains where calls can be batched (the tree), and costs where they cannot.
+void batchingEffect(const std::vector<Workload>& all, int rounds) {
+  std::printf("\nKiln with row batching against without, alternating in the same rounds (medians of %d rounds)\n", rounds);
+  std::printf("%-10s %4s %10s %10s %8s\n", "workload", "thr", "off us", "on us", "on/off");
+  for (const Workload& w : all)
+    for (int threads : {1, 2}) {
+      KilnModel off(w, threads, "", {}, "", false), on(w, threads, "", {}, "", true);
+      for (int i = 0; i < 2; ++i) {
+        off.run();
+        on.run();
+      }
+      int per = runsPerBlock(off);
+      std::vector<double> times[2];
+      for (int r = 0; r < rounds; ++r) {
+        timeBlock(&off, per, times[0]);
+        timeBlock(&on, per, times[1]);
+      }
+      double m0 = median(times[0]), m1 = median(times[1]);
+      std::printf("%-10s %4d %10.1f %10.1f %8.2f\n", w.name.c_str(), threads, m0, m1, m1 / m0);
+      std::fflush(stdout);
+    }
+}
+
 int check(const std::vector<Workload>& all) {
   int failures = 0;
   for (const Workload& w : all)
@@ -281,9 +312,10 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--pause" && i + 1 < argc) gQuiesceMillis = std::clamp(std::atoi(argv[++i]), 0, 10'000);
+    else if (a == "--no-row-batching") gRowBatching = false;
     else {
       std::fprintf(stderr, "usage: model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--pause MS] [--dump DIR] "
-                           "[--tuning-log FILE] [--profile]\n");
+                           "[--tuning-log FILE] [--profile] [--no-row-batching]\n");
       return 2;
     }
   }
@@ -418,6 +450,7 @@ int main(int argc, char** argv) {
     }
   }
   threadScaling(all, rounds);
+  if (gRowBatching) batchingEffect(all, rounds);
   std::error_code ec;
   std::filesystem::remove_all(root, ec);
   return 0;
