@@ -43,6 +43,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernel_ir/library_support.h"
@@ -220,28 +221,34 @@ void timeBlock(KilnModel* model, int per, std::vector<double>& times) {
   }
 }
 
-// Kiln on 2 threads against Kiln on 1, timed by turns in the same rounds (blocks
-// of about 20 ms after a pause, as the main table's): "two threads never slower
-// than one" compares two figures taken in the same stretch of machine time. The
-// main table's 1- and 2-thread rows are taken minutes apart, and on a shared
-// machine the same model's median moves by 10-30% between such stretches.
+// The medians of `a` and `b` timed by turns in the same rounds (blocks of about
+// 20 ms after a pause, as the main table's), after two warm-up runs each (the
+// first runs compile the kernels and pack the weights).
+std::pair<double, double> alternatingMedians(KilnModel& a, KilnModel& b, int rounds) {
+  for (int i = 0; i < 2; ++i) {
+    a.run();
+    b.run();
+  }
+  int per = runsPerBlock(a);
+  std::vector<double> times[2];
+  for (int r = 0; r < rounds; ++r) {
+    timeBlock(&a, per, times[0]);
+    timeBlock(&b, per, times[1]);
+  }
+  return {median(times[0]), median(times[1])};
+}
+
+// Kiln on 2 threads against Kiln on 1, timed by turns in the same rounds: "two
+// threads never slower than one" compares two figures taken in the same stretch
+// of machine time. The main table's 1- and 2-thread rows are taken minutes
+// apart, and on a shared machine the same model's median moves by 10-30%
+// between such stretches.
 void threadScaling(const std::vector<Workload>& all, int rounds) {
   std::printf("\nKiln, 2 threads against 1, alternating in the same rounds (medians of %d rounds)\n", rounds);
   std::printf("%-10s %10s %10s %8s\n", "workload", "1 thr us", "2 thr us", "2/1");
   for (const Workload& w : all) {
     KilnModel one(w, 1), two(w, 2);
-    // The first runs compile the kernels and pack the weights.
-    for (int i = 0; i < 2; ++i) {
-      one.run();
-      two.run();
-    }
-    int per = runsPerBlock(one);
-    std::vector<double> times[2];
-    for (int r = 0; r < rounds; ++r) {
-      timeBlock(&one, per, times[0]);
-      timeBlock(&two, per, times[1]);
-    }
-    double m1 = median(times[0]), m2 = median(times[1]);
+    auto [m1, m2] = alternatingMedians(one, two, rounds);
     std::printf("%-10s %10.1f %10.1f %8.2f\n", w.name.c_str(), m1, m2, m2 / m1);
     std::fflush(stdout);
   }
@@ -256,17 +263,7 @@ void batchingEffect(const std::vector<Workload>& all, int rounds) {
   for (const Workload& w : all)
     for (int threads : {1, 2}) {
       KilnModel off(w, threads, "", {}, "", false), on(w, threads, "", {}, "", true);
-      for (int i = 0; i < 2; ++i) {
-        off.run();
-        on.run();
-      }
-      int per = runsPerBlock(off);
-      std::vector<double> times[2];
-      for (int r = 0; r < rounds; ++r) {
-        timeBlock(&off, per, times[0]);
-        timeBlock(&on, per, times[1]);
-      }
-      double m0 = median(times[0]), m1 = median(times[1]);
+      auto [m0, m1] = alternatingMedians(off, on, rounds);
       std::printf("%-10s %4d %10.1f %10.1f %8.2f\n", w.name.c_str(), threads, m0, m1, m1 / m0);
       std::fflush(stdout);
     }

@@ -87,7 +87,9 @@ bool RowBatcher::defer(uint32_t k, const Value* R, bytecode::RegisterList ins, b
       if (R[ins[i]].asTensorObject() == o) return false;
     bytes += o->tensor.nbytes();
   }
-  calls_.push_back(Call{k, level, static_cast<uint32_t>(operands_.size()), shared});
+  // The call is recorded last: a failure part way (out of memory) leaves no
+  // call with operands missing.
+  uint32_t first = static_cast<uint32_t>(operands_.size());
   for (uint32_t i = 0; i < ins.size; ++i) {
     const Value& v = R[ins[i]];
     if (rowParam[i]) {
@@ -105,6 +107,7 @@ bool RowBatcher::defer(uint32_t k, const Value* R, bytecode::RegisterList ins, b
     operands_.push_back(R[outs[j]]);
     setLevel(R[outs[j]].asTensorObject(), level);
   }
+  calls_.push_back(Call{k, level, first, shared});
   heldBytes_ += bytes;
   if (calls_.size() >= kMostCalls || heldBytes_ >= kMostBytes) flush();
   return true;

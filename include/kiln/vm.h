@@ -14,14 +14,25 @@
 // Forks: where the compiler found two independent calls of pure functions (a
 // tree's two subtrees), it emits `fork` for the first and `join` after the
 // second. The VM then runs the first on a worker of its Runtime's pool, in a
-// second VM of its own (same executable, runtime and memory pools), while it
-// runs the second itself; the join waits for it. It does so only when the pool
+// second VM of its own (same executable and runtime; the same memory pools
+// where the caller gave them, else pools of its own), while it runs the second
+// itself; the join waits for it. It does so only when the pool
 // has a free worker, the executable runs on the host alone, no fork is already
 // in flight, profiling and memory tracing are off, and the last fork at that
 // place took long enough to pay for itself (else the next few run inline).
 // Otherwise `fork` is a plain call. Results and errors are those of running
 // the two calls one after the other: when both fail, the first's error is
 // the one reported.
+//
+// Dynamic batching (VMOptions::rowBatching, vm/row_batcher.h): calls of a
+// kernel over one-row tensors with the same weights are deferred until
+// something reads their results (any instruction but those that only pass
+// values along, a fork, the end of invoke()); then the calls that do not depend
+// on one another run as one call over their rows stacked, one batch per level
+// of the dataflow. A tree reduced by recursion streams its weights once per
+// level instead of once per node. Results are those of running each call
+// where it is made, within float tolerance (a product of many rows sums in
+// another order than one of one row).
 //
 // GPUs: kernels and copies on a GPU are queued on the VM's stream for that GPU
 // and run asynchronously; the host waits only where a value crosses to the host
