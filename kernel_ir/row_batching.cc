@@ -40,7 +40,10 @@ bool broadcastKeepsRows(const FusedFunction& f, const FusedNode& n, const std::v
 bool keepsRows(const FusedFunction& f, const FusedNode& n, const std::vector<bool>& batched) {
   const std::string& name = n.op->name;
   auto stacked = [&](size_t i) { return i < n.inputs.size() && batched[static_cast<size_t>(n.inputs[i])]; };
-  if (n.op->tupleOutput || n.type.rank() < 1 || n.type.shape[0] != 1) return false;
+  if (n.type.rank() < 1 || n.type.shape[0] != 1) return false;
+  // A field of a split across the row (an LSTM cell's gates).
+  if (name == "split") return stacked(0) && axisOf(n, "axis", 0, n.type.rank()) > 0;
+  if (n.op->tupleOutput) return false;
   if (name == "nn.dense") return n.type.rank() >= 2 && stacked(0) && !stacked(1);
   if (name == "nn.bias_add") return stacked(0) && !stacked(1) && axisOf(n, "axis", 1, n.type.rank()) > 0;
   if (name == "concatenate") {

@@ -15,7 +15,8 @@
 // of its results a function of row i of its row operands alone and of its other
 // operands whole. That holds for the operators listed in rowBatchPlan's
 // definition, checked operator by operator (a sum over the leading dimension, a
-// reshape or a transpose would mix rows, so they end a plan). The other
+// reshape or a transpose would mix rows, so they end a plan; a split across the
+// row, an LSTM cell's gates, keeps them). The other
 // parameters are shared: every call of a batch passes the same tensors there.
 //
 // The batched twin is the kernel with the row parameters' leading dimension `?`,

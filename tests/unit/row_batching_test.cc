@@ -78,6 +78,12 @@ TEST_CASE("row batching: element-wise, broadcast and softmax over the row keep r
   CHECK(plan->rowParam == std::vector<bool>{true, false, true});
   auto softmax = program("%x: Tensor[(1, 4, 6), float32]", "Tensor[(1, 4, 6), float32]", "nn.softmax(%x, axis=-1)");
   CHECK(rowBatchPlan(onlyKernel(softmax)));
+  // An LSTM cell's gates: a split across the row, each field a result.
+  auto gates = program("%x: Tensor[(1, 8), float32]", "(Tensor[(1, 4), float32], Tensor[(1, 4), float32])",
+                       "split(exp(%x), indices_or_sections=2, axis=1)");
+  auto gatesPlan = rowBatchPlan(onlyKernel(gates));
+  REQUIRE(gatesPlan);
+  CHECK(gatesPlan->twin.typeOf(gatesPlan->twin.outputs[1]).shape == kiln::ops::Shape{kiln::ops::kAnyDim, 4});
 }
 
 TEST_CASE("row batching: kernels that mix rows or have no rows have no plan") {
