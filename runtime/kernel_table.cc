@@ -52,29 +52,45 @@ const jit::CompiledKernel& KernelTable::compiled(uint32_t k, Device device) {
   return *compiled_.emplace(key, std::move(kernel)).first->second;
 }
 
-const KernelTable::RowBatching* KernelTable::rowBatching(uint32_t k) {
+KernelTable::RowBatching& KernelTable::rowBatchingLocked(uint32_t k) {
+  std::unique_ptr<RowBatching>& r = rowBatching_[k];
+  if (!r) {
+    r = std::make_unique<RowBatching>();
+    const KernelInfo& info = exe_->kernels()[k];
+    if (info.kind == KernelKind::Compiled) r->plan = kernel_ir::rowBatchPlan(*info.function);
+  }
+  return *r;
+}
+
+const kernel_ir::RowBatchPlan* KernelTable::rowBatchPlan(uint32_t k) {
   if (k >= exe_->kernels().size()) throw Error("kernel index out of range");
+  std::lock_guard<std::mutex> lock(mu_);
+  RowBatching& r = rowBatchingLocked(k);
+  return r.plan ? &*r.plan : nullptr;
+}
+
+const jit::CompiledKernel* KernelTable::rowBatchedTwin(uint32_t k) {
+  const kernel_ir::RowBatchPlan* plan = rowBatchPlan(k);
+  if (!plan) return nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = rowBatching_.find(k);
-    if (it != rowBatching_.end()) return it->second.get();
+    RowBatching& r = rowBatchingLocked(k);
+    if (r.twinTried) return r.twin.get();
   }
-  std::unique_ptr<RowBatching> made;
-  const KernelInfo& info = exe_->kernels()[k];
-  if (info.kind == KernelKind::Compiled) {
-    if (auto plan = kernel_ir::rowBatchPlan(*info.function)) {
-      made = std::make_unique<RowBatching>();
-      made->plan = std::move(*plan);
-      try {
-        made->twin = cache_->get(made->plan.twin, Device{});
-      } catch (const Error&) {
-        made.reset();  // the calls run one by one; the kernel itself reports its own errors
-      }
-    }
+  // Outside the lock, as compiled() does; the cache compiles it once.
+  std::shared_ptr<const jit::CompiledKernel> twin;
+  try {
+    twin = cache_->get(plan->twin, Device{});
+  } catch (const Error&) {
+    // The calls run one by one; the kernel itself reports its own errors.
   }
   std::lock_guard<std::mutex> lock(mu_);
-  // Two threads may both have made one: the first kept is everyone's.
-  return rowBatching_.emplace(k, std::move(made)).first->second.get();
+  RowBatching& r = rowBatchingLocked(k);
+  if (!r.twinTried) {
+    r.twinTried = true;
+    r.twin = std::move(twin);
+  }
+  return r.twin.get();
 }
 
 namespace {

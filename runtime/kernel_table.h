@@ -28,6 +28,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -75,15 +76,14 @@ class KernelTable {
   };
   PreparedStats preparedStats() const;
 
-  // Kernel `k` on the host over stacked rows (kernel_ir/row_batching.h): its
-  // plan and its batched twin, compiled; made on the first ask, once per table.
-  // Null when `k` is no compiled kernel, has no plan, or its twin does not
-  // compile (its calls then run one by one, as without batching).
-  struct RowBatching {
-    kernel_ir::RowBatchPlan plan;
-    std::shared_ptr<const jit::CompiledKernel> twin;
-  };
-  const RowBatching* rowBatching(uint32_t k);
+  // Kernel `k`'s plan for running its calls over stacked rows on the host
+  // (kernel_ir/row_batching.h), made on the first ask, once per table; null
+  // when `k` is no compiled kernel or has no plan.
+  const kernel_ir::RowBatchPlan* rowBatchPlan(uint32_t k);
+  // Its batched twin, compiled on the first ask (the first batch: a kernel whose
+  // calls never find a partner costs no compile); null when it does not compile
+  // (the calls then run one by one, as without batching).
+  const jit::CompiledKernel* rowBatchedTwin(uint32_t k);
 
   // Kernel `k`'s host evaluator; null unless its kind is Scalar.
   const kernel_ir::ScalarKernel* scalar(uint32_t k) const { return scalar_[k].get(); }
@@ -96,7 +96,13 @@ class KernelTable {
   std::unordered_map<const void*, uint32_t> weightConstants_;  // data -> index: float32 2-D and 4-D host constants
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<const jit::CompiledKernel>> compiled_;  // (kernel << 32 | device)
-  std::unordered_map<uint32_t, std::unique_ptr<const RowBatching>> rowBatching_;  // null: none
+  struct RowBatching {
+    std::optional<kernel_ir::RowBatchPlan> plan;
+    bool twinTried = false;
+    std::shared_ptr<const jit::CompiledKernel> twin;
+  };
+  std::unordered_map<uint32_t, std::unique_ptr<RowBatching>> rowBatching_;
+  RowBatching& rowBatchingLocked(uint32_t k);
   struct PreparedKey {
     uint32_t constant;
     loop::PreparedLayout layout;

@@ -46,14 +46,14 @@ RowBatcher::KernelState& RowBatcher::stateOf(uint32_t k) {
   if (s.looked) [[likely]]
     return s;
   s.looked = true;
-  s.batching = table_.rowBatching(k);
-  if (s.batching) {
+  s.plan = table_.rowBatchPlan(k);
+  if (s.plan) {
     const kernel_ir::FusedFunction& f = *table_.executable().kernels()[k].function;
     bool product = std::any_of(f.nodes.begin(), f.nodes.end(),
                                [](const kernel_ir::FusedNode& n) { return !n.isConstant() && n.op->name == "nn.dense"; });
     uint64_t rowBytes = 0;
     for (size_t i = 0; i < f.params.size(); ++i)
-      if (s.batching->plan.rowParam[i]) rowBytes = std::max(rowBytes, descBytes(f.params[i]));
+      if (s.plan->rowParam[i]) rowBytes = std::max(rowBytes, descBytes(f.params[i]));
     s.worthIt = product || rowBytes <= kMostRowBytesWithoutWeights;
   }
   return s;
@@ -61,14 +61,14 @@ RowBatcher::KernelState& RowBatcher::stateOf(uint32_t k) {
 
 bool RowBatcher::defer(uint32_t k, const Value* R, bytecode::RegisterList ins, bytecode::RegisterList outs) {
   KernelState& s = stateOf(k);
-  if (!s.batching || !s.worthIt) return false;
+  if (!s.plan || !s.worthIt) return false;
   if (s.backOff) {
     --s.backOff;
     return false;
   }
   const kernel_ir::FusedFunction& f = *table_.executable().kernels()[k].function;
   if (ins.size != f.params.size() || outs.size != f.outputs.size()) return false;
-  const std::vector<bool>& rowParam = s.batching->plan.rowParam;
+  const std::vector<bool>& rowParam = s.plan->rowParam;
   uint32_t level = 1;
   uint64_t shared = 0xcbf29ce484222325ull;
   for (uint32_t i = 0; i < ins.size; ++i) {
@@ -127,7 +127,7 @@ void RowBatcher::flush() {
     return std::tie(a->level, a->kernel, a->shared) < std::tie(b->level, b->kernel, b->shared);
   });
   auto sameShared = [this](const Call& a, const Call& b) {
-    const std::vector<bool>& rowParam = states_[a.kernel].batching->plan.rowParam;
+    const std::vector<bool>& rowParam = states_[a.kernel].plan->rowParam;
     for (size_t i = 0; i < rowParam.size(); ++i)
       if (!rowParam[i] && tensorAt(operands_[a.first + i]).data() != tensorAt(operands_[b.first + i]).data()) return false;
     return true;
@@ -140,7 +140,11 @@ void RowBatcher::flush() {
       ++j;
     KernelState& s = states_[c.kernel];
     s.flushedCalls += static_cast<uint32_t>(j - i);
-    if (j - i == 1 || !s.batching->twin) {
+    if (j - i > 1 && !s.twinLooked) {
+      s.twinLooked = true;
+      s.twin = table_.rowBatchedTwin(c.kernel);
+    }
+    if (j - i == 1 || !s.twin) {
       for (size_t m = i; m < j; ++m) runOne(*order[m]);
     } else {
       runBatch(&order[i], j - i);
@@ -212,8 +216,8 @@ void RowBatcher::runOne(const Call& c) {
 
 void RowBatcher::runBatch(const Call* const* calls, size_t n) {
   const Call& c0 = *calls[0];
-  const runtime::KernelTable::RowBatching& rb = *states_[c0.kernel].batching;
-  const kernel_ir::FusedFunction& f = rb.plan.twin;
+  const KernelState& s = states_[c0.kernel];
+  const kernel_ir::FusedFunction& f = s.plan->twin;
   size_t nIn = f.params.size(), nOut = f.outputs.size();
   // Rows stacked in order of the calls: call m's rows are row m of every
   // stacked input and output.
@@ -234,7 +238,7 @@ void RowBatcher::runBatch(const Call* const* calls, size_t n) {
     return &stacked.back();
   };
   for (size_t i = 0; i < nIn; ++i) {
-    if (!rb.plan.rowParam[i]) {
+    if (!s.plan->rowParam[i]) {
       refs[i] = &tensorAt(operands_[c0.first + i]);
       continue;
     }
@@ -245,7 +249,7 @@ void RowBatcher::runBatch(const Call* const* calls, size_t n) {
     refs[i] = t;
   }
   for (size_t j = 0; j < nOut; ++j) refs[nIn + j] = stack(nIn + j);
-  const jit::CompiledKernel& twin = *rb.twin;
+  const jit::CompiledKernel& twin = *s.twin;
   const float* prepared[8];
   size_t numPrepared = std::min<size_t>(twin.preparedInputs().size(), 8);
   for (size_t p = 0; p < numPrepared; ++p) {

@@ -75,8 +75,9 @@ class RowBatcher {
 
  private:
   struct KernelState {
-    const runtime::KernelTable::RowBatching* batching = nullptr;
-    bool looked = false;
+    const kernel_ir::RowBatchPlan* plan = nullptr;
+    const jit::CompiledKernel* twin = nullptr;  // looked up at the kernel's first batch
+    bool looked = false, twinLooked = false;
     bool worthIt = false;       // a product (shared weights) or small rows
     uint32_t backOff = 0;       // calls to run as called
     uint32_t singleFlushes = 0; // flushes in a row that ran its calls one by one
