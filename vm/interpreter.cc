@@ -162,11 +162,12 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
 // offsets and lengths generated from the table (constants where no list precedes).
 // Kernel calls the row batcher deferred run before any instruction that could
 // see their memory: all but those the opcode table marks P (vm/row_batcher.h).
-#define OPS(name)                                                   \
-  const bytecode::Operands<Opcode::name> o(code + pc);              \
-  if constexpr (!bytecode::passesDeferred(Opcode::name)) {          \
-    if (rows && rows->pending()) [[unlikely]]                       \
-      rows->flush();                                                \
+#define RUN_DEFERRED() \
+  if (rows && rows->pending()) rows->flush()
+#define OPS(name)                                           \
+  const bytecode::Operands<Opcode::name> o(code + pc);      \
+  if constexpr (!bytecode::passesDeferred(Opcode::name)) {  \
+    RUN_DEFERRED();                                         \
   }
 #define REG(k) R[o.reg<k>()]
 #define IDX(k) o.index<k>()
@@ -317,7 +318,7 @@ dispatch:
       if (!R[i].empty() && !memory_->recycle(R[i])) R[i] = Value();
     frames_.pop_back();
     if (frames_.empty()) {
-      if (rows && rows->pending()) rows->flush();  // what the caller gets is computed
+      RUN_DEFERRED();  // what the caller gets is computed
       result = std::move(v);
       goto done;
     }
@@ -354,7 +355,7 @@ dispatch:
       DISPATCH();
     }
     // The other thread may read what deferred calls write.
-    if (rows && rows->pending()) rows->flush();
+    RUN_DEFERRED();
     for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
     if (startFork(callee, std::span<Value>(argTmp.data(), argTmp.size()), base + o.reg<0>(), FORK_SITE())) {
       argTmp.clear();
@@ -371,7 +372,7 @@ dispatch:
     OPS(Join);
     if (forkPending(base + o.reg<0>())) {
       // This thread's deferred calls run while the fork does, not after it.
-      if (rows && rows->pending()) rows->flush();
+      RUN_DEFERRED();
       REG(0) = joinFork();
     }
     NEXT();
@@ -409,7 +410,7 @@ dispatch:
         DISPATCH();
       }
       // Run now: what it reads or writes may be a deferred call's.
-      if (rows->pending()) rows->flush();
+      RUN_DEFERRED();
     }
     // Operands by reference to the tensors in the registers (no copies); a
     // scalar register's value becomes a 0-d tensor kept in ins/outs for the call
@@ -729,6 +730,7 @@ done:
   if (trace) trace->finish(result);
   return result;
 #undef OPS
+#undef RUN_DEFERRED
 #undef REG
 #undef IDX
 #undef NEXT

@@ -17,21 +17,13 @@ namespace {
 
 const Tensor& tensorAt(const Value& v) { return v.asTensorObject()->tensor; }
 
-uint64_t descBytes(const ops::TensorDesc& d) {
-  uint64_t n = dtypeSize(d.dtype);
-  for (int64_t x : d.shape) n *= static_cast<uint64_t>(x);
-  return n;
-}
 
 // The tensor object in `v` when it is a host tensor of exactly type `d`, else null.
 const TensorObject* fitting(const Value& v, const ops::TensorDesc& d) {
   if (!v.isObject(ObjectKind::Tensor)) return nullptr;
   const TensorObject* o = v.asTensorObject();
   const Tensor& t = o->tensor;
-  if (!(t.device() == Device{}) || t.dtype() != d.dtype || t.rank() != d.rank()) return nullptr;
-  for (size_t i = 0; i < d.rank(); ++i)
-    if (t.shape()[i] != d.shape[i]) return nullptr;
-  return o;
+  return t.device() == Device{} && t.dtype() == d.dtype && t.shape() == d.shape ? o : nullptr;
 }
 
 }  // namespace
@@ -53,19 +45,16 @@ RowBatcher::KernelState& RowBatcher::stateOf(uint32_t k) {
                                [](const kernel_ir::FusedNode& n) { return !n.isConstant() && n.op->name == "nn.dense"; });
     uint64_t rowBytes = 0;
     for (size_t i = 0; i < f.params.size(); ++i)
-      if (s.plan->rowParam[i]) rowBytes = std::max(rowBytes, descBytes(f.params[i]));
+      if (s.plan->rowParam[i])
+        rowBytes = std::max(rowBytes, static_cast<uint64_t>(numElements(f.params[i].shape)) * dtypeSize(f.params[i].dtype));
     s.worthIt = product || rowBytes <= kMostRowBytesWithoutWeights;
   }
   return s;
 }
 
-bool RowBatcher::defer(uint32_t k, const Value* R, bytecode::RegisterList ins, bytecode::RegisterList outs) {
+bool RowBatcher::deferLooked(uint32_t k, const Value* R, bytecode::RegisterList ins, bytecode::RegisterList outs) {
   KernelState& s = stateOf(k);
-  if (!s.plan || !s.worthIt) return false;
-  if (s.backOff) {
-    --s.backOff;
-    return false;
-  }
+  if (!s.worthIt) return false;
   const kernel_ir::FusedFunction& f = *table_.executable().kernels()[k].function;
   if (ins.size != f.params.size() || outs.size != f.outputs.size()) return false;
   const std::vector<bool>& rowParam = s.plan->rowParam;

@@ -51,8 +51,18 @@ class RowBatcher {
   ~RowBatcher();
 
   // Defers kernel `k` on the registers `ins` and `outs` of the frame at `R`
-  // when it may; false: the caller runs it now (after flush()).
-  bool defer(uint32_t k, const Value* R, bytecode::RegisterList ins, bytecode::RegisterList outs);
+  // when it may; false: the caller runs it now (after flush()). Inline for the
+  // kernels that never defer and those backing off: their calls pay a load and
+  // a branch or two, not a call.
+  bool defer(uint32_t k, const Value* R, bytecode::RegisterList ins, bytecode::RegisterList outs) {
+    KernelState& s = states_[k];
+    if (s.looked && !s.worthIt) return false;
+    if (s.backOff) {
+      --s.backOff;
+      return false;
+    }
+    return deferLooked(k, R, ins, outs);
+  }
   bool pending() const { return !calls_.empty(); }
   // Runs every deferred call, level by level, batched where it can. Throws a
   // kernel's kiln::Error; nothing stays deferred either way.
@@ -78,7 +88,7 @@ class RowBatcher {
     const kernel_ir::RowBatchPlan* plan = nullptr;
     const jit::CompiledKernel* twin = nullptr;  // looked up at the kernel's first batch
     bool looked = false, twinLooked = false;
-    bool worthIt = false;       // a product (shared weights) or small rows
+    bool worthIt = false;       // a plan, and a product (shared weights) or small rows
     uint32_t backOff = 0;       // calls to run as called
     uint32_t singleFlushes = 0; // flushes in a row that ran its calls one by one
     uint32_t flushedCalls = 0;  // in the flush under way: calls, and those batched
@@ -91,6 +101,7 @@ class RowBatcher {
     uint64_t shared;  // a hash of the shared inputs' data pointers
   };
   KernelState& stateOf(uint32_t k);
+  bool deferLooked(uint32_t k, const Value* R, bytecode::RegisterList ins, bytecode::RegisterList outs);
   void runOne(const Call& c);
   void runBatch(const Call* const* calls, size_t n);
 
