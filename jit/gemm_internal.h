@@ -1,7 +1,10 @@
-// The GEMM's building blocks, shared with the direct convolution (conv2d.cc):
-// the machine's micro-kernel and its tile, A packing, per-thread packing space.
-// Internal to jit/; kernels reach these through gemm.h and conv2d.h.
+// The GEMM's building blocks, shared with the direct convolution (conv2d.cc) and
+// the few-row and few-column products (gemm_skinny.cc): the machine's
+// micro-kernel and its tile, the packed panels' layout, A packing, per-thread
+// packing space. Internal to jit/; kernels reach these through gemm.h and conv2d.h.
 #pragma once
+
+#include <immintrin.h>
 
 #include <array>
 #include <cstddef>
@@ -41,6 +44,7 @@ struct Isa {
   MicroKernel micro;
   Tile tile;
   MicroRowsKernel microRows;  // null where A is always packed
+  int vectorBits;             // 512 (AVX-512), 256 (AVX2 and FMA) or 0 (portable)
 };
 
 // The micro-kernels a GEMM may run with (jit::kGemmTiles): tile 0 is the default, tile 1 the
@@ -52,6 +56,39 @@ struct Isa {
 // a call. Nothing reads it from another library's static initializers.
 extern const std::array<Isa, kGemmTiles> kIsaByTile;
 inline const Isa& isa(int tile = 0) { return kIsaByTile[static_cast<unsigned>(tile) < kGemmTiles ? tile : 0]; }
+
+// Prepacked B (packGemmB) is panel-major: panel after panel, each all k rows
+// deep, NR floats a row. The block of panel q at depth p0.
+inline int64_t panelBlock(int64_t q, int64_t p0, int64_t k, int64_t nr) { return q * nr * k + p0 * nr; }
+
+// One 16-wide row of results: plus what `out` holds when `add`, plus the row's
+// bias (*rowBias, broadcast) and the columns' biases when given, then ReLU as
+// nn.relu computes it (v <= 0 becomes +0; NaN stays: an unordered compare is
+// false), stored from the registers. The AVX2 tiles' and skinny panels' epilogue.
+__attribute__((target("avx2,fma"), always_inline)) inline void storeRow256(__m256 lo, __m256 hi, float* out, bool add,
+                                                                          const float* rowBias, const float* columnBias,
+                                                                          bool relu) {
+  if (add) {
+    lo = _mm256_add_ps(lo, _mm256_loadu_ps(out));
+    hi = _mm256_add_ps(hi, _mm256_loadu_ps(out + 8));
+  }
+  if (rowBias) {
+    __m256 b = _mm256_broadcast_ss(rowBias);
+    lo = _mm256_add_ps(lo, b);
+    hi = _mm256_add_ps(hi, b);
+  }
+  if (columnBias) {
+    lo = _mm256_add_ps(lo, _mm256_loadu_ps(columnBias));
+    hi = _mm256_add_ps(hi, _mm256_loadu_ps(columnBias + 8));
+  }
+  if (relu) {
+    const __m256 zero = _mm256_setzero_ps();
+    lo = _mm256_blendv_ps(lo, zero, _mm256_cmp_ps(lo, zero, _CMP_LE_OQ));
+    hi = _mm256_blendv_ps(hi, zero, _mm256_cmp_ps(hi, zero, _CMP_LE_OQ));
+  }
+  _mm256_storeu_ps(out, lo);
+  _mm256_storeu_ps(out + 8, hi);
+}
 
 // Packs rows [i0, i0+rows) x depth [p0, p0+kc) of A (k x m stored when t) into
 // MR-tall panels, zero-padded.
@@ -74,5 +111,33 @@ bool dotProductsApply(int64_t n, bool transA, bool transB);
 bool dotProductsPay(int64_t m, int64_t n, int64_t k);
 void dotGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
              bool accumulate, const GemmPost& post);
+
+// Products of few rows (m <= kSkinnyRows) stream B's NR-wide panels once, and
+// products of few columns (n <= kNarrowColumns) run the same panel kernel over 8
+// rows at a time (gemm_skinny.cc). C's rows [0, m) times B's panels: B prepacked
+// (`packed`, past its header) or read in place when not transposed (row p of
+// panel q at b + p * ldb + q * NR); A read in place, element (i, p) at
+// a[i * aRow + p * aCol]. The job is taken by reference, never copied: built in
+// place by the caller, a by-value copy read its bools back as wider words than
+// they were stored (a store-forwarding stall, 5 of a 1 x 32 by 32 x 16 product's
+// 34 ns).
+constexpr int64_t kNarrowColumns = 16;
+
+struct SkinnyJob {
+  int64_t m, n, k;
+  const float* a;
+  int64_t aRow, aCol;
+  const float* b;  // in place, when packed is null
+  int64_t ldb;
+  const float* packed;  // packed panels (past the header, panel-major), or null
+  float* c;
+  int64_t ldc;
+  bool accumulate;
+  GemmPost post;
+  bool backward = false;  // panels in descending order (skinnyGemm)
+};
+
+void skinnyGemm(SkinnyJob&& j);
+void narrowGemm(SkinnyJob&& j);
 
 }  // namespace kiln::jit::detail

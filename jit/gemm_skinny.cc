@@ -1,0 +1,362 @@
+// The GEMM's few-row and few-column products: batch-1 layers, LSTM steps and
+// tree nodes stream each panel of B once with vector FMAs (gemm.h, kSkinnyRows);
+// a classifier head's few columns run the same panel kernel over 8 rows at a time.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "device/thread_pool.h"
+#include "jit/gemm.h"
+#include "jit/gemm_internal.h"
+
+namespace kiln::jit {
+
+using device::parallelFor;
+
+using namespace detail;
+
+namespace {
+
+// Sixteen floats of a panel row. A prepacked panel is zero-padded to its full
+// width, so it is read whole; B in place is read masked, so nothing past column
+// n is touched. A masked load costs more than a plain one: a 1 x 128 by 128 x 64
+// product held in L1 took 129 ns with masked loads, 116-119 ns with plain ones.
+template <bool Whole>
+__attribute__((target("avx512f"), always_inline)) inline __m512 panelLoad512(const float* r, __mmask16 mask) {
+  if constexpr (Whole) return _mm512_loadu_ps(r);
+  else return _mm512_maskz_loadu_ps(mask, r);
+}
+
+// The contraction steps [0, kc) of one panel: B's rows from `row`, `stride`
+// apart, A's values at ap[i * aRow + p * aCol]; step p goes to accumulator set
+// p % kSets. Running pointers with the strides in locals: indexing by
+// (p + s) * stride from the job each step cost an integer multiply and a reload
+// per FMA (a 1 x 512 by 512 x 10 product spent more on addresses than on FMAs).
+// `Contiguous` (a prepacked panel, A row-major) makes both strides constants,
+// so every address is a register plus an offset.
+template <int M, bool Half, int kSets, bool Contiguous>
+__attribute__((target("avx512f,fma"), always_inline)) inline void skinnySteps512(__m512 (&acc)[kSets][M][2], const float* row,
+                                                                                int64_t stride, const float* ap, int64_t aRow,
+                                                                                int64_t aCol, int64_t kc, __mmask16 m0,
+                                                                                __mmask16 m1) {
+  if constexpr (Contiguous) {
+    stride = 32;
+    aCol = 1;
+  }
+  int64_t p = 0;
+  for (; p + kSets <= kc; p += kSets, row += kSets * stride, ap += kSets * aCol) {
+#pragma GCC unroll 8
+    for (int s = 0; s < kSets; ++s) {
+      const float* r = row + s * stride;
+      __m512 b0 = panelLoad512<Contiguous>(r, m0), b1 = Half ? b0 : panelLoad512<Contiguous>(r + 16, m1);
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) {
+        __m512 x = _mm512_set1_ps(ap[i * aRow + s * aCol]);
+        acc[s][i][0] = _mm512_fmadd_ps(x, b0, acc[s][i][0]);
+        if constexpr (!Half) acc[s][i][1] = _mm512_fmadd_ps(x, b1, acc[s][i][1]);
+      }
+    }
+  }
+  for (; p < kc; ++p, row += stride, ap += aCol) {
+    __m512 b0 = panelLoad512<Contiguous>(row, m0), b1 = Half ? b0 : panelLoad512<Contiguous>(row + 16, m1);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      __m512 x = _mm512_set1_ps(ap[i * aRow]);
+      acc[0][i][0] = _mm512_fmadd_ps(x, b0, acc[0][i][0]);
+      if constexpr (!Half) acc[0][i][1] = _mm512_fmadd_ps(x, b1, acc[0][i][1]);
+    }
+  }
+}
+
+// One 32-column panel for M rows. Accumulator sets take turns at the steps of
+// the contraction, so that consecutive FMAs into one accumulator do not wait on
+// each other's latency: eight independent chains at least where the rows allow
+// (a half panel of one row had two, and a 1 x 512 by 512 x 10 classifier head
+// waited 4 cycles an FMA: 0.32 us for 20 KB of weights).
+template <int M, bool Half>
+__attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, int64_t q) {
+  constexpr int kChains = M * (Half ? 1 : 2);
+  constexpr int kSets = kChains >= 8 ? 1 : 8 / kChains;
+  int64_t w = std::min<int64_t>(32, j.n - q * 32);
+  __mmask16 m0 = w >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << w) - 1);
+  __mmask16 m1 = w >= 32 ? 0xFFFF : w > 16 ? static_cast<__mmask16>((1u << (w - 16)) - 1) : 0;
+  __m512 acc[kSets][M][2];
+#pragma GCC unroll 8
+  for (auto& set : acc)
+#pragma GCC unroll 8
+    for (auto& row : set) row[0] = row[1] = _mm512_setzero_ps();
+  const bool contiguous = j.packed && j.aCol == 1;
+  for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
+    int64_t kc = std::min(kKC, j.k - p0);
+    const float* row = j.packed ? j.packed + panelBlock(q, p0, j.k, 32) : j.b + p0 * j.ldb + q * 32;
+    int64_t stride = j.packed ? 32 : j.ldb;
+    const float* ap = j.a + p0 * j.aCol;
+    if (contiguous) skinnySteps512<M, Half, kSets, true>(acc, row, stride, ap, j.aRow, j.aCol, kc, m0, m1);
+    else skinnySteps512<M, Half, kSets, false>(acc, row, stride, ap, j.aRow, j.aCol, kc, m0, m1);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+    __m512 v0 = acc[0][i][0], v1 = acc[0][i][1];
+#pragma GCC unroll 8
+    for (int s = 1; s < kSets; ++s) {
+      v0 = _mm512_add_ps(v0, acc[s][i][0]);
+      if constexpr (!Half) v1 = _mm512_add_ps(v1, acc[s][i][1]);
+    }
+    float* out = j.c + i * j.ldc + q * 32;
+    if (j.accumulate) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
+      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
+    }
+    if (j.post.bias) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, j.post.bias + q * 32));
+      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, j.post.bias + q * 32 + 16));
+    }
+    if (j.post.relu) {
+      __m512 zero = _mm512_setzero_ps();
+      v0 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v0, zero, _CMP_LE_OQ), v0, zero);
+      v1 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v1, zero, _CMP_LE_OQ), v1, zero);
+    }
+    _mm512_mask_storeu_ps(out, m0, v0);
+    if constexpr (!Half) _mm512_mask_storeu_ps(out + 16, m1, v1);
+  }
+}
+
+// Any panel width and instruction set: plain loops over the same layouts.
+void skinnyPanelPortable(const SkinnyJob& j, int64_t q, int64_t nr) {
+  int64_t w = std::min(nr, j.n - q * nr);
+  for (int64_t i = 0; i < j.m; ++i) {
+    float acc[32] = {};
+    for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
+      int64_t kc = std::min(kKC, j.k - p0);
+      const float* row = j.packed ? j.packed + panelBlock(q, p0, j.k, nr) : j.b + p0 * j.ldb + q * nr;
+      int64_t stride = j.packed ? nr : j.ldb;
+      for (int64_t p = 0; p < kc; ++p) {
+        float x = j.a[i * j.aRow + (p0 + p) * j.aCol];
+        for (int64_t c = 0; c < w; ++c) acc[c] += x * row[p * stride + c];
+      }
+    }
+    float* out = j.c + i * j.ldc + q * nr;
+    for (int64_t c = 0; c < w; ++c) {
+      float v = j.accumulate ? out[c] + acc[c] : acc[c];
+      if (j.post.bias) v += j.post.bias[q * nr + c];
+      if (j.post.relu && v <= 0.0f) v = 0.0f;
+      out[c] = v;
+    }
+  }
+}
+
+// Lane `l` (0-3) of each 128-bit half of `v`, in every lane of that half.
+__attribute__((target("avx2"), always_inline)) inline __m256 lane256(__m256 v, int l) {
+  switch (l) {
+    case 0: return _mm256_permute_ps(v, 0x00);
+    case 1: return _mm256_permute_ps(v, 0x55);
+    case 2: return _mm256_permute_ps(v, 0xAA);
+    default: return _mm256_permute_ps(v, 0xFF);
+  }
+}
+
+// One row of a 16-column panel of B: prepacked (plain loads), or in place and
+// masked to the panel's valid columns.
+struct PanelRow256 {
+  __m256 lo, hi;
+};
+template <bool Packed>
+__attribute__((target("avx2"), always_inline)) inline PanelRow256 panelRow256(const float* r, __m256i mask0, __m256i mask1) {
+  if constexpr (Packed) return {_mm256_loadu_ps(r), _mm256_loadu_ps(r + 8)};
+  else return {_mm256_maskload_ps(r, mask0), _mm256_maskload_ps(r + 8, mask1)};
+}
+
+// One 16-column panel (AVX2's NR) for R <= 4 rows starting at row i0: 2R
+// accumulators per set in registers; a partial panel read in place is loaded
+// masked, so nothing past column n is touched. With one or two rows the depth is
+// split over 4 or 2 sets of accumulators taking alternate rows of B: with one
+// set, each FMA waited on the previous one's latency and a batch-1 layer read
+// its weights at 35 GB/s from L3 where a plain read loop reaches 56.
+template <int R, bool Packed>
+__attribute__((target("avx2,fma"))) void skinnyRows256(const SkinnyJob& j, int64_t q, int64_t i0) {
+  constexpr int kSets = R == 1 ? 4 : R == 2 ? 2 : 1;
+  int64_t w = std::min<int64_t>(16, j.n - q * 16);
+  alignas(32) static const int32_t kLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  __m256i lanes0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLanes));
+  __m256i lanes1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLanes + 8));
+  __m256i width = _mm256_set1_epi32(static_cast<int32_t>(w));
+  __m256i mask0 = _mm256_cmpgt_epi32(width, lanes0), mask1 = _mm256_cmpgt_epi32(width, lanes1);
+  __m256 acc[kSets][R][2];
+#pragma GCC unroll 4
+  for (auto& set : acc)
+#pragma GCC unroll 4
+    for (auto& row : set) row[0] = row[1] = _mm256_setzero_ps();
+  // The steps are spelled out, not a lambda: through a lambda's captured
+  // reference GCC kept the accumulators on the stack (a store per FMA; an 8-row
+  // product ran at 20 GFLOP/s). The whole depth is one pass: a prepacked panel
+  // is contiguous from its first row to its last (panel-major), and B in place
+  // is one stride apart.
+  const int64_t aRow = j.aRow, aCol = j.aCol, k = j.k;
+  const float* a = j.a + i0 * aRow;
+  const float* row = Packed ? j.packed + panelBlock(q, 0, k, 16) : j.b + q * 16;
+  const int64_t stride = Packed ? 16 : j.ldb;
+  int64_t p = 0;
+  if constexpr (R == 1) {
+    // One row: eight steps from one load of A, each step's value broadcast in
+    // registers. A broadcast from memory per step made three loads per 64
+    // bytes of B, and the load ports, not L2, set the pace (a 1x128x256
+    // product took 1.3x the time of a plain read of its panels; now 1.03-1.1x).
+    if (aCol == 1)
+      for (; p + 8 <= k; p += 8) {
+        __m256 av = _mm256_loadu_ps(a + p);
+        __m256 halves[2] = {_mm256_permute2f128_ps(av, av, 0x00), _mm256_permute2f128_ps(av, av, 0x11)};
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; ++s) {
+          __m256 x = lane256(halves[s / 4], s % 4);
+          PanelRow256 b = panelRow256<Packed>(row + (p + s) * stride, mask0, mask1);
+          acc[s % 4][0][0] = _mm256_fmadd_ps(x, b.lo, acc[s % 4][0][0]);
+          acc[s % 4][0][1] = _mm256_fmadd_ps(x, b.hi, acc[s % 4][0][1]);
+        }
+      }
+  }
+  for (; p + kSets <= k; p += kSets) {
+#pragma GCC unroll 4
+    for (int s = 0; s < kSets; ++s) {
+      PanelRow256 b = panelRow256<Packed>(row + (p + s) * stride, mask0, mask1);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        __m256 x = _mm256_broadcast_ss(a + i * aRow + (p + s) * aCol);
+        acc[s][i][0] = _mm256_fmadd_ps(x, b.lo, acc[s][i][0]);
+        acc[s][i][1] = _mm256_fmadd_ps(x, b.hi, acc[s][i][1]);
+      }
+    }
+  }
+  for (; p < k; ++p) {
+    PanelRow256 b = panelRow256<Packed>(row + p * stride, mask0, mask1);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      __m256 x = _mm256_broadcast_ss(a + i * aRow + p * aCol);
+      acc[0][i][0] = _mm256_fmadd_ps(x, b.lo, acc[0][i][0]);
+      acc[0][i][1] = _mm256_fmadd_ps(x, b.hi, acc[0][i][1]);
+    }
+  }
+  // Unrolled like the steps: a loop over the rows here indexed the accumulators
+  // by a variable, which kept them in memory throughout.
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    __m256 lo = acc[0][r][0], hi = acc[0][r][1];
+#pragma GCC unroll 4
+    for (int s = 1; s < kSets; ++s) {
+      lo = _mm256_add_ps(lo, acc[s][r][0]);
+      hi = _mm256_add_ps(hi, acc[s][r][1]);
+    }
+    float* out = j.c + (i0 + r) * j.ldc + q * 16;
+    if (w == 16) {  // in registers: a scalar pass cost as much as a 128-deep panel's FMAs
+      storeRow256(lo, hi, out, j.accumulate, nullptr, j.post.bias ? j.post.bias + q * 16 : nullptr, j.post.relu);
+      continue;
+    }
+    alignas(32) float sums[16];
+    _mm256_store_ps(sums, lo);
+    _mm256_store_ps(sums + 8, hi);
+    for (int64_t c = 0; c < w; ++c) {
+      float v = j.accumulate ? out[c] + sums[c] : sums[c];
+      if (j.post.bias) v += j.post.bias[q * 16 + c];
+      if (j.post.relu && v <= 0.0f) v = 0.0f;
+      out[c] = v;
+    }
+  }
+}
+
+template <bool Packed>
+void skinnyPanel256(const SkinnyJob& j, int64_t q) {
+  for (int64_t i0 = 0; i0 < j.m; i0 += 4) {
+    switch (std::min<int64_t>(4, j.m - i0)) {
+      case 1: skinnyRows256<1, Packed>(j, q, i0); break;
+      case 2: skinnyRows256<2, Packed>(j, q, i0); break;
+      case 3: skinnyRows256<3, Packed>(j, q, i0); break;
+      default: skinnyRows256<4, Packed>(j, q, i0); break;
+    }
+  }
+}
+
+// A panel at most 16 columns wide (the last of a narrow product) skips the
+// second half's FMAs, which would all be on padding.
+template <int M>
+void skinnyRows(const SkinnyJob& j, int64_t q) {
+  if (isa().vectorBits == 256) return j.packed ? skinnyPanel256<true>(j, q) : skinnyPanel256<false>(j, q);
+  if (isa().tile.nr != 32) return skinnyPanelPortable(j, q, isa().tile.nr);
+  if (j.n - q * 32 <= 16) skinnyPanel512<M, true>(j, q);
+  else skinnyPanel512<M, false>(j, q);
+}
+
+void skinnyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  const SkinnyJob& j = *reinterpret_cast<const SkinnyJob*>(ctx);
+  using Fn = void (*)(const SkinnyJob&, int64_t);
+  static constexpr Fn kByRows[] = {skinnyRows<1>, skinnyRows<2>, skinnyRows<3>, skinnyRows<4>,
+                                   skinnyRows<5>, skinnyRows<6>, skinnyRows<7>, skinnyRows<8>};
+  Fn f = kByRows[j.m - 1];
+  if (j.backward)
+    for (int64_t q = end; q-- > begin;) f(j, q);
+  else
+    for (int64_t q = begin; q < end; ++q) f(j, q);
+}
+
+// Which way the panels of a weight were last streamed, per thread: each product
+// with the same B goes the other way. Streamed in one direction, a B larger than
+// a cache evicts itself in order, so the next call misses on every line (LRU
+// keeps exactly the wrong part); turned around, the next call starts on the
+// panels the last one read at its end, which are still cached. An LSTM step's
+// 1 MB recurrent weight does not quite fit this machine's 1 MiB L2 beside the
+// rest: the 32-step LSTM's fastest run went from 0.69-0.72 to 0.66-0.70 ms (one
+// thread). A 128 KB weight read from L2 gained nothing measurable.
+bool turnAround(const float* b) {
+  struct Last {
+    const float* b = nullptr;
+    bool backward = false;
+  };
+  thread_local Last last[8];
+  Last& e = last[(reinterpret_cast<uintptr_t>(b) >> 6) % 8];
+  if (e.b != b) {
+    e = {b, false};
+    return false;
+  }
+  e.backward = !e.backward;
+  return e.backward;
+}
+
+}  // namespace
+
+// Panels are shared out over the pool when the product is large enough, the
+// same part to the same thread call after call: each thread then streams its
+// own part of B from its own L2 when that part fits.
+void detail::skinnyGemm(SkinnyJob&& j) {
+  int64_t nr = isa().tile.nr;
+  // A shift where the panel is AVX-512's 32 wide: a 64-bit division cost as
+  // much as the rest of this function.
+  int64_t panels = nr == 32 ? (j.n + 31) >> 5 : (j.n + nr - 1) / nr;
+  j.backward = turnAround(j.packed ? j.packed : j.b);
+  parallelFor(panels, j.m * j.n * j.k / 4, skinnyTask, reinterpret_cast<void* const*>(&j), nullptr, /*affine=*/true);
+}
+
+// ---- few columns (n <= 16: a classifier head) and many rows ----
+// The tile path would pad every row tile to 32 columns and use under half of
+// each FMA; the skinny kernel instead runs 8 rows at a time against the one
+// (half) panel, which stays in cache across the row chunks, shared out by rows.
+namespace {
+
+void narrowTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  const SkinnyJob& j = *reinterpret_cast<const SkinnyJob*>(ctx);
+  for (int64_t chunk = begin; chunk < end; ++chunk) {
+    SkinnyJob part = j;
+    int64_t i0 = chunk * kSkinnyRows;
+    part.m = std::min(kSkinnyRows, j.m - i0);
+    part.a = j.a + i0 * j.aRow;
+    part.c = j.c + i0 * j.ldc;
+    skinnyTask(reinterpret_cast<void* const*>(&part), nullptr, 0, 1);
+  }
+}
+
+}  // namespace
+
+void detail::narrowGemm(SkinnyJob&& j) {
+  int64_t chunks = (j.m + kSkinnyRows - 1) / kSkinnyRows;
+  parallelFor(chunks, j.m * j.n * j.k / 4, narrowTask, reinterpret_cast<void* const*>(&j), nullptr);
+}
+
+}  // namespace kiln::jit
