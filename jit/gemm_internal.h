@@ -138,6 +138,23 @@ struct SkinnyJob {
 };
 
 void skinnyGemm(SkinnyJob&& j);
+
+// Whether this thread's stream of `bytes` of the prepacked weight (part) at `b`
+// comes from beyond its L2: over farStreamBytes() (twice the L2) streamed by this
+// thread through the skinny path since b's last stream began. Records this
+// stream. The skinny path then prefetches the panels' lines ahead of its reads.
+// Weights are tracked in kFarStreamSlots direct-mapped slots (recentSlot); one
+// whose slot another took since is taken as near.
+bool farStream(const float* b, int64_t bytes);
+uint64_t farStreamBytes();
+constexpr size_t kFarStreamSlots = 16;
+
+// A direct-mapped slot for a weight among `slots` (a power of two): the
+// address's bits above the cache line, mixed, since pool blocks are often
+// aligned far beyond 64 bytes and their low bits alike.
+inline size_t recentSlot(const float* b, size_t slots) {
+  return static_cast<size_t>((reinterpret_cast<uintptr_t>(b) >> 6) * 0x9E3779B97F4A7C15ull >> 58) & (slots - 1);
+}
 void narrowGemm(SkinnyJob&& j);
 
 }  // namespace kiln::jit::detail
