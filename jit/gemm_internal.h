@@ -138,6 +138,7 @@ struct SkinnyJob {
 };
 
 void skinnyGemm(SkinnyJob&& j);
+void narrowGemm(SkinnyJob&& j);
 
 // Whether this thread's stream of `bytes` of the prepacked weight (part) at `b`
 // comes from beyond its L2: over farStreamBytes() (twice the L2) streamed by this
@@ -155,6 +156,5 @@ constexpr size_t kFarStreamSlots = 16;
 inline size_t recentSlot(const float* b, size_t slots) {
   return static_cast<size_t>((reinterpret_cast<uintptr_t>(b) >> 6) * 0x9E3779B97F4A7C15ull >> 58) & (slots - 1);
 }
-void narrowGemm(SkinnyJob&& j);
 
 }  // namespace kiln::jit::detail

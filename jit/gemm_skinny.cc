@@ -54,7 +54,7 @@ __attribute__((target("avx512f,fma"), always_inline)) inline void skinnySteps512
     if constexpr (Prefetch)
 #pragma GCC unroll 16
       for (int l = 0; l < 2 * kSets; ++l)  // the 64-byte lines of kSets rows of 32 floats
-        _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchFloats + 16 * l), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchFloats + 16 * l), _MM_HINT_T0);  // never faults
 #pragma GCC unroll 8
     for (int s = 0; s < kSets; ++s) {
       const float* r = row + s * stride;
@@ -313,14 +313,6 @@ void skinnyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
     for (int64_t q = begin; q < end; ++q) f(j, q, prefetch);
 }
 
-// Which way the panels of a weight were last streamed, per thread: each product
-// with the same B goes the other way. Streamed in one direction, a B larger than
-// a cache evicts itself in order, so the next call misses on every line (LRU
-// keeps exactly the wrong part); turned around, the next call starts on the
-// panels the last one read at its end, which are still cached. An LSTM step's
-// 1 MB recurrent weight does not quite fit this machine's 1 MiB L2 beside the
-// rest: the 32-step LSTM's fastest run went from 0.69-0.72 to 0.66-0.70 ms (one
-// thread). A 128 KB weight read from L2 gained nothing measurable.
 // What this thread knows of the weights it streamed recently: which way each
 // went last (turnAround) and where its last stream began (farStream). Held
 // through a pointer: the runtime's thread-locals use the initial-exec model,
@@ -346,6 +338,14 @@ StreamRecords& streamRecords() {
   return *records;
 }
 
+// Which way the panels of a weight were last streamed, per thread: each product
+// with the same B goes the other way. Streamed in one direction, a B larger than
+// a cache evicts itself in order, so the next call misses on every line (LRU
+// keeps exactly the wrong part); turned around, the next call starts on the
+// panels the last one read at its end, which are still cached. An LSTM step's
+// 1 MB recurrent weight does not quite fit this machine's 1 MiB L2 beside the
+// rest: the 32-step LSTM's fastest run went from 0.69-0.72 to 0.66-0.70 ms (one
+// thread). A 128 KB weight read from L2 gained nothing measurable.
 bool turnAround(const float* b) {
   StreamRecords::Turn& e = streamRecords().turns[recentSlot(b, 8)];
   if (e.b != b) {
@@ -363,11 +363,11 @@ bool turnAround(const float* b) {
 // reuse distance: the bytes of weights this thread has streamed here since its
 // last stream of the same weight began. Over twice the L2, too little of it can
 // still be there for the next call (even turned around) and the panels stream
-// from L3: a batch-1 MLP's 2.7 MB of layers on one thread went from 1.13-1.15x
-// to 1.02-1.06x the time of a plain read loop over as many bytes with lines
+// from L3: a batch-1 MLP's 2.7 MB of layers on one thread went from 1.12-1.16x
+// to 1.03-1.06x the time of a plain read loop over as many bytes with lines
 // prefetched 1 KB ahead. Nearer, the prefetches only cost load slots: the
 // two-thread MLP (1.35 MB a thread) went from 1.11x to 1.16x, and the LSTM's
-// 1 MB step (L2 and L3) lost a tenth. A weight this thread has not streamed
+// 1 MB step (L2 and L3) lost a tenth or more. A weight this thread has not streamed
 // recently (or whose slot another took) is taken as near: the default of old.
 uint64_t detail::farStreamBytes() {
   static const uint64_t kFar = [] {
