@@ -287,7 +287,6 @@ void skinnyPanel256(const SkinnyJob& j, int64_t q) {
 
 // A panel at most 16 columns wide (the last of a narrow product) skips the
 // second half's FMAs, which would all be on padding.
-// (Only the AVX-512 kernel prefetches: the one measured.)
 template <int M>
 void skinnyRows(const SkinnyJob& j, int64_t q, bool prefetch) {
   if (isa().vectorBits == 256) return j.packed ? skinnyPanel256<true>(j, q) : skinnyPanel256<false>(j, q);
@@ -303,9 +302,10 @@ void skinnyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
                                    skinnyRows<5>, skinnyRows<6>, skinnyRows<7>, skinnyRows<8>};
   Fn f = kByRows[j.m - 1];
   // Each thread's part, known by its first panel: the same part comes back to
-  // the same thread call after call (an affine loop).
+  // the same thread call after call (an affine loop). Only the AVX-512 kernel
+  // prefetches (the one measured), so only it keeps the records.
   int64_t panelFloats = isa().tile.nr * j.k;
-  bool prefetch = j.packed && farStream(j.packed + begin * panelFloats,
+  bool prefetch = j.packed && isa().vectorBits == 512 && farStream(j.packed + begin * panelFloats,
                                         (end - begin) * panelFloats * static_cast<int64_t>(sizeof(float)));
   if (j.backward)
     for (int64_t q = end; q-- > begin;) f(j, q, prefetch);

@@ -17,7 +17,6 @@ namespace {
 
 const Tensor& tensorAt(const Value& v) { return v.asTensorObject()->tensor; }
 
-
 // The tensor object in `v` when it is a host tensor of exactly type `d`, else null.
 const TensorObject* fitting(const Value& v, const ops::TensorDesc& d) {
   if (!v.isObject(ObjectKind::Tensor)) return nullptr;
