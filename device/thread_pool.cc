@@ -130,12 +130,9 @@ class Workers {
 
   // Sets up job n/task and publishes it to the workers; returns its generation.
   uint32_t publish(int64_t n, ParallelTask task, void* const* buffers, const int64_t* shapes, bool affine) {
-    uint32_t gen;
     affine = affine && size_ <= kMaxAffineThreads;
     pin(sched_getcpu());  // while busy_: one caller at a time
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      gen = static_cast<uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
+    uint32_t gen = static_cast<uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
       // The claim word moves to the new generation *first*: a thread still in the
       // last job's work() may hold that job's claim word (an affine job's holds a
       // bitmask), and until this store its CAS on it would succeed; had affine_ or
@@ -143,14 +140,22 @@ class Workers {
       // generation and count it twice (a lost job: the caller then waited forever).
       // From here its CAS fails. It reads affine_ and pieces_ with acquire, so
       // seeing their new values means this store is visible to its CAS too.
-      claim_.store(uint64_t(gen) << 32, std::memory_order_release);
-      job_ = Job{n, task, buffers, shapes};
-      donePieces_.store(0, std::memory_order_relaxed);
-      affine_.store(affine, std::memory_order_release);
-      pieces_.store(std::min<int64_t>(n, affine ? size_ : int64_t(kPiecesPerThread) * size_), std::memory_order_release);
-      generation_.fetch_add(1, std::memory_order_release);  // publishes the job to spinning workers
+    claim_.store(uint64_t(gen) << 32, std::memory_order_release);
+    job_ = Job{n, task, buffers, shapes};
+    donePieces_.store(0, std::memory_order_relaxed);
+    affine_.store(affine, std::memory_order_release);
+    pieces_.store(std::min<int64_t>(n, affine ? size_ : int64_t(kPiecesPerThread) * size_), std::memory_order_release);
+    // Publishes the job to spinning workers. The mutex and the wake-up are for
+    // sleeping ones only: a job's round trip moves cache lines between cores,
+    // and the mutex's line (taken by a worker that finished last) was two more
+    // moves on every job. A worker counts itself in sleepers_ before its last
+    // look at the generation (under the mutex), and this reads sleepers_ after
+    // the increment, both sequentially consistent: one of them sees the other.
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      { std::lock_guard<std::mutex> lock(mu_); }
+      wake_.notify_all();
     }
-    wake_.notify_all();
     return gen;
   }
 
@@ -161,7 +166,10 @@ class Workers {
     auto finished = [&] { return donePieces_.load(std::memory_order_acquire) == pieces; };
     if (!spinUntil(finished)) {
       std::unique_lock<std::mutex> lock(mu_);
+      callerAsleep_.store(true, std::memory_order_seq_cst);  // before the predicate's last look: see work()
+      std::atomic_thread_fence(std::memory_order_seq_cst);
       done_.wait(lock, finished);
+      callerAsleep_.store(false, std::memory_order_relaxed);
     }
     busy_.store(false, std::memory_order_release);
   }
@@ -232,8 +240,11 @@ class Workers {
       tInTask = true;
       job_.task(job_.buffers, job_.shapes, begin, end);
       tInTask = false;
-      if (donePieces_.fetch_add(1, std::memory_order_acq_rel) + 1 == pieces) {
-        // Under the mutex, so a caller between its check and its wait still hears it.
+      // The last piece wakes a sleeping caller, under the mutex so that a caller
+      // between its check and its wait still hears it; a spinning one sees the
+      // count. (Sequentially consistent against finish's flag, as in publish.)
+      if (donePieces_.fetch_add(1, std::memory_order_seq_cst) + 1 == pieces &&
+          callerAsleep_.load(std::memory_order_seq_cst)) {
         std::lock_guard<std::mutex> lock(mu_);
         done_.notify_one();
       }
@@ -247,7 +258,10 @@ class Workers {
       auto fresh = [&] { return generation_.load(std::memory_order_acquire) != seen; };
       if (!spinUntil(fresh)) {
         std::unique_lock<std::mutex> lock(mu_);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);  // before the predicate's last look: see publish()
+        std::atomic_thread_fence(std::memory_order_seq_cst);
         wake_.wait(lock, fresh);
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
       }
       seen = generation_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_relaxed)) return;
@@ -261,7 +275,7 @@ class Workers {
   int pinnedAround_ = -2;   // the caller CPU the workers were last pinned around (-2: never)
   std::atomic<bool> busy_{false};  // one job at a time (acquire)
   uint32_t started_gen_ = 0;        // the job start() published, for join()
-  std::mutex mu_;     // for the condition variables; a job is set up under it
+  std::mutex mu_;     // for the condition variables (sleepers and their wakers only)
   std::condition_variable wake_, done_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> claim_{0};  // (generation << 32) | next piece
@@ -271,6 +285,8 @@ class Workers {
   std::atomic<int64_t> pieces_{0};
   std::atomic<bool> affine_{false};  // the job's pieces are one per thread, offered to their own thread first
   Job job_;
+  std::atomic<int> sleepers_{0};         // workers asleep on wake_ (or about to be)
+  std::atomic<bool> callerAsleep_{false};  // a caller asleep on done_ (or about to be)
 };
 
 // Read once: hardware_concurrency() is a system call, and kernels ask per call.

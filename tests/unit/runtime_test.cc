@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <thread>
@@ -281,4 +282,44 @@ TEST_CASE("thread pool: callers competing for one pool, affine and plain jobs of
     });
   for (auto& t : callers) t.join();
   CHECK(wrong.load() == 0);
+}
+
+namespace {
+// Piece 0 (the caller's, in an affine job) returns at once; the others take
+// buffers[1]'s microseconds, so the caller outwaits its spin and sleeps.
+void slowOthers(void* const* buffers, const int64_t*, int64_t begin, int64_t end) {
+  auto* counts = static_cast<std::atomic<int>*>(buffers[0]);
+  int64_t micros = *static_cast<const int64_t*>(buffers[1]);
+  if (begin > 0) std::this_thread::sleep_for(std::chrono::microseconds(micros));
+  for (int64_t i = begin; i < end; ++i) counts[i]++;
+  if (std::this_thread::get_id() != *static_cast<const std::thread::id*>(buffers[2])) (*static_cast<std::atomic<int>*>(buffers[3]))++;
+}
+}  // namespace
+
+TEST_CASE("thread pool: jobs reach sleeping workers, and a sleeping caller hears its job finish") {
+  // The wake-ups are sent only to sleepers (a job's round trip otherwise moved
+  // the mutex's cache line twice): jobs after idle gaps longer than the workers'
+  // spin find them asleep, and pieces longer than the caller's spin find it
+  // asleep. A lost wake-up would hang here (ctest's timeout), not pass.
+  for (int threads : {2, 3}) {
+    kiln::device::ThreadPool pool(threads);
+    std::atomic<int> counts[8];
+    std::thread::id caller = std::this_thread::get_id();
+    for (int64_t micros : {0, 200, 2000}) {
+      std::atomic<int> byWorkers{0};
+      void* buffers[4] = {counts, &micros, &caller, &byWorkers};
+      for (int rep = 0; rep < 20; ++rep) {
+        for (auto& x : counts) x = 0;
+        if (rep % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(300));  // the workers fall asleep
+        pool.parallelFor(threads, int64_t(1) << 20, slowOthers, buffers, nullptr, /*affine=*/true);
+        for (int64_t i = 0; i < 8; ++i) REQUIRE(counts[i].load() == (i < threads ? 1 : 0));
+      }
+      // The caller takes a sleeping worker's piece rather than wait, so results
+      // alone would not show a worker that never woke: woken, the workers run
+      // pieces of the jobs that follow at once.
+      for (int rep = 0; rep < 1000 && byWorkers.load() == 0; ++rep)
+        pool.parallelFor(threads, int64_t(1) << 20, slowOthers, buffers, nullptr, /*affine=*/true);
+      CHECK(byWorkers.load() > 0);
+    }
+  }
 }
