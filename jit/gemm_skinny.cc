@@ -118,16 +118,14 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
   for (auto& set : acc)
 #pragma GCC unroll 8
     for (auto& row : set) row[0] = row[1] = _mm512_setzero_ps();
+  // The whole depth in one pass: the accumulators stay in registers, so there
+  // is nothing to block for; a prepacked panel is contiguous all k rows deep.
   const bool contiguous = j.packed && j.aCol == 1;
-  for (int64_t p0 = 0; p0 < j.k; p0 += kKC) {
-    int64_t kc = std::min(kKC, j.k - p0);
-    const float* row = j.packed ? j.packed + panelBlock(q, p0, j.k, 32) : j.b + p0 * j.ldb + q * 32;
-    int64_t stride = j.packed ? 32 : j.ldb;
-    const float* ap = j.a + p0 * j.aCol;
-    if (contiguous && prefetch) skinnySteps512<M, Half, kSets, true, true>(acc, row, stride, ap, j.aRow, j.aCol, kc, m0, m1);
-    else if (contiguous) skinnySteps512<M, Half, kSets, true>(acc, row, stride, ap, j.aRow, j.aCol, kc, m0, m1);
-    else skinnySteps512<M, Half, kSets, false>(acc, row, stride, ap, j.aRow, j.aCol, kc, m0, m1);
-  }
+  const float* row = j.packed ? j.packed + panelBlock(q, 0, j.k, 32) : j.b + q * 32;
+  int64_t stride = j.packed ? 32 : j.ldb;
+  if (contiguous && prefetch) skinnySteps512<M, Half, kSets, true, true>(acc, row, stride, j.a, j.aRow, j.aCol, j.k, m0, m1);
+  else if (contiguous) skinnySteps512<M, Half, kSets, true>(acc, row, stride, j.a, j.aRow, j.aCol, j.k, m0, m1);
+  else skinnySteps512<M, Half, kSets, false>(acc, row, stride, j.a, j.aRow, j.aCol, j.k, m0, m1);
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
     __m512 v0 = acc[0][i][0], v1 = acc[0][i][1];
