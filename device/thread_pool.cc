@@ -133,13 +133,13 @@ class Workers {
     affine = affine && size_ <= kMaxAffineThreads;
     pin(sched_getcpu());  // while busy_: one caller at a time
     uint32_t gen = static_cast<uint32_t>(generation_.load(std::memory_order_relaxed) + 1);
-      // The claim word moves to the new generation *first*: a thread still in the
-      // last job's work() may hold that job's claim word (an affine job's holds a
-      // bitmask), and until this store its CAS on it would succeed; had affine_ or
-      // pieces_ already changed, it would take a piece of the new job under the old
-      // generation and count it twice (a lost job: the caller then waited forever).
-      // From here its CAS fails. It reads affine_ and pieces_ with acquire, so
-      // seeing their new values means this store is visible to its CAS too.
+    // The claim word moves to the new generation *first*: a thread still in the
+    // last job's work() may hold that job's claim word (an affine job's holds a
+    // bitmask), and until this store its CAS on it would succeed; had affine_ or
+    // pieces_ already changed, it would take a piece of the new job under the old
+    // generation and count it twice (a lost job: the caller then waited forever).
+    // From here its CAS fails. It reads affine_ and pieces_ with acquire, so
+    // seeing their new values means this store is visible to its CAS too.
     claim_.store(uint64_t(gen) << 32, std::memory_order_release);
     job_ = Job{n, task, buffers, shapes};
     donePieces_.store(0, std::memory_order_relaxed);
