@@ -292,7 +292,15 @@ void slowOthers(void* const* buffers, const int64_t*, int64_t begin, int64_t end
   int64_t micros = *static_cast<const int64_t*>(buffers[1]);
   if (begin > 0) std::this_thread::sleep_for(std::chrono::microseconds(micros));
   for (int64_t i = begin; i < end; ++i) counts[i]++;
-  if (std::this_thread::get_id() != *static_cast<const std::thread::id*>(buffers[2])) (*static_cast<std::atomic<int>*>(buffers[3]))++;
+}
+
+// Piece 0 (the caller's) takes 200 us, time for a woken worker to claim its own;
+// the others count themselves when a worker runs them (buffers: the caller's
+// id, the count).
+void callerWaits(void* const* buffers, const int64_t*, int64_t begin, int64_t) {
+  if (begin == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  else if (std::this_thread::get_id() != *static_cast<const std::thread::id*>(buffers[0]))
+    (*static_cast<std::atomic<int>*>(buffers[1]))++;
 }
 }  // namespace
 
@@ -304,22 +312,28 @@ TEST_CASE("thread pool: jobs reach sleeping workers, and a sleeping caller hears
   for (int threads : {2, 3}) {
     kiln::device::ThreadPool pool(threads);
     std::atomic<int> counts[8];
-    std::thread::id caller = std::this_thread::get_id();
     for (int64_t micros : {0, 200, 2000}) {
-      std::atomic<int> byWorkers{0};
-      void* buffers[4] = {counts, &micros, &caller, &byWorkers};
+      void* buffers[2] = {counts, &micros};
       for (int rep = 0; rep < 20; ++rep) {
         for (auto& x : counts) x = 0;
         if (rep % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(300));  // the workers fall asleep
         pool.parallelFor(threads, int64_t(1) << 20, slowOthers, buffers, nullptr, /*affine=*/true);
         for (int64_t i = 0; i < 8; ++i) REQUIRE(counts[i].load() == (i < threads ? 1 : 0));
       }
-      // The caller takes a sleeping worker's piece rather than wait, so results
-      // alone would not show a worker that never woke: woken, the workers run
-      // pieces of the jobs that follow at once.
-      for (int rep = 0; rep < 1000 && byWorkers.load() == 0; ++rep)
-        pool.parallelFor(threads, int64_t(1) << 20, slowOthers, buffers, nullptr, /*affine=*/true);
-      CHECK(byWorkers.load() > 0);
     }
+    // The caller takes a sleeping worker's piece rather than wait, so results
+    // alone would not show a worker that never woke. After an idle gap (the
+    // workers asleep), jobs whose caller piece takes 200 us go on until a worker
+    // has run a piece: a worker woken by the first one does within a few jobs,
+    // or, on a loaded machine (ctest -j), once the scheduler runs it; one whose
+    // wake-up was lost never does, and the 10 s run out.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::thread::id caller = std::this_thread::get_id();
+    std::atomic<int> byWorkers{0};
+    void* probe[2] = {&caller, &byWorkers};
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (byWorkers.load() == 0 && std::chrono::steady_clock::now() < until)
+      pool.parallelFor(threads, int64_t(1) << 20, callerWaits, probe, nullptr, /*affine=*/true);
+    CHECK(byWorkers.load() > 0);
   }
 }
