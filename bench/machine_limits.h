@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "device/cpu_limits.h"
+#include "device/thread_pool.h"
 
 namespace kiln::bench {
 
@@ -124,5 +125,31 @@ inline double copyBandwidthThreads(int threads, size_t floats = size_t(16) << 20
 
 // FP32 FLOP/s of one core with fused multiply-adds in registers (AVX-512 where present).
 inline double fp32Peak() { return device::fp32PeakPerCore(); }
+
+// What an affine loop shared over a pool of `threads` costs beyond its work, in
+// ns (median): every thread's piece busy for the same 2 us, so that each thread
+// runs its own, the loop's time less 2 us is its start on the slowest thread and
+// its finish, trips of cache lines between cores. A loop whose every step splits
+// its work over the threads (an LSTM step's product) pays it per step, where the
+// floors' read loops, each thread reading its part of every step unsynchronized,
+// pay none: on a machine with slow core-to-core trips it sets how near two
+// threads can come to the floor.
+inline double parallelOverheadNanos(int threads, int blocks = 21, int perBlock = 200) {
+  static constexpr auto kWork = std::chrono::microseconds(2);
+  device::ThreadPool pool(threads);
+  device::ParallelTask busy = [](void* const*, const int64_t*, int64_t, int64_t) {
+    auto until = Clock::now() + kWork;
+    while (Clock::now() < until) {
+    }
+  };
+  std::vector<double> ns;
+  for (int b = 0; b < blocks; ++b) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < perBlock; ++i) pool.parallelFor(threads, int64_t(1) << 30, busy, nullptr, nullptr, /*affine=*/true);
+    ns.push_back(secondsSince(t0) * 1e9 / perBlock - std::chrono::duration<double, std::nano>(kWork).count());
+  }
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 2];
+}
 
 }  // namespace kiln::bench

@@ -340,8 +340,11 @@ int main(int argc, char** argv) {
   if (!ort.unavailable().empty()) std::printf("ONNX Runtime: not run (%s)\n", ort.unavailable().c_str());
   std::string root = (std::filesystem::temp_directory_path() / ("kiln_model_bench_" + std::to_string(::getpid()))).string();
   double peak = fp32Peak();
-  std::printf("FP32 peak %.0f GFLOP/s per core; medians of %d rounds, Kiln and ORT alternating, %d ms idle before each block\n\n",
+  std::printf("FP32 peak %.0f GFLOP/s per core; medians of %d rounds, Kiln and ORT alternating, %d ms idle before each block\n",
               peak / 1e9, rounds, gQuiesceMillis);
+  std::printf("a two-thread parallel loop costs %.0f ns beyond its work (its start and finish: paid by every loop step "
+              "split over the threads, by none of the floors)\n\n",
+              parallelOverheadNanos(2));
   // kiln: the workload's Relay program; kiln-onnx: the ONNX file ORT runs, imported.
   // dnnl: the Relay program partitioned for oneDNN (--partition dnnl), when Kiln has it.
   bool dnnl = kiln::kernel_ir::findLibrary("dnnl")->available;
