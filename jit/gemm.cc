@@ -337,11 +337,24 @@ struct FreeFloats {
 
 // Packing space, kept per thread and grown as needed: no allocation (and no page
 // faults on fresh memory) per call once warm. `slot` keeps A and B apart.
+//
+// Zeroed when allocated. Kernels compute some lanes they never store (a row
+// convolution's strips past the output width read a padded row's unwritten tail),
+// and recycled heap memory there holds old pointers and integers, which read as
+// float denormals: on Intel cores every FMA with a denormal operand takes a
+// microcode assist. On a Sapphire Rapids-class Xeon a 64 x 56 x 56 3 x 3
+// convolution on two threads took 5.3-5.9 ms, against 1.8-2.6 on one, whenever a
+// new worker's band came from freed memory (a Runtime made after another was
+// destroyed, or kernel_bench's pool rebuilt for each thread count): its tasks took
+// 5.3-5.7 ms each against the caller's 0.3. Zeroed, it takes 1.3-1.7 ms. Zen
+// cores take denormals at full speed, so earlier figures never showed it. Lanes past what a kernel writes then hold zeros or finite values
+// that earlier kernels wrote.
 float* detail::scratch(int slot, size_t floats) {
   thread_local std::unique_ptr<float, FreeFloats> buf[4];
   thread_local size_t cap[4] = {0, 0, 0, 0};
   if (cap[slot] < floats) {
     buf[slot].reset(static_cast<float*>(::operator new(floats * sizeof(float), std::align_val_t(64))));
+    std::memset(buf[slot].get(), 0, floats * sizeof(float));
     cap[slot] = floats;
   }
   return buf[slot].get();
