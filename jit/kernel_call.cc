@@ -57,29 +57,37 @@ const std::vector<Shape>& CompiledKernel::checkedShapes(TensorRefs inputs, std::
   }
   // `?` dimensions: a loop calls a kernel with the same input shapes again and
   // again, and inferring every value's shape each time (allocating as it goes)
-  // cost microseconds a call. Each thread keeps the shapes of the last inputs
-  // per kernel in a small direct-mapped memo, keyed by the kernel's serial and
-  // the inputs' dtype, device and dimensions; an entry is made only after
-  // shapesFor has checked those inputs. The reference returned is valid until
-  // this thread's next call here, which the caller does not make before it is
-  // done with it (launch calls no other kernel's checks).
+  // cost microseconds a call. Each thread keeps the shapes of recent inputs in
+  // a small direct-mapped memo, keyed by the kernel's serial and the inputs'
+  // dtype, device and dimensions, and placed by a hash of that whole key: a
+  // kernel called with a few shapes by turns (a batched twin over a tree's
+  // levels: 32, 16, 8 ... rows) keeps an entry for each. An entry is made only
+  // after shapesFor has checked those inputs. The reference returned is valid
+  // until this thread's next call here, which the caller does not make before
+  // it is done with it (launch calls no other kernel's checks).
   struct Memo {
     uint64_t serial = 0;
     boost::container::small_vector<int64_t, 40> key;
     std::vector<Shape> shapes;
   };
   // On the heap, a pointer in TLS: the library's static TLS block is small (the
-  // Python module dlopens it) and 16 entries would not fit there.
-  thread_local std::unique_ptr<std::array<Memo, 16>> memo;
-  if (!memo) memo = std::make_unique<std::array<Memo, 16>>();
+  // Python module dlopens it) and the entries would not fit there.
+  constexpr size_t kMemoEntries = 64;
+  thread_local std::unique_ptr<std::array<Memo, kMemoEntries>> memo;
+  if (!memo) memo = std::make_unique<std::array<Memo, kMemoEntries>>();
   boost::container::small_vector<int64_t, 40> key;
+  uint64_t h = serial_ * 0x9e3779b97f4a7c15ull;
+  auto add = [&](int64_t v) {
+    key.push_back(v);
+    h = (h ^ static_cast<uint64_t>(v)) * 0x100000001b3ull;
+  };
   for (const Tensor* t : inputs) {
     if (!t->defined()) return storage = shapesFor(inputs);
-    key.push_back(static_cast<int64_t>(t->dtype()) << 32 | static_cast<int64_t>(t->rank()));
-    key.push_back(static_cast<int64_t>(t->device().kind) << 32 | static_cast<int64_t>(t->device().index));
-    key.insert(key.end(), t->shape().begin(), t->shape().end());
+    add(static_cast<int64_t>(t->dtype()) << 32 | static_cast<int64_t>(t->rank()));
+    add(static_cast<int64_t>(t->device().kind) << 32 | static_cast<int64_t>(t->device().index));
+    for (int64_t d : t->shape()) add(d);
   }
-  Memo& m = (*memo)[serial_ % memo->size()];
+  Memo& m = (*memo)[(h >> 32) % kMemoEntries];
   if (m.serial == serial_ && std::equal(key.begin(), key.end(), m.key.begin(), m.key.end())) return m.shapes;
   std::vector<Shape> shapes = shapesFor(inputs);  // throws for bad inputs: nothing is remembered
   m.serial = serial_;

@@ -72,3 +72,32 @@ TEST_CASE("a static kernel called by reference: the results of the general path,
   run();
   check();
 }
+
+// A kernel with `?` rows called with a few row counts by turns (a batched
+// twin over a tree's levels), beside another kernel of the same types: each
+// call's shapes come from the per-thread memo of its own kernel and shapes,
+// never from another entry's, and an output of the wrong rows is still refused.
+TEST_CASE("a kernel with ? rows called with several row counts by turns: each call's own shapes") {
+  const char* dyn = "def @main(%x: Tensor[(?, 8), float32], %w: Tensor[(6, 8), float32]) { nn.dense(%x, %w, units=6) }";
+  auto first = test::kernelFrom(dyn), second = test::kernelFrom(
+      "def @main(%x: Tensor[(?, 8), float32], %w: Tensor[(6, 8), float32]) { nn.relu(nn.dense(%x, %w, units=6)) }");
+  Tensor w = filled({6, 8}, 0.05f);
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t rows : {32, 1, 17, 3, 16, 2, 8}) {
+      Tensor x = filled({rows, 8}, 0.1f * static_cast<float>(round + 1));
+      Tensor a = Tensor::empty(DType::Float32, {rows, 6}), b = Tensor::empty(DType::Float32, {rows, 6});
+      std::vector<const Tensor*> ins{&x, &w}, outA{&a}, outB{&b};
+      first->run(jit::CompiledKernel::TensorRefs(ins.data(), 2), jit::CompiledKernel::TensorRefs(outA.data(), 1));
+      second->run(jit::CompiledKernel::TensorRefs(ins.data(), 2), jit::CompiledKernel::TensorRefs(outB.data(), 1));
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < 6; ++j) {
+          double acc = 0;
+          for (int64_t p = 0; p < 8; ++p) acc += double(x.data<float>()[i * 8 + p]) * w.data<float>()[j * 8 + p];
+          REQUIRE(a.data<float>()[i * 6 + j] == doctest::Approx(acc).epsilon(1e-5));
+          REQUIRE(b.data<float>()[i * 6 + j] == doctest::Approx(std::max(acc, 0.0)).epsilon(1e-5));
+        }
+      Tensor shorter = Tensor::empty(DType::Float32, {rows + 1, 6});
+      CHECK(errorOf(*first, {&x, &w}, {&shorter}).find("output 0 must be") != std::string::npos);
+    }
+  }
+}
