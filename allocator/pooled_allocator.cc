@@ -5,6 +5,7 @@
 #include <string>
 #include <thread>
 
+#include "base/small_blocks.h"
 #include "kiln/error.h"
 #include "kiln/memory.h"
 
@@ -200,7 +201,9 @@ void PooledAllocator::free(Block block) {
 std::shared_ptr<void> PooledAllocator::allocateShared(uint64_t bytes) {
   Block b = take(bytes, true);
   try {
-    return std::shared_ptr<void>(b.ptr, [state = state_.get(), c = b.sizeClass](void* p) { state->give(p, c, true); });
+    // The reference count from the thread's small blocks: one per tensor made.
+    return std::shared_ptr<void>(b.ptr, [state = state_.get(), c = b.sizeClass](void* p) { state->give(p, c, true); },
+                                 small_blocks::Allocator<char>());
   } catch (...) {
     state_->give(b.ptr, b.sizeClass, true);
     throw;

@@ -5,6 +5,7 @@
 #include <boost/container/small_vector.hpp>
 #include <new>
 
+#include "base/small_blocks.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -12,13 +13,22 @@ namespace kiln {
 static_assert(sizeof(AdtObject) % alignof(Value) == 0 && sizeof(ClosureObject) % alignof(Value) == 0,
               "inline fields follow the header, aligned");
 
-Value::Value(Tensor t) : kind_(Kind::Object) { bits_.o = new TensorObject(std::move(t)); }
+// Tensor, tuple and closure objects come from the thread's small blocks
+// (base/small_blocks.h): a VM makes and drops some at every step.
+Value::Value(Tensor t) : kind_(Kind::Object) {
+  void* p = small_blocks::allocate(sizeof(TensorObject));
+  bits_.o = new (p) TensorObject(std::move(t));  // a move: cannot throw
+}
+
+template <class Obj>
+static size_t bytesWithInline(size_t n) {
+  return sizeof(Obj) + n * sizeof(Value);
+}
 
 template <class Obj>
 static Obj* allocWithInline(uint32_t tagOrFn, size_t n) {
-  void* p = ::operator new(sizeof(Obj) + n * sizeof(Value));
-  Obj* o = new (p) Obj(tagOrFn, static_cast<uint32_t>(n));
-  return o;
+  void* p = small_blocks::allocate(bytesWithInline<Obj>(n));
+  return new (p) Obj(tagOrFn, static_cast<uint32_t>(n));
 }
 
 Value Value::tuple(std::vector<Value> fields) { return adt(kTupleCtor, std::move(fields)); }
@@ -104,20 +114,27 @@ void Value::destroy(Object* first) {
     Object* o = work.back();
     work.pop_back();
     switch (o->kind) {
-      case ObjectKind::Tensor: delete static_cast<TensorObject*>(o); break;
+      case ObjectKind::Tensor: {
+        auto* t = static_cast<TensorObject*>(o);
+        t->~TensorObject();
+        small_blocks::release(t, sizeof(TensorObject));
+        break;
+      }
       case ObjectKind::Storage: delete static_cast<StorageObject*>(o); break;
       case ObjectKind::Adt: {
         auto* a = static_cast<AdtObject*>(o);
         dropInline(a->fields(), a->size);
+        size_t bytes = bytesWithInline<AdtObject>(a->size);
         a->~AdtObject();
-        ::operator delete(a);
+        small_blocks::release(a, bytes);
         break;
       }
       case ObjectKind::Closure: {
         auto* c = static_cast<ClosureObject*>(o);
         dropInline(c->captured(), c->size);
+        size_t bytes = bytesWithInline<ClosureObject>(c->size);
         c->~ClosureObject();
-        ::operator delete(c);
+        small_blocks::release(c, bytes);
         break;
       }
       case ObjectKind::Ref: {
