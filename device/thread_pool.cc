@@ -29,8 +29,13 @@ std::atomic<int64_t> gJobsRun{0};
 // does a caller waiting for its job's last chunk: kernels come in quick
 // succession (a model's layers), and a condition-variable wake-up costs tens of
 // microseconds on a virtual machine, as much as a small kernel. OpenMP runtimes
-// do the same (KMP_BLOCKTIME).
-constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
+// do the same (KMP_BLOCKTIME, 200 ms by default). At 50 us a program that forks
+// every 40-55 us (a 64-leaf tree run again and again, each run's halves on two
+// threads) fell into a stable bad state: the worker had just gone to sleep at
+// each fork, woke too late to claim it, the caller ran both halves (55 us), and
+// the worker slept again before the next; half its runs did, median 60 us
+// against 37-40. At 200 us: 39-43 us.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
 
 template <class Ready>
 bool spinUntil(Ready&& ready) {
