@@ -7,10 +7,10 @@
 // one piece per thread instead, piece t offered to thread t first, so that a
 // kernel called again gives each thread the same part (a weight-streaming
 // product then finds its share of the weights in its own core's cache). Idle
-// workers spin for 200 us before sleeping, so kernels (and forks) in quick succession do not
-// pay a wake-up each. Workers are pinned each to a CPU of their own, never the
-// one their caller is on (re-pinned when the caller moves): a worker sharing its
-// caller's CPU made two threads slower than one.
+// workers spin for 200 us before sleeping, so kernels (and forks) in quick
+// succession do not pay a wake-up each. Workers are pinned each to a CPU of
+// their own, never the one their caller is on (re-pinned when the caller
+// moves): a worker sharing its caller's CPU made two threads slower than one.
 //
 // A VM's fork (two independent calls at once) uses start/join: one task beside
 // its caller rather than a loop split among all.
