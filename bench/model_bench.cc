@@ -206,7 +206,7 @@ int runsPerBlock(KilnModel& m) {
   return std::clamp(static_cast<int>(0.02 / std::max(1e-7, secondsSince(t0))), 1, 200);
 }
 
-// Each runtime's idle threads spin for a while after a run (Kiln's pool 50 us,
+// Each runtime's idle threads spin for a while after a run (Kiln's pool 200 us,
 // oneDNN's OpenMP threads and ORT's longer): a pause before each block lets the
 // last one's threads sleep, so no block is timed while another's threads still
 // hold the cores (without it, Kiln's two-thread runs right after the oneDNN block
