@@ -256,6 +256,9 @@ __attribute__((target("avx2,fma"))) void skinnyRows256(const SkinnyJob& j, int64
 #pragma GCC unroll 4
     for (int s = 0; s < kSets; ++s) {
       PanelRow256 b = panelRow256<Packed>(row + (p + s) * stride, mask0, mask1);
+      // Loaded once for all R rows, as in skinnySteps512 (GCC folds the load
+      // into each row's FMA otherwise: R loads of the same bytes a step).
+      if constexpr (R > 1) asm("" : "+x"(b.lo), "+x"(b.hi));
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         __m256 x = _mm256_broadcast_ss(a + i * aRow + (p + s) * aCol);
