@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 
 namespace kiln::small_blocks {
@@ -43,13 +44,10 @@ struct Allocator {
   template <class U>
   Allocator(const Allocator<U>&) noexcept {}  // NOLINT: rebinding is implicit
   T* allocate(size_t n) {
-    if (n > kMostBytes / sizeof(T)) return static_cast<T*>(::operator new(n * sizeof(T)));
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
     return static_cast<T*>(small_blocks::allocate(n * sizeof(T)));
   }
-  void deallocate(T* p, size_t n) noexcept {
-    if (n > kMostBytes / sizeof(T)) ::operator delete(p);
-    else small_blocks::release(p, n * sizeof(T));
-  }
+  void deallocate(T* p, size_t n) noexcept { small_blocks::release(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const Allocator<U>&) const noexcept {
     return true;

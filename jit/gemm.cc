@@ -347,8 +347,8 @@ struct FreeFloats {
 // new worker's band came from freed memory (a Runtime made after another was
 // destroyed, or kernel_bench's pool rebuilt for each thread count): its tasks took
 // 5.3-5.7 ms each against the caller's 0.3. Zeroed, it takes 1.3-1.7 ms. Zen
-// cores take denormals at full speed, so earlier figures never showed it. Lanes past what a kernel writes then hold zeros or finite values
-// that earlier kernels wrote.
+// cores take denormals at full speed, so earlier figures never showed it. Lanes
+// past what a kernel writes then hold zeros or finite values earlier kernels wrote.
 float* detail::scratch(int slot, size_t floats) {
   thread_local std::unique_ptr<float, FreeFloats> buf[4];
   thread_local size_t cap[4] = {0, 0, 0, 0};
