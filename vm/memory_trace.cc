@@ -15,7 +15,9 @@ void MemoryTrace::clear() {
 void MemoryTrace::birth(const Tensor& t) {
   ++clock_;
   byData_[t.data()] = static_cast<uint32_t>(lives_.size());
-  lives_.push_back(Life{t.nbytes(), t.device(), clock_, clock_});
+  // Whole 64-byte lines: kernels may read a tensor to the end of its last line
+  // (the pool's contract, include/kiln/memory.h), so no manager can hold less.
+  lives_.push_back(Life{(t.nbytes() + 63) / 64 * 64, t.device(), clock_, clock_});
 }
 
 void MemoryTrace::read(const Tensor& t) {

@@ -4,9 +4,9 @@
 // data-dependent outputs, copies) and every read of tensor data (kernel and copy
 // inputs, tensor conditions), on one clock. A tensor is live from its birth to
 // its last read, or to the end when the result holds it; views (reshape) are the
-// same data. The bound is, per device, the largest total of exact tensor bytes
-// live at one tick: no schedule of this program's operations in this order can
-// hold less. Tensors are keyed by their data address, which is only reused
+// same data. The bound is, per device, the largest total of tensor bytes (in
+// whole 64-byte lines, which a tensor of the pool occupies) live at one tick: no
+// schedule of this program's operations in this order can hold less. Tensors are keyed by their data address, which is only reused
 // after the previous owner is gone.
 #pragma once
 

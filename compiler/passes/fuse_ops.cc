@@ -9,6 +9,7 @@
 
 #include "compiler/ir/mutator.h"
 #include "compiler/ir/visit.h"
+#include "compiler/passes/merge_kernels.h"
 
 namespace kiln::compiler {
 
@@ -307,6 +308,9 @@ class FuseRewriter : public ExprMutator {
  public:
   FuseRewriter(Arena& a, Grouping& g, const std::string& file) : ExprMutator(a), g_(g), a_(a), file_(file) {}
 
+  // The kernels this rewrite made, each called at one place (what may merge).
+  const std::unordered_set<const Function*>& made() const { return made_; }
+
  protected:
   const Expr* visit(const Expr* e) override {
     // A kernel written as such (Primitive=1, as TVM prints fused programs) stays
@@ -420,6 +424,7 @@ class FuseRewriter : public ExprMutator {
     const Expr* body = inside(root);
     Function* fn = b.function({}, params, nullptr, body, root->loc);
     fn->primitive = true;
+    made_.insert(fn);
     std::vector<const Type*> ptypes;
     for (const Var* p : params) ptypes.push_back(p->type);
     fn->type = funcType(a_, ptypes, root->type);
@@ -431,6 +436,7 @@ class FuseRewriter : public ExprMutator {
   Grouping& g_;
   Arena& a_;
   const std::string& file_;
+  std::unordered_set<const Function*> made_;
 };
 
 }  // namespace
@@ -443,6 +449,7 @@ std::unique_ptr<Module> fuseOps(const Module& m, const FuseOptions& opts) {
     grouping.run(g.fn->body, opts.fuse);
     FuseRewriter rewriter(m.arena(), grouping, m.file());
     const Expr* body = rewriter.mutate(g.fn->body);
+    if (opts.fuse && opts.mergeKernels) body = mergeKernelChains(m.arena(), body, rewriter.made());
     if (body == g.fn->body) {
       out->addFunction(g.var, g.fn, g.fromPrelude);
       continue;

@@ -26,6 +26,9 @@ struct FuseOptions {
   // Chained convolutions as one kernel: CPU kernels only (the GPU lowering has no
   // such statement), so only where every device is a CPU.
   bool convChains = false;
+  // Consecutive kernel bindings, each reading the ones before it, merged into one
+  // kernel with several results (merge_kernels.h): CPU kernels only, as above.
+  bool mergeKernels = false;
 };
 
 std::unique_ptr<ir::Module> fuseOps(const ir::Module& m, const FuseOptions& opts = {});

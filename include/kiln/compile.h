@@ -28,6 +28,9 @@ struct CompileOptions {
   // A counting loop's input projection (dense of a step's slice of a tensor
   // bound outside the loop) computed for every step at once before the loop.
   bool hoistLoopProjections = true;
+  // Consecutive kernels, each reading the ones before it (an LSTM cell's gates
+  // after its product), merged into one kernel with several results (CPU only).
+  bool mergeKernels = true;
   // Devices, the default (where the program computes) first; the host cpu is
   // always added for control flow, shapes and scalars. {cpu:1, cpu} runs the
   // tensor work on the second CPU device, with copies where values cross.
