@@ -42,7 +42,7 @@ Stages runPasses(std::string_view source, const std::string& file, const Compile
       folded = std::move(ps.lowered);
     }
     bool cpuOnly = std::none_of(options.devices.begin(), options.devices.end(), [](const Device& d) { return d.isGpu(); });
-    s.fused = fuseOps(*folded, FuseOptions{options.fuse, cpuOnly, cpuOnly && options.mergeKernels});
+    s.fused = fuseOps(*folded, FuseOptions{options.fuse, cpuOnly, options.mergeKernels});
     s.anf = toANF(*s.fused);
     s.lifted = lambdaLift(*s.anf);
     s.placed = placeDevices(*s.lifted, options.devices);

@@ -27,7 +27,7 @@ struct FuseOptions {
   // such statement), so only where every device is a CPU.
   bool convChains = false;
   // Consecutive kernel bindings, each reading the ones before it, merged into one
-  // kernel with several results (merge_kernels.h): CPU kernels only, as above.
+  // kernel with several results (merge_kernels.h).
   bool mergeKernels = false;
 };
 

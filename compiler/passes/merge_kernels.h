@@ -27,8 +27,8 @@
 //   chain result comes after the merged call;
 // - only kernels the fusion pass made (one call site each) merge: a kernel
 //   written as Primitive=1 keeps its own function.
-// CPU kernels only (FuseOptions::mergeKernels): the GPU lowering plans launches
-// per output.
+// On a GPU the merged kernel is the product's launch and one element-wise launch
+// for all its results (jit/gpu_plan.h), where the chain was a launch per kernel.
 #pragma once
 
 #include <unordered_set>

@@ -29,7 +29,7 @@ struct CompileOptions {
   // bound outside the loop) computed for every step at once before the loop.
   bool hoistLoopProjections = true;
   // Consecutive kernels, each reading the ones before it (an LSTM cell's gates
-  // after its product), merged into one kernel with several results (CPU only).
+  // after its product), merged into one kernel with several results.
   bool mergeKernels = true;
   // Devices, the default (where the program computes) first; the host cpu is
   // always added for control flow, shapes and scalars. {cpu:1, cpu} runs the

@@ -289,6 +289,47 @@ TEST_CASE("cuda-emu: two threads, each with its own VM and stream, run kernels a
   CHECK(wrong == 0);
 }
 
+TEST_CASE("cuda-emu: a merged LSTM step (product, split, both states in one kernel) gives the CPU's results") {
+  if (!emulatorAvailable()) return;
+  // compiler/passes/merge_kernels.h: the step's three kernels are one, a GEMM
+  // launch and one element-wise launch storing the cell and hidden states.
+  const char* program = R"(
+    def @main(%xs: Tensor[(6, 3, 40), float32], %w: Tensor[(192, 40), float32], %u: Tensor[(192, 48), float32],
+              %b: Tensor[(192,), float32]) -> Tensor[(3, 48), float32] {
+      let %loop = fn (%t: int32, %h: Tensor[(3, 48), float32], %c: Tensor[(3, 48), float32]) -> Tensor[(3, 48), float32] {
+        if (%t == 6) { %h } else {
+          let %g = add(nn.bias_add(nn.dense(take(%xs, %t, axis=0), %w), %b), nn.dense(%h, %u));
+          let %s = split(%g, indices_or_sections=4, axis=1);
+          let %c2 = add(multiply(sigmoid(%s.1), %c), multiply(sigmoid(%s.0), tanh(%s.2)));
+          let %h2 = multiply(sigmoid(%s.3), tanh(%c2));
+          %loop(add(%t, 1), %h2, %c2)
+        }
+      };
+      let %z = zeros(shape=[3, 48], dtype="float32");
+      %loop(0, %z, %z)
+    }
+  )";
+  kiln::CompileOptions o;
+  o.devices = {gpuUnderTest()};
+  auto exe = kiln::compile(program, "lstm.relay", o);
+  kiln::CompileOptions unmerged = o;
+  unmerged.mergeKernels = false;
+  CHECK(exe->kernels().size() + 2 == kiln::compile(program, "lstm.relay", unmerged)->kernels().size());
+  std::mt19937 rng(29);
+  std::vector<kiln::Value> args = {kiln::Value(randomInput(DType::Float32, {6, 3, 40}, rng)),
+                                   kiln::Value(randomInput(DType::Float32, {192, 40}, rng)),
+                                   kiln::Value(randomInput(DType::Float32, {192, 48}, rng)),
+                                   kiln::Value(randomInput(DType::Float32, {192}, rng))};
+  kiln::VirtualMachine cpuVm(kiln::compile(program, "lstm.relay"));
+  Tensor want = cpuVm.invoke("main", args).tensor();
+  kiln::VirtualMachine vm(exe);
+  Tensor got = vm.copyTo(vm.invoke("main", args)).tensor();
+  REQUIRE(got.shape() == want.shape());
+  int64_t bad = 0;
+  for (int64_t e = 0; e < got.numel(); ++e) bad += !near(got.data<float>()[e], want.data<float>()[e], DType::Float32, 40);
+  CHECK(bad == 0);
+}
+
 namespace {
 
 // Every kernel of `src` on the GPU against the CPU, with error bounds for a
