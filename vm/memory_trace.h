@@ -6,8 +6,9 @@
 // its last read, or to the end when the result holds it; views (reshape) are the
 // same data. The bound is, per device, the largest total of tensor bytes (in
 // whole 64-byte lines, which a tensor of the pool occupies) live at one tick: no
-// schedule of this program's operations in this order can hold less. Tensors are keyed by their data address, which is only reused
-// after the previous owner is gone.
+// schedule of this program's operations in this order can hold less. Tensors
+// are keyed by their data address, which is only reused after the previous
+// owner is gone.
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,9 @@
 // conv2d with a bias/ReLU epilogue joins the conv2d its output feeds, which
 // computes it band by band as it reads it (jit::sconv2dPair). Every group, single operators included,
 // becomes a primitive function called where its root was; the VM calls each as a
-// kernel. The pass builds a new module that shares the old one's arena.
+// kernel. Then consecutive kernels that read each other's results may merge into
+// one kernel of several results (FuseOptions::mergeKernels, merge_kernels.h).
+// The pass builds a new module that shares the old one's arena.
 #pragma once
 
 #include <memory>

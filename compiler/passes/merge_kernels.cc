@@ -1,7 +1,6 @@
 // Kernel merging: consecutive kernel bindings, each reading the ones before it, become one kernel (merge_kernels.h).
 #include "compiler/passes/merge_kernels.h"
 
-#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
@@ -113,6 +112,7 @@ class ChainMerger : public ExprMutator {
   };
   struct Stage {
     const Let* let;       // the binding as it was
+    size_t at;            // its place in the let chain
     const Call* call;     // its value (a kernel call)
     const Function* fn;   // the kernel it calls
     std::vector<Source> sources;  // one per parameter of fn
@@ -133,6 +133,7 @@ class ChainMerger : public ExprMutator {
       const Expr* e = stack.back();
       stack.pop_back();
       forEachChild(e, [&](const Expr* c) {
+        if (c->kind == ExprKind::TupleGet) ++fieldUses_[c];
         if (c->kind == ExprKind::Var) readers_[static_cast<const Var*>(c)].push_back(e);
         else if (seen.insert(c).second) stack.push_back(c);
       });
@@ -150,7 +151,7 @@ class ChainMerger : public ExprMutator {
 
   // Stage `s` when the kernel of `let` (its rewritten value `call`) can join
   // the chain `stages`.
-  bool joins(const std::vector<Stage>& stages, const Let* let, const Call* call, Stage& s) const {
+  bool joins(const std::vector<Stage>& stages, const Let* let, size_t at, const Call* call, Stage& s) const {
     const Function* fn = kernelOf(call);
     if (!fn || stages.size() >= kMaxStages || !canJoin(fn) || fn->params.size() != call->args.size()) return false;
     auto stageOf = [&](const Expr* e) -> int {
@@ -158,7 +159,7 @@ class ChainMerger : public ExprMutator {
         if (stages[i].let->var == e) return static_cast<int>(i);
       return -1;
     };
-    s = Stage{let, call, fn, {}};
+    s = Stage{let, at, call, fn, {}};
     bool readsChain = false;
     for (const Expr* a : call->args) {
       Source src{a};
@@ -200,14 +201,14 @@ class ChainMerger : public ExprMutator {
       const Expr* v = lets[i]->value;
       const Call* call = v->kind == ExprKind::Call ? static_cast<const Call*>(v) : nullptr;
       Stage next;
-      if (call && !stages.empty() && joins(stages, lets[i], call, next)) {
+      if (call && !stages.empty() && joins(stages, lets[i], i, call, next)) {
         stages.push_back(std::move(next));
         continue;
       }
       close();
       const Function* fn = call ? kernelOf(call) : nullptr;
       if (fn && canStart(fn) && fn->params.size() == call->args.size()) {
-        Stage s{lets[i], call, fn, {}};
+        Stage s{lets[i], i, call, fn, {}};
         for (const Expr* a : call->args) s.sources.push_back(Source{a});
         stages.push_back(std::move(s));
       }
@@ -216,31 +217,30 @@ class ChainMerger : public ExprMutator {
     std::vector<Merged> merged;
     for (size_t c = 0; c < chains.size(); ++c) {
       merged.push_back(plan(chains[c]));
-      for (const Stage& s : chains[c]) chainOf[index(lets, s.let)] = static_cast<int>(c);
+      for (const Stage& s : chains[c]) chainOf[s.at] = static_cast<int>(c);
     }
 
     // Then the rewrite, with the fields read after each chain redirected to
     // the merged kernel's results.
     std::vector<Binding> out;
+    bool changed = !chains.empty();
     for (size_t i = 0; i < lets.size(); ++i) {
       int c = chainOf[i];
       if (c < 0) {
         out.push_back({lets[i]->var, mutate(lets[i]->value), lets[i]});
+        changed |= out.back().value != lets[i]->value;
       } else if (chains[static_cast<size_t>(c)].back().let == lets[i]) {
         emit(chains[static_cast<size_t>(c)], merged[static_cast<size_t>(c)], out);
       }
     }
     const Expr* body = mutate(e);
+    if (!changed && body == e) return first;  // a long chain with nothing to merge is not copied
     for (auto it = out.rbegin(); it != out.rend(); ++it) {
       Let* l = builder().let(it->var, it->value, body, it->from->graphStyle, it->from->loc);
       l->type = body->type;
       body = l;
     }
     return body;
-  }
-
-  static size_t index(const std::vector<const Let*>& lets, const Let* l) {
-    return static_cast<size_t>(std::find(lets.begin(), lets.end(), l) - lets.begin());
   }
 
   // Stage j's result as read after the chain: not at all (no readers but the
@@ -257,13 +257,20 @@ class ChainMerger : public ExprMutator {
     if (it == readers_.end()) return r;
     bool tuple = asTuple(stages[j].fn->body->type) != nullptr;
     for (const Expr* reader : it->second) {
-      bool inside = false;
-      for (size_t k = j + 1; k < stages.size() && !inside; ++k) {
+      // A later stage's argument, used nowhere else (a field expression may be
+      // shared by several parents in a graph-style program).
+      int inside = 0;
+      for (size_t k = j + 1; k < stages.size(); ++k) {
         const Expr* call = stages[k].let->value;
-        if (reader == call) inside = true;
-        for (const Expr* a : static_cast<const Call*>(call)->args) inside |= a == reader;
+        if (reader == call) inside = -1;
+        for (const Expr* a : static_cast<const Call*>(call)->args)
+          if (a == reader && inside >= 0) ++inside;
       }
-      if (inside) continue;
+      if (inside < 0) continue;
+      if (inside > 0) {
+        auto uses = fieldUses_.find(reader);
+        if (uses == fieldUses_.end() || uses->second <= inside) continue;
+      }
       if (tuple && reader->kind == ExprKind::TupleGet) {
         auto* g = static_cast<const TupleGet*>(reader);
         r.fields.emplace_back(g->index, g);
@@ -420,6 +427,8 @@ class ChainMerger : public ExprMutator {
   Arena& arena_;
   const std::unordered_set<const Function*>& mergeable_;
   std::unordered_map<const Var*, std::vector<const Expr*>> readers_;
+  // How many times each field expression is an operand, all parents counted.
+  std::unordered_map<const Expr*, int> fieldUses_;
   // Expressions that read a field of a chain result after the chain, and the
   // merged result's field that replaces each.
   std::unordered_map<const Expr*, const Expr*> replace_;
