@@ -1,4 +1,4 @@
-// FMA peak and read-loop timings: the machine's limits, measured (cpu_limits.h).
+// FMA peak, read- and write-loop timings: the machine's limits, measured (cpu_limits.h).
 #include "device/cpu_limits.h"
 
 #include <immintrin.h>
@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <memory>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -48,6 +51,66 @@ __attribute__((target("avx2"))) float readOnce256(const float* p, size_t n) {
   for (float v : lanes) s += v;
   for (; i < n; ++i) s += p[i];
   return s;
+}
+
+// n floats (a multiple of 16, at a 64-byte boundary) stored with plain vector
+// stores (the line is read for ownership first, unless the core elides it) or
+// streaming ones (written around the caches).
+__attribute__((target("avx512f"))) void writeOnce512(float* p, size_t n, bool streaming) {
+  const __m512 v = _mm512_set1_ps(1.0f);
+  if (streaming) {
+    for (size_t i = 0; i < n; i += 16) _mm512_stream_ps(p + i, v);
+    _mm_sfence();
+  } else {
+    for (size_t i = 0; i < n; i += 16) _mm512_store_ps(p + i, v);
+  }
+}
+
+__attribute__((target("avx2"))) void writeOnce256(float* p, size_t n, bool streaming) {
+  const __m256 v = _mm256_set1_ps(1.0f);
+  if (streaming) {
+    for (size_t i = 0; i < n; i += 8) _mm256_stream_ps(p + i, v);
+    _mm_sfence();
+  } else {
+    for (size_t i = 0; i < n; i += 8) _mm256_store_ps(p + i, v);
+  }
+}
+
+void writeOnce(float* p, size_t n, bool streaming) {
+  if (__builtin_cpu_supports("avx512f")) return writeOnce512(p, n, streaming);
+  if (__builtin_cpu_supports("avx2")) return writeOnce256(p, n, streaming);
+  std::fill(p, p + n, 1.0f);
+}
+
+// `runs` timed passes over [0, floats), split into contiguous parts over
+// `threads` threads that start each pass together; pass(t, begin, end, r) runs
+// part t of pass r. The seconds of each pass: its slowest part's. Parts begin
+// at multiples of `align` floats.
+template <class Pass>
+std::vector<double> timedSplit(size_t floats, int threads, size_t runs, size_t align, Pass&& pass) {
+  size_t parts = std::min(static_cast<size_t>(std::clamp(threads, 1, 256)), std::max<size_t>(floats / align, 1));
+  std::vector<double> seconds(runs * parts);
+  std::atomic<size_t> arrived{0};
+  auto work = [&](size_t t) {
+    size_t begin = floats * t / parts / align * align, end = t + 1 == parts ? floats : floats * (t + 1) / parts / align * align;
+    for (size_t r = 0; r < runs; ++r) {
+      // Every part arrives before any starts pass r (so none is still in pass r - 1).
+      arrived.fetch_add(1);
+      while (arrived.load() < (r + 1) * parts) _mm_pause();
+      auto t0 = Clock::now();
+      pass(t, begin, end, r);
+      seconds[r * parts + t] = secondsSince(t0);
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < parts; ++t) helpers.emplace_back(work, t);
+  work(0);
+  for (auto& h : helpers) h.join();
+  std::vector<double> out(runs);
+  for (size_t r = 0; r < runs; ++r)
+    out[r] = *std::max_element(seconds.begin() + static_cast<ptrdiff_t>(r * parts),
+                               seconds.begin() + static_cast<ptrdiff_t>((r + 1) * parts));
+  return out;
 }
 
 // 12 independent accumulators hide the FMA latency; nothing touches memory in the
@@ -127,43 +190,25 @@ double fp32PeakPerCore(int reps, long iterations) {
 
 std::vector<double> timedReads(const float* buf, size_t floats, int threads, int reps, int times, bool alternate) {
   size_t parts = std::min(static_cast<size_t>(std::clamp(threads, 1, 256)), std::max<size_t>(floats, 1));
-  size_t runs = static_cast<size_t>(std::max(reps, 0));
-  std::vector<double> seconds(runs * parts);
   std::vector<float> sums(parts);
-  std::atomic<size_t> arrived{0};
-  auto work = [&](size_t t) {
-    size_t begin = floats * t / parts, end = floats * (t + 1) / parts;
+  auto read = [&](size_t t, size_t begin, size_t end, size_t r) {
     float sum = 0;
-    for (size_t r = 0; r < runs; ++r) {
-      // Every part arrives before any starts read r (so none is still in read r - 1).
-      arrived.fetch_add(1);
-      while (arrived.load() < (r + 1) * parts) _mm_pause();
-      auto t0 = Clock::now();
-      for (int k = 0; k < times; ++k) {
-        if (!alternate || r % 2 == 0) {
-          sum += readOnce(buf + begin, end - begin);
-          continue;
-        }
-        // Backwards by blocks: what the last read left in cache comes first (a
-        // kernel that turns its weights around each call finds it there too).
-        for (size_t hi = end; hi > begin;) {
-          size_t lo = hi - std::min(hi - begin, kBlockFloats);
-          sum += readOnce(buf + lo, hi - lo);
-          hi = lo;
-        }
+    for (int k = 0; k < times; ++k) {
+      if (!alternate || r % 2 == 0) {
+        sum += readOnce(buf + begin, end - begin);
+        continue;
       }
-      seconds[r * parts + t] = secondsSince(t0);
+      // Backwards by blocks: what the last read left in cache comes first (a
+      // kernel that turns its weights around each call finds it there too).
+      for (size_t hi = end; hi > begin;) {
+        size_t lo = hi - std::min(hi - begin, kBlockFloats);
+        sum += readOnce(buf + lo, hi - lo);
+        hi = lo;
+      }
     }
-    sums[t] = sum;
+    sums[t] += sum;
   };
-  std::vector<std::thread> helpers;
-  for (size_t t = 1; t < parts; ++t) helpers.emplace_back(work, t);
-  work(0);
-  for (auto& h : helpers) h.join();
-  std::vector<double> out(runs);
-  for (size_t r = 0; r < runs; ++r)
-    out[r] = *std::max_element(seconds.begin() + static_cast<ptrdiff_t>(r * parts),
-                               seconds.begin() + static_cast<ptrdiff_t>((r + 1) * parts));
+  std::vector<double> out = timedSplit(floats, threads, static_cast<size_t>(std::max(reps, 0)), 1, read);
   volatile float sink = 0;
   for (float v : sums) sink = sink + v;
   return out;
@@ -176,6 +221,27 @@ double readSeconds(double bytes, int threads, int reps) {
   // Read 0 brings the buffer into cache; the best of the rest.
   std::vector<double> reads = timedReads(buf.data(), buf.size(), threads, std::max(reps, 1) + 1, 1, true);
   return *std::min_element(reads.begin() + 1, reads.end()) * scale;
+}
+
+double writeSeconds(double bytes, int threads, int reps) {
+  if (!(bytes > 0)) return 0;
+  double scale = bytes > kLargestBuffer ? bytes / kLargestBuffer : 1.0;
+  size_t floats = (static_cast<size_t>(std::min(bytes, kLargestBuffer) / sizeof(float)) + 15) / 16 * 16;
+  std::unique_ptr<float, void (*)(float*)> buf(
+      static_cast<float*>(::operator new(floats * sizeof(float), std::align_val_t(64))),
+      [](float* p) { ::operator delete(p, std::align_val_t(64)); });
+  std::memset(buf.get(), 0, floats * sizeof(float));
+  double best = 0;
+  for (bool streaming : {false, true}) {
+    // Pass 0 warms the buffer (and its pages); the best of the rest.
+    std::vector<double> writes = timedSplit(floats, threads, static_cast<size_t>(std::max(reps, 1)) + 1, 16,
+                                            [&](size_t, size_t begin, size_t end, size_t) {
+                                              writeOnce(buf.get() + begin, end - begin, streaming);
+                                            });
+    double w = *std::min_element(writes.begin() + 1, writes.end());
+    best = best == 0 ? w : std::min(best, w);
+  }
+  return best * scale;
 }
 
 }  // namespace kiln::device

@@ -1,14 +1,15 @@
 // The CPU's physical limits, measured on this machine: one core's FP32 peak
-// (fused multiply-adds in registers) and the time to read a buffer of a given
-// size once, warm, from wherever it fits (L1, L2, L3 or memory), on one thread or
-// split over several. They are lower bounds on a kernel's time: no schedule does
-// its FLOPs faster than the peak, or reads its operands faster than the read loop
-// (the tuner's floors, the benchmarks' ratios).
+// (fused multiply-adds in registers) and the time to read, or write, a buffer of
+// a given size once, warm, from wherever it fits (L1, L2, L3 or memory), on one
+// thread or split over several. They are lower bounds on a kernel's time: no
+// schedule does its FLOPs faster than the peak, reads its operands faster than
+// the read loop or stores its results faster than the write loop (the tuner's
+// floors, the benchmarks' ratios).
 //
 // Every function measures when called (nothing is cached: a caller keeps what it
 // measured, and decides when the machine is quiet enough to measure). They use
 // the instructions the machine has (AVX-512, AVX2, or plain C++). Thread-safe: no
-// shared state; the split read starts its own threads.
+// shared state; a split read or write starts its own threads.
 #pragma once
 
 #include <cstddef>
@@ -38,5 +39,10 @@ std::vector<double> timedReads(const float* buf, size_t floats, int threads, int
 // (a read takes as long as its slowest part). Buffers over 256 MiB are not
 // allocated: the time for 256 MiB is scaled (they stream from memory).
 double readSeconds(double bytes, int threads, int reps = 20);
+
+// The same for writing a `bytes`-byte buffer once, warm: the faster of plain
+// vector stores and streaming (non-temporal) ones, so that no kernel's way of
+// storing its results beats it.
+double writeSeconds(double bytes, int threads, int reps = 20);
 
 }  // namespace kiln::device

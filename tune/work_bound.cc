@@ -81,7 +81,10 @@ MachineFloor::Floor MachineFloor::floorOf(const WorkBound& b) const {
   double operands = std::max(0.0, b.bytes - b.outputBytes);
   double read = device::readSeconds(operands, 1);
   if (threads > 1) read = std::min(read, device::readSeconds(operands, threads));
+  double write = device::writeSeconds(b.outputBytes, 1);
+  if (threads > 1) write = std::min(write, device::writeSeconds(b.outputBytes, threads));
   double compute = peakFlopsPerCore > 0 ? b.flops / (peakFlopsPerCore * threads) : 0;
+  if (write > read && write > compute) return Floor{write * 1e6, "bytes written"};
   return compute > read ? Floor{compute * 1e6, "FLOPs at peak"} : Floor{read * 1e6, "bytes read"};
 }
 

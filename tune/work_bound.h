@@ -1,17 +1,22 @@
 // A task's floor: the least time any schedule of its kernel can take on this
 // machine, so that a tuning result can be read against what was possible.
 //
-// A kernel must do its floating-point operations and read its operands at
-// least once. The floor is the larger of the FLOPs at the cores' FMA peak and
-// the operands' bytes at the speed of a warm read loop over a buffer of their
-// size (device/cpu_limits.h), so it is a lower bound: FLOPs are counted low (a
-// product's multiply-adds, one operation per element computed elsewhere, none
-// for data movement or a transcendental's polynomial), bytes once, no per-call
-// overhead, and the results' writes not at all: they can overlap the reads.
-// Measured here: a 16M-element x * y chain with streaming stores
-// (Schedule::streamingStores) ran in 2.97 ms on two threads, where reading its
-// operands and result took 4.39 ms and its operands alone 2.92. A default
-// schedule within 1.2x of its floor cannot be made 1.2x faster by any schedule.
+// A kernel must do its floating-point operations, read its operands and write
+// its results at least once. The floor is the largest of the FLOPs at the cores'
+// FMA peak, the operands' bytes at the speed of a warm read loop over a buffer
+// of their size, and the results' bytes at the speed of the faster of plain and
+// streaming stores over a buffer of theirs (device/cpu_limits.h), so it is a
+// lower bound: FLOPs are counted low (a product's multiply-adds, one operation
+// per element computed elsewhere, none for data movement or a transcendental's
+// polynomial), bytes once, no per-call overhead, and reads and writes as if they
+// overlapped fully (the larger, not the sum). Measured on a Zen 5: a 16M-element
+// x * y chain with streaming stores (Schedule::streamingStores) ran in 2.97 ms on
+// two threads, where reading its operands and result took 4.39 ms and its
+// operands alone 2.92. Writes matter where stores are slow: on a 2-vCPU Xeon
+// guest, 1 MB took 21.9 us to write on one thread against 7.3 us to read, and
+// 64 MB 3.0 ms against 2.8 (on two threads, with streaming stores, 1.5 ms
+// against 2.0). A default schedule within 1.2x of its floor cannot be made
+// 1.2x faster by any schedule.
 #pragma once
 
 #include <string>
@@ -25,7 +30,7 @@ namespace kiln::tune {
 struct WorkBound {
   double flops = 0;  // floating-point operations of one call, counted low
   double bytes = 0;  // the parameters read once and the outputs written once
-  double outputBytes = 0;  // of those, the outputs' (not in the floor: see above)
+  double outputBytes = 0;  // of those, the outputs'
 };
 
 // Throws kiln::Error when `shapes` do not fit the kernel (computeShapes).
@@ -40,10 +45,11 @@ struct MachineFloor {
 
   struct Floor {
     double micros = 0;
-    const char* what = "";  // "FLOPs at peak" or "bytes read"
+    const char* what = "";  // "FLOPs at peak", "bytes read" or "bytes written"
   };
-  // Measures the read of the operands' bytes (on one thread and split over
-  // `threads`, the faster) and takes the larger of that and the FLOPs at peak.
+  // Measures the read of the operands' bytes and the write of the results'
+  // (each on one thread and split over `threads`, the faster) and takes the
+  // largest of those and the FLOPs at peak.
   Floor floorOf(const WorkBound& b) const;
 };
 

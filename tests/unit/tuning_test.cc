@@ -382,13 +382,20 @@ TEST_CASE("a task's floor: its FLOPs counted low, its operands and results once,
   CHECK(std::string(read.what) == "bytes read");
   CHECK(read.micros > 0);
   CHECK(read.micros < 1e5);
-  // Results are not read: a kernel that only writes has no read floor.
-  CHECK(machine.floorOf({0, 1 << 20, 1 << 20}).micros == 0);
+  // Results are written, not read: a kernel that only writes has a write floor.
+  tune::MachineFloor::Floor written = machine.floorOf({0, 1 << 20, 1 << 20});
+  CHECK(std::string(written.what) == "bytes written");
+  CHECK(written.micros > 0);
+  CHECK(written.micros < 1e5);
   tune::MachineFloor::Floor compute = machine.floorOf({1e12, 64});
   CHECK(std::string(compute.what) == "FLOPs at peak");
   CHECK(compute.micros == doctest::Approx(1e12 / machine.peakFlopsPerCore * 1e6));
   CHECK(device::readSeconds(0, 2) == 0);
   CHECK(device::readSeconds(4096, 2, 3) > 0);
+  CHECK(device::writeSeconds(0, 2) == 0);
+  CHECK(device::writeSeconds(4096, 2, 3) > 0);
+  // 40 bytes: one thread writes the one whole line there is.
+  CHECK(device::writeSeconds(40, 2, 3) > 0);
 }
 
 TEST_CASE("a prod reduction tunes, and the log it writes is read back and applied") {
