@@ -189,8 +189,7 @@ double fp32PeakPerCore(int reps, long iterations) {
 }
 
 std::vector<double> timedReads(const float* buf, size_t floats, int threads, int reps, int times, bool alternate) {
-  size_t parts = std::min(static_cast<size_t>(std::clamp(threads, 1, 256)), std::max<size_t>(floats, 1));
-  std::vector<float> sums(parts);
+  std::vector<float> sums(static_cast<size_t>(std::clamp(threads, 1, 256)));  // per part: timedSplit makes at most this many
   auto read = [&](size_t t, size_t begin, size_t end, size_t r) {
     float sum = 0;
     for (int k = 0; k < times; ++k) {

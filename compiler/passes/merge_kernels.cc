@@ -113,8 +113,7 @@ class ChainMerger : public ExprMutator {
   struct Stage {
     const Let* let;       // the binding as it was
     size_t at;            // its place in the let chain
-    const Call* call;     // its value (a kernel call)
-    const Function* fn;   // the kernel it calls
+    const Function* fn;   // the kernel its value calls
     std::vector<Source> sources;  // one per parameter of fn
   };
   struct Binding {
@@ -149,7 +148,7 @@ class ChainMerger : public ExprMutator {
     return mergeable_.count(fn) ? fn : nullptr;
   }
 
-  // Stage `s` when the kernel of `let` (its rewritten value `call`) can join
+  // Stage `s` when the kernel of `let` (its value `call`) can join
   // the chain `stages`.
   bool joins(const std::vector<Stage>& stages, const Let* let, size_t at, const Call* call, Stage& s) const {
     const Function* fn = kernelOf(call);
@@ -159,7 +158,7 @@ class ChainMerger : public ExprMutator {
         if (stages[i].let->var == e) return static_cast<int>(i);
       return -1;
     };
-    s = Stage{let, at, call, fn, {}};
+    s = Stage{let, at, fn, {}};
     bool readsChain = false;
     for (const Expr* a : call->args) {
       Source src{a};
@@ -208,7 +207,7 @@ class ChainMerger : public ExprMutator {
       close();
       const Function* fn = call ? kernelOf(call) : nullptr;
       if (fn && canStart(fn) && fn->params.size() == call->args.size()) {
-        Stage s{lets[i], i, call, fn, {}};
+        Stage s{lets[i], i, fn, {}};
         for (const Expr* a : call->args) s.sources.push_back(Source{a});
         stages.push_back(std::move(s));
       }
