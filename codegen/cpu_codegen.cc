@@ -12,6 +12,7 @@
 #include "codegen/streaming_stores.h"
 #include "device/thread_pool.h"
 #include "jit/gemm.h"
+#include "kernel_ir/gemm_epilogue.h"
 
 namespace kiln::jit {
 
@@ -126,23 +127,16 @@ class CpuCodegen final : public LoopEmitter {
   bool parallelHere() const override { return !inTask_; }
 
   // A parallel loop becomes a task function over [begin, end), run by
-  // kiln_parallel_for on the thread pool. Variables of enclosing loops travel in
-  // the shape array: the task gets a copy with their values appended, at
-  // numShapeSlots + i, and binds them at its entry.
+  // kiln_parallel_for on the thread pool (makeLoopTask).
   void emitParallel(const loop::StmtNode& s) override {
     llvm::Value* extent = emitExpr(s.extent);
-    llvm::Value* work = b_.CreateMul(extent, bodyWork(s.body));
-    // The schedule's grain scales the work the pool compares with its threshold
-    // (a grain shift of g: only loops of kMinParallelWork << g elements share).
-    const loop::Schedule& sched = k_.schedule;
-    if (sched.grainShift > 0) work = b_.CreateAShr(work, b_.getInt64(sched.grainShift));
-    if (sched.grainShift < 0) work = b_.CreateShl(work, b_.getInt64(-sched.grainShift));
+    llvm::Value* work = loopWork(s, extent);
     // Work known now and below the pool's threshold: the loop would always run
     // inline, so it is emitted inline, and with a static trip count the
     // vectorized loop needs no remainder (half the code of a small element-wise
     // kernel, which compiles in half the time). So is every loop of a schedule
     // that shares nothing.
-    if (!sched.parallel) {
+    if (!k_.schedule.parallel) {
       emitInnerFor(s, loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::NoVectorize);
       return;
     }
@@ -150,6 +144,34 @@ class CpuCodegen final : public LoopEmitter {
       emitInnerFor(s, loop::isVectorized(s.loop) ? LoopHint::Vectorize : LoopHint::NoVectorize);
       return;
     }
+    LoopTask t = makeLoopTask(s);
+    llvm::Type* ptr = b_.getPtrTy();
+    llvm::FunctionCallee pfor = m_->getOrInsertFunction(
+        "kiln_parallel_for", llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), ptr, ptr, ptr}, false));
+    b_.CreateCall(pfor, {extent, work, t.task, fn_->getArg(static_cast<unsigned>(k_.buffers.size()) + 1), t.shapes});
+  }
+
+  // A loop's estimate of its work for the pool. The schedule's grain scales the
+  // work the pool compares with its threshold (a grain shift of g: only loops of
+  // kMinParallelWork << g elements share).
+  llvm::Value* loopWork(const loop::StmtNode& s, llvm::Value* extent) {
+    llvm::Value* work = b_.CreateMul(extent, bodyWork(s.body));
+    const loop::Schedule& sched = k_.schedule;
+    if (sched.grainShift > 0) work = b_.CreateAShr(work, b_.getInt64(sched.grainShift));
+    if (sched.grainShift < 0) work = b_.CreateShl(work, b_.getInt64(-sched.grainShift));
+    return work;
+  }
+
+  // Loop `s` as a task function over [begin, end) of its variable, for the pool
+  // (kiln_parallel_for) or a product's threads (kiln_sgemm_packed_then), and the
+  // shape array to pass it. Variables of enclosing loops travel in the shape
+  // array: the task gets a copy with their values appended, at numShapeSlots + i,
+  // and binds them at its entry.
+  struct LoopTask {
+    llvm::Function* task;
+    llvm::Value* shapes;
+  };
+  LoopTask makeLoopTask(const loop::StmtNode& s) {
     llvm::Type* ptr = b_.getPtrTy();
     std::string base = symbol_ + ".task" + std::to_string(tasks_++);
     llvm::Function* inner = makeBodyFunction(base + ".body", true);
@@ -168,11 +190,7 @@ class CpuCodegen final : public LoopEmitter {
       tb.CreateCall(inner, args);
       tb.CreateRetVoid();
     }
-    // The caller: the extent, an estimate of the work, and the call.
     unsigned n = static_cast<unsigned>(k_.buffers.size());
-    llvm::FunctionCallee pfor = m_->getOrInsertFunction(
-        "kiln_parallel_for", llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), ptr, ptr, ptr}, false));
-    llvm::Value* bufs = fn_->getArg(n + 1);
     llvm::Value* shapes = fn_->getArg(n);
     std::vector<int32_t> captured;
     for (size_t v = 0; v < vars_.size(); ++v)
@@ -226,7 +244,7 @@ class CpuCodegen final : public LoopEmitter {
     preheaders_.swap(savedPreheaders);
     vars_ = std::move(savedVars);
     varDepth_ = std::move(savedDepth);
-    b_.CreateCall(pfor, {extent, work, task, bufs, shapes});
+    return {task, shapes};
   }
 
   // A loop with a prefetch hint is strip-mined: each chunk first asks for the
@@ -334,19 +352,53 @@ class CpuCodegen final : public LoopEmitter {
     f->addFnAttr("prefer-vector-width", "512");
   }
 
+  // A float pointer into buffer `buffer`, `offset` elements in.
+  llvm::Value* at(int32_t buffer, ExprId offset) {
+    return b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(buffer)), emitExpr(offset));
+  }
+
+  // The entry points' flags (jit/gemm.h) for product `g` under this schedule.
+  int64_t gemmFlags(const loop::GemmArgs& g) const {
+    return (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0) |
+           (k_.schedule.parallel ? 0 : jit::kGemmFlagSerial) | device::grainFlags(k_.schedule.grainShift) |
+           jit::gemmBlockingFlags({k_.schedule.gemmKC, k_.schedule.gemmMCTiles, k_.schedule.gemmTile,
+                                   k_.schedule.gemmPackA, k_.schedule.gemmNarrow});
+  }
+
+  // A product and the loop after it that reads it by column groups: one call,
+  // the loop a task the product's threads run on their own columns
+  // (jit::GemmEpilogue). Not inside a task (nothing there is shared out), nor
+  // under a schedule that shares nothing (the two would then be one thread's
+  // anyway, in the same order) or that asks for the loop after the product
+  // (then=after).
+  bool emitGemmThen(const loop::StmtNode& gemm, const loop::StmtNode& next) override {
+    if (!parallelHere() || !k_.schedule.parallel || !k_.schedule.gemmThenInThreads) return false;
+    std::optional<int64_t> groups = loop::epilogueColumnGroups(k_, gemm, next);
+    if (!groups) return false;
+    const loop::GemmArgs& g = gemm.gemm;
+    llvm::Value* work = loopWork(next, emitExpr(next.extent));
+    LoopTask t = makeLoopTask(next);
+    llvm::Type* ptr = b_.getPtrTy();
+    llvm::Type* i64 = b_.getInt64Ty();
+    llvm::FunctionCallee then = m_->getOrInsertFunction(
+        "kiln_sgemm_packed_then",
+        llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, i64, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, ptr, ptr, ptr, i64},
+                                false));
+    unsigned n = static_cast<unsigned>(k_.buffers.size());
+    b_.CreateCall(then, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda),
+                         at(g.b, g.bOffset), emitExpr(g.ldb), fn_->getArg(static_cast<unsigned>(g.packedB)),
+                         at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(gemmFlags(g)), b_.getInt64(*groups), t.task,
+                         fn_->getArg(n + 1), t.shapes, work});
+    return true;
+  }
+
   void emitGemm(const loop::StmtNode& s) override {
     const loop::GemmArgs& g = s.gemm;
     llvm::Type* ptr = b_.getPtrTy();
     llvm::Type* i64 = b_.getInt64Ty();
     llvm::FunctionCallee sgemm = m_->getOrInsertFunction(
         "kiln_sgemm", llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, i64, ptr, i64, ptr, i64, ptr, i64, i64}, false));
-    auto at = [&](int32_t buffer, ExprId offset) {
-      return b_.CreateInBoundsGEP(b_.getFloatTy(), fn_->getArg(static_cast<unsigned>(buffer)), emitExpr(offset));
-    };
-    int64_t flags = (g.transA ? 1 : 0) | (g.transB ? 2 : 0) | (g.accumulate ? 4 : 0) |
-                    (k_.schedule.parallel ? 0 : jit::kGemmFlagSerial) | device::grainFlags(k_.schedule.grainShift) |
-                    jit::gemmBlockingFlags({k_.schedule.gemmKC, k_.schedule.gemmMCTiles, k_.schedule.gemmTile, k_.schedule.gemmPackA,
-                                            k_.schedule.gemmNarrow});
+    int64_t flags = gemmFlags(g);
     if (g.bias >= 0 || g.relu) {
       // The product finishes C itself: bias per column, then ReLU (jit::GemmPost).
       llvm::FunctionCallee post = m_->getOrInsertFunction(

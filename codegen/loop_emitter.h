@@ -51,6 +51,11 @@ class LoopEmitter {
   virtual bool parallelHere() const { return preheaders_.empty(); }
   virtual void emitParallel(const loop::StmtNode& s) = 0;
   virtual void emitGemm(const loop::StmtNode& s) = 0;
+  // A product and the statement after it emitted together (the CPU runs a loop
+  // that reads the product by column groups inside the product's threads:
+  // kernel_ir/gemm_epilogue.h); false, having emitted nothing, where the two
+  // are emitted one after the other.
+  virtual bool emitGemmThen(const loop::StmtNode&, const loop::StmtNode&) { return false; }
   virtual void emitConv2d(const loop::StmtNode& s) = 0;
 
   // Starts emitting into `fn` (fresh caches and scopes).
@@ -99,7 +104,14 @@ class LoopEmitter {
     const loop::StmtNode& s = k_.stmt(id);
     switch (s.kind) {
       case StmtKind::Block:
-        for (loop::StmtId c : s.body) emitStmt(c);
+        for (size_t i = 0; i < s.body.size(); ++i) {
+          const loop::StmtNode& c = k_.stmt(s.body[i]);
+          if (c.kind == StmtKind::Gemm && i + 1 < s.body.size() && emitGemmThen(c, k_.stmt(s.body[i + 1]))) {
+            ++i;
+            continue;
+          }
+          emitStmt(s.body[i]);
+        }
         return;
       case StmtKind::Store: emitStore(s); return;
       case StmtKind::Gemm: emitGemm(s); return;

@@ -587,6 +587,21 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   parallelFor((m + job.mc - 1) / job.mc, m * n * k / 64, rowBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
 }
 
+void sgemmPackedThen(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                     bool transB, const float* packed, float* c, int64_t ldc, const GemmBlocking& blocking,
+                     const GemmEpilogue& then) {
+  int64_t columns = then.groups > 0 && n % then.groups == 0 ? n / then.groups : -1;
+  int tile = static_cast<int>(blocking.tile);
+  int64_t nr = isa().tile.nr;
+  // The conditions of sgemmPacked's few-rows path, and groups of whole panels.
+  if (packed && m > 0 && m <= kSkinnyRows && k > 0 && columns > 0 && columns % nr == 0 &&
+      packedBMatches(packed, k, n, tile) && isa(tile).tile.nr == nr)
+    return detail::skinnyGemmThen({m, n, k, a, lda, 1, nullptr, 0, packed + kPackedHeaderFloats, c, ldc, false, {}},
+                                  then);
+  sgemmPacked(m, n, k, a, lda, false, b, ldb, transB, packed, c, ldc, false, {}, blocking);
+  if (columns > 0) parallelFor(columns, then.work, then.task, then.buffers, then.shapes);
+}
+
 // Runs an entry point's product under the scopes its flags ask for: bit 4 serial,
 // bits 25-30 the grain.
 template <class Product>
@@ -601,6 +616,16 @@ extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* 
   kiln::jit::underFlags(flags, [&] {
     kiln::jit::sgemmPacked(m, n, k, a, lda, (flags & 1) != 0, b, ldb, (flags & 2) != 0, packed, c, ldc, (flags & 4) != 0, {},
                            kiln::jit::gemmBlockingFromFlags(flags));
+  });
+}
+
+extern "C" void kiln_sgemm_packed_then(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                                       int64_t ldb, const float* packed, float* c, int64_t ldc, int64_t flags,
+                                       int64_t groups, kiln::device::ParallelTask then, void* const* buffers,
+                                       const int64_t* shapes, int64_t work) {
+  kiln::jit::underFlags(flags, [&] {
+    kiln::jit::sgemmPackedThen(m, n, k, a, lda, b, ldb, (flags & 2) != 0, packed, c, ldc, kiln::jit::gemmBlockingFromFlags(flags),
+                               {then, buffers, shapes, groups, work});
   });
 }
 

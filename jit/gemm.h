@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "device/thread_pool.h"
+
 namespace kiln::jit {
 
 // Row-major matrices: A is m x k (or k x m when transA), with leading dimension
@@ -79,6 +81,34 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
                  bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post = {},
                  const GemmBlocking& blocking = {});
 
+// A loop that runs after a product and reads C by column groups: C's n columns
+// are `groups` groups of n / groups, and the loop's iteration j (over
+// 0 .. n / groups) reads only column j of each group, in every row. An LSTM
+// step's gate pass is one: hidden unit j reads its four gates, columns j,
+// j + H, j + 2H and j + 3H of the recurrent product. `task` runs iterations
+// [begin, end) as a kiln_parallel_for task does; `work` is the loop's estimate
+// for the pool.
+//
+// Where the few-rows path runs (m <= kSkinnyRows, B prepacked, each group whole
+// panels), each thread makes the same part of every group and then runs the
+// loop on exactly those columns: the loop reads only what its own thread just
+// wrote, and the element-wise pass, which ran on the caller alone after the
+// product (reading the other threads' results across cores), is split as the
+// product is. Elsewhere the product runs whole and the loop after it.
+struct GemmEpilogue {
+  device::ParallelTask task = nullptr;
+  void* const* buffers = nullptr;
+  const int64_t* shapes = nullptr;
+  int64_t groups = 1;
+  int64_t work = 0;
+};
+
+// sgemmPacked (A not transposed, nothing accumulated) followed by `then`; n must be
+// a multiple of then.groups.
+void sgemmPackedThen(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                     bool transB, const float* packed, float* c, int64_t ldc, const GemmBlocking& blocking,
+                     const GemmEpilogue& then);
+
 // Flags bit 4 of the entry points below: run on the calling thread alone (a
 // schedule that shares nothing, loop::Schedule::parallel).
 constexpr int64_t kGemmFlagSerial = 16;
@@ -108,6 +138,12 @@ extern "C" void kiln_sgemm_packed(int64_t m, int64_t n, int64_t k, const float* 
                                   const float* packed, float* c, int64_t ldc, int64_t flags);
 extern "C" void kiln_sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                            float* c, int64_t ldc, int64_t flags);
+// A product followed by a loop that reads it by column groups (GemmEpilogue),
+// flags as kiln_sgemm_packed's (A's transpose and accumulation not taken).
+extern "C" void kiln_sgemm_packed_then(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                                       int64_t ldb, const float* packed, float* c, int64_t ldc, int64_t flags,
+                                       int64_t groups, kiln::device::ParallelTask then, void* const* buffers,
+                                       const int64_t* shapes, int64_t work);
 // With post-ops (GemmPost): `bias` (n floats) may be null; flags bit 3 is ReLU;
 // `packed` may be null.
 extern "C" void kiln_sgemm_post(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,

@@ -138,6 +138,9 @@ struct SkinnyJob {
 };
 
 void skinnyGemm(SkinnyJob&& j);
+// skinnyGemm of prepacked panels, each thread then running `then` on the columns
+// it made (GemmEpilogue); each column group is whole panels.
+void skinnyGemmThen(SkinnyJob&& j, const GemmEpilogue& then);
 void narrowGemm(SkinnyJob&& j);
 
 // Whether this thread's stream of `bytes` of the prepacked weight (part) at `b`

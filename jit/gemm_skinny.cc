@@ -325,8 +325,8 @@ void skinnyRows(const SkinnyJob& j, int64_t q, bool prefetch) {
   else skinnyPanel512<M, false>(j, q, prefetch);
 }
 
-void skinnyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
-  const SkinnyJob& j = *reinterpret_cast<const SkinnyJob*>(ctx);
+// Panels [begin, end) of a product.
+void runPanels(const SkinnyJob& j, int64_t begin, int64_t end) {
   using Fn = void (*)(const SkinnyJob&, int64_t, bool);
   static constexpr Fn kByRows[] = {skinnyRows<1>, skinnyRows<2>, skinnyRows<3>, skinnyRows<4>,
                                    skinnyRows<5>, skinnyRows<6>, skinnyRows<7>, skinnyRows<8>};
@@ -341,6 +341,30 @@ void skinnyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
     for (int64_t q = end; q-- > begin;) f(j, q, prefetch);
   else
     for (int64_t q = begin; q < end; ++q) f(j, q, prefetch);
+}
+
+void skinnyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  runPanels(*reinterpret_cast<const SkinnyJob*>(ctx), begin, end);
+}
+
+// A product and the loop after it (GemmEpilogue): the task's panels are
+// [begin, end) of every column group, and then its loop iterations are those
+// panels' columns, which only this thread wrote.
+struct SkinnyThen {
+  SkinnyJob job;
+  GemmEpilogue then;
+  int64_t groupPanels;
+};
+
+void skinnyThenTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  const SkinnyThen& t = *reinterpret_cast<const SkinnyThen*>(ctx);
+  int64_t groups = t.then.groups;
+  for (int64_t i = 0; i < groups; ++i) {
+    int64_t g = t.job.backward ? groups - 1 - i : i;
+    runPanels(t.job, g * t.groupPanels + begin, g * t.groupPanels + end);
+  }
+  int64_t nr = isa().tile.nr;
+  t.then.task(t.then.buffers, t.then.shapes, begin * nr, end * nr);
 }
 
 // What this thread knows of the weights it streamed recently: which way each
@@ -426,6 +450,13 @@ void detail::skinnyGemm(SkinnyJob&& j) {
   int64_t panels = nr == 32 ? (j.n + 31) >> 5 : (j.n + nr - 1) / nr;
   j.backward = turnAround(j.packed ? j.packed : j.b);
   parallelFor(panels, j.m * j.n * j.k / 4, skinnyTask, reinterpret_cast<void* const*>(&j), nullptr, /*affine=*/true);
+}
+
+void detail::skinnyGemmThen(SkinnyJob&& j, const GemmEpilogue& then) {
+  j.backward = turnAround(j.packed);
+  SkinnyThen t{j, then, j.n / then.groups / isa().tile.nr};
+  parallelFor(t.groupPanels, j.m * j.n * j.k / 4, skinnyThenTask, reinterpret_cast<void* const*>(&t), nullptr,
+              /*affine=*/true);
 }
 
 // ---- few columns (n <= 16: a classifier head) and many rows ----

@@ -40,7 +40,7 @@ std::string hex(uint64_t v) {
 namespace {
 // The lowering and code generation themselves: bump whenever they change the
 // machine code made for an unchanged function, so no disk cache serves old code.
-constexpr int kCodegenVersion = 15;
+constexpr int kCodegenVersion = 16;
 
 // Everything a compiled kernel depends on: its content, the device, the target
 // (the CPU's fingerprint, read without LLVM), LLVM's version and Kiln's own code

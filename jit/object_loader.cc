@@ -37,6 +37,7 @@ void* resolveExternal(const std::string& name) {
       {"kiln_sgemm", reinterpret_cast<void*>(&kiln_sgemm)},
       {"kiln_sgemm_packed", reinterpret_cast<void*>(&kiln_sgemm_packed)},
       {"kiln_sgemm_post", reinterpret_cast<void*>(&kiln_sgemm_post)},
+      {"kiln_sgemm_packed_then", reinterpret_cast<void*>(&kiln_sgemm_packed_then)},
       {"kiln_sconv2d", reinterpret_cast<void*>(&kiln_sconv2d)},
       {"kiln_sconv2d_pair", reinterpret_cast<void*>(&kiln_sconv2d_pair)},
       // The emulated CUDA device's runtime, for GPU code compiled for the host.

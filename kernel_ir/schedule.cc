@@ -6,6 +6,7 @@
 #include <functional>
 #include <unordered_map>
 
+#include "kernel_ir/gemm_epilogue.h"
 #include "kernel_ir/loop_ir.h"
 
 namespace kiln::loop {
@@ -63,6 +64,7 @@ std::string Schedule::toString() const {
   if (gemmPackA) add("pack_a=1");
   if (gemmNarrow) add(gemmNarrow == 1 ? "narrow=panels" : "narrow=dot");
   if (streamingStores) add("stores=stream");
+  if (!gemmThenInThreads) add("then=after");
   return s.empty() ? "default" : s;
 }
 
@@ -119,6 +121,9 @@ std::optional<Schedule> Schedule::parse(std::string_view text, std::string* erro
     } else if (key == "stores") {
       ok = value == "stream" || value == "cached";
       s.streamingStores = value == "stream";
+    } else if (key == "then") {
+      ok = value == "threads" || value == "after";
+      s.gemmThenInThreads = value == "threads";
     } else if (key == "conv") {
       ok = value == "direct" || value == "gemm";
       s.directConv = value == "direct";
@@ -354,6 +359,9 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
         space.hasNarrowGemm = true;
     }
     if (s.kind == StmtKind::Conv2d) space.hasConv = space.hasParallel = true;
+    if (s.kind == StmtKind::Block)
+      for (size_t i = 0; i + 1 < s.body.size(); ++i)
+        if (epilogueColumnGroups(k, k.stmt(s.body[i]), k.stmt(s.body[i + 1]))) space.hasGemmThen = true;
     if (s.kind == StmtKind::For) {
       if (isVectorized(s.loop)) space.hasVectorLoops = true;
       if (isVectorized(s.loop) && storesDirectly(k, s)) space.hasVectorStores = true;
@@ -367,7 +375,7 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
 int ScheduleSpace::dimensions() const {
   return (nestDepth > 1 ? 2 : 0) + (nestDepth == 1 ? 1 : 0) + (hasVectorLoops ? 2 : 0) + (hasSerialInner ? 1 : 0) +
          (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 4 : 0) + (hasNarrowGemm ? 1 : 0) +
-         (hasVectorStores ? 1 : 0);
+         (hasVectorStores ? 1 : 0) + (hasGemmThen ? 1 : 0);
 }
 
 namespace {
@@ -387,7 +395,7 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
   Schedule out = s;
   // Knobs this space has, drawn until one actually changes the schedule.
   for (int attempt = 0; attempt < 16 && out == s; ++attempt) {
-    switch (std::uniform_int_distribution<int>(0, 13)(rng)) {
+    switch (std::uniform_int_distribution<int>(0, 14)(rng)) {
       case 0:
         if (nestDepth > 1) {
           out.order.resize(static_cast<size_t>(nestDepth));
@@ -442,6 +450,9 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
         break;
       case 13:
         if (hasVectorStores) out.streamingStores = !out.streamingStores;
+        break;
+      case 14:
+        if (hasGemmThen) out.gemmThenInThreads = !out.gemmThenInThreads;
         break;
     }
   }

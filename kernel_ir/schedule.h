@@ -68,6 +68,10 @@ struct Schedule {
   // codegen/streaming_stores.h), for outputs too large to be read back from
   // cache: they skip the read a cached store makes of every line it writes.
   bool streamingStores = false;
+  // A loop after a one-row GEMM that reads it by column groups (an LSTM step's
+  // gates: kernel_ir/gemm_epilogue.h) runs in the GEMM's threads, each thread on
+  // the columns it made; false: on the calling thread after the whole product.
+  bool gemmThenInThreads = true;
 
   bool isDefault() const { return toString() == "default"; }
   std::string toString() const;
@@ -100,6 +104,8 @@ struct ScheduleSpace {
   // Vectorized loops that store (the streaming-stores knob). The tuner offers
   // the knob only for tasks whose outputs are at least kStreamingStoresLeastBytes.
   bool hasVectorStores = false;
+  // A GEMM and a loop after it that may run in the GEMM's threads (then=).
+  bool hasGemmThen = false;
   // How many independent knobs the space has (0: nothing to tune).
   int dimensions() const;
 

@@ -89,6 +89,9 @@ TEST_CASE("a schedule's text names what differs from the default, and reads back
   CHECK(s.gemmNarrow == 2);
   CHECK(parsed("narrow=panels").gemmNarrow == 1);
   CHECK(parsed("narrow=panels").toString() == "narrow=panels");
+  CHECK_FALSE(parsed("then=after").gemmThenInThreads);
+  CHECK(parsed("then=after").toString() == "then=after");
+  CHECK(parsed("then=threads").isDefault());
   CHECK(s.gemmKC == 256);
   CHECK(s.gemmMCTiles == 4);
   CHECK(s.gemmTile == 1);
@@ -175,6 +178,22 @@ TEST_CASE("loop order and tiles are applied where legal, and every schedule comp
   CHECK(narrowIn("def @main(%x: Tensor[(?, 300), float32], %w: Tensor[(?, 300), float32]) { nn.dense(%x, %w) }"));
   CHECK_FALSE(narrowIn("def @main(%x: Tensor[(37, 300), float32], %w: Tensor[(70, 300), float32]) { nn.dense(%x, %w) }"));
   CHECK_FALSE(narrowIn("def @main(%x: Tensor[(5, 70), float32], %w: Tensor[(70, 6), float32]) { nn.matmul(%x, %w) }"));
+  // An LSTM step's gate loop after its one-row product: in the product's
+  // threads (the default) or after it, the same results.
+  const std::string gates =
+      "def @main(%h: Tensor[(1, 64), float32], %w: Tensor[(256, 64), float32], %c: Tensor[(1, 64), float32]) {"
+      "  let %s = split(nn.dense(%h, %w, units=256), indices_or_sections=4, axis=1);"
+      "  let %c2 = sigmoid(%s.1) * %c + sigmoid(%s.0) * tanh(%s.2); (%c2, sigmoid(%s.3) * tanh(%c2)) }";
+  CHECK(loop::scheduleSpaceOf(kernel_ir::lowerToLoops(test::fusedFrom(gates), {.directConv = true, .gemmPostOps = true}))
+            .hasGemmThen);
+  // A product with no loop after it: no such knob.
+  CHECK_FALSE(loop::scheduleSpaceOf(
+                  kernel_ir::lowerToLoops(test::fusedFrom("def @main(%x: Tensor[(1, 64), float32], %w: Tensor[(256, 64), "
+                                                          "float32]) { nn.dense(%x, %w) }"),
+                                          {.directConv = true, .gemmPostOps = true}))
+                  .hasGemmThen);
+  for (const char* s : {"then=after", "then=after,grain=-4", "grain=-4"})
+    checkSameResult(gates, {{1, 64}, {256, 64}, {1, 64}}, s);
   for (const char* s : {"narrow=dot", "narrow=panels", "narrow=dot,parallel=0"}) {
     checkSameResult("def @main(%x: Tensor[(37, 300), float32], %w: Tensor[(10, 300), float32]) { nn.dense(%x, %w) }",
                     {{37, 300}, {10, 300}}, s);
