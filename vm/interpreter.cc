@@ -146,6 +146,10 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
 
   // Small scratch lists for kernel operands (a kernel has few parameters).
   boost::container::small_vector<Tensor, 8> ins, outs;
+  // A CPU kernel's scalar inputs (a loop counter read by a `take`), each a 0-d
+  // tensor over a slot here for the call, instead of a pool allocation per call.
+  constexpr size_t kScalarSlots = 4;
+  alignas(64) std::byte scalarSlots[kScalarSlots][64];
   // invoke_kernel's operands, by reference to the tensors in the registers.
   constexpr uint32_t kInlineOperands = 16;
   const Tensor* inOnStack[kInlineOperands];
@@ -414,12 +418,15 @@ dispatch:
     }
     // Operands by reference to the tensors in the registers (no copies); a
     // scalar register's value becomes a 0-d tensor kept in ins/outs for the call
-    // (reserved first, so those never move while referenced).
+    // (reserved first, so those never move while referenced). For a kernel on
+    // the CPU, which reads its inputs before it returns, that tensor views one
+    // of scalarSlots (owned by no one); elsewhere it is allocated.
     // Filled in place, on the stack up to kInlineOperands: a push_back or a
     // resize per operand list was an out-of-line call each. temps is reserved
     // at the first scalar, before any pointer into it is taken.
-    auto refer = [R](bytecode::RegisterList list, const Tensor** onStack, std::vector<const Tensor*>& more,
-                     boost::container::small_vector<Tensor, 8>& temps, const char* what) {
+    auto refer = [R, &scalarSlots](bytecode::RegisterList list, const Tensor** onStack, std::vector<const Tensor*>& more,
+                                   boost::container::small_vector<Tensor, 8>& temps, const char* what, bool hostSlots) {
+      size_t slot = 0;
       const Tensor** out = onStack;
       if (list.size > kInlineOperands) {
         more.resize(list.size);
@@ -436,14 +443,21 @@ dispatch:
             temps.reserve(list.size);
             reserved = true;
           }
-          temps.push_back(tensorOf(v, what));
+          if (hostSlots && v.isScalar() && slot < kScalarSlots) {
+            void* p = scalarSlots[slot++];
+            writeScalar(p, v.dtype(), v.intValue(), v.floatValue());
+            temps.push_back(Tensor::view(v.dtype(), {}, std::shared_ptr<void>(std::shared_ptr<void>(), p)));
+          } else {
+            temps.push_back(tensorOf(v, what));
+          }
           out[i] = &temps.back();
         }
       }
       return jit::CompiledKernel::TensorRefs(out, list.size);
     };
-    jit::CompiledKernel::TensorRefs inSpan = refer(o.list<1>(), inOnStack, inMore, ins, "kernel input");
-    jit::CompiledKernel::TensorRefs outSpan = refer(o.list<2>(), outOnStack, outMore, outs, "kernel output");
+    jit::CompiledKernel::TensorRefs outSpan = refer(o.list<2>(), outOnStack, outMore, outs, "kernel output", false);
+    jit::CompiledKernel::TensorRefs inSpan =
+        refer(o.list<1>(), inOnStack, inMore, ins, "kernel input", outSpan.empty() || !outSpan[0]->device().isGpu());
     // A tuning log may give a kernel with `?` dimensions a variant per shape.
     const jit::CompiledKernel& kernel =
         kernels.on(k, outSpan.empty() ? Device{} : outSpan[0]->device()).variantFor(inSpan);

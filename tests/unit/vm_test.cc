@@ -424,3 +424,35 @@ def @main(%x: Tensor[(4,), float32]) {
     CHECK(out[3].tensor().data() == kept.tensor().data());
   }
 }
+
+TEST_CASE("vm: a loop counter read by a CPU kernel is not allocated per call") {
+  // %t reaches the kernel of `take` as a 0-d tensor: over a slot of the VM's
+  // frame, not a pool block per call (which came from the process's pools).
+  const char* src = R"(
+def @main(%xs: Tensor[(300, 4), float32]) -> Tensor[(4,), float32] {
+  let %loop = fn (%t: int32, %acc: Tensor[(4,), float32]) -> Tensor[(4,), float32] {
+    if (%t == 300) { %acc } else { %loop(%t + 1, %acc + take(%xs, %t, axis=0)) }
+  };
+  %loop(0, zeros(shape=[4], dtype="float32"))
+}
+)";
+  auto exe = kiln::compile(src, "t.relay");
+  Tensor xs = Tensor::empty(kiln::DType::Float32, {300, 4});
+  for (int64_t i = 0; i < 1200; ++i) xs.data<float>()[i] = static_cast<float>(i % 7);
+  kiln::VMOptions o;
+  o.runtime = kiln::Runtime::create();
+  kiln::VirtualMachine vm(exe, o);
+  auto requests = [] {
+    for (const kiln::PoolStats& s : kiln::MemoryPools::processDefault().stats())
+      if (s.device == kiln::Device{}) return s.hits + s.misses;
+    return uint64_t(0);
+  };
+  uint64_t before = requests();
+  Tensor r = vm.invoke("main", {Value(xs)}).tensor();
+  CHECK(requests() - before < 10);
+  for (int64_t c = 0; c < 4; ++c) {
+    double want = 0;
+    for (int64_t t = 0; t < 300; ++t) want += static_cast<float>((t * 4 + c) % 7);
+    CHECK(r.data<float>()[c] == doctest::Approx(want));
+  }
+}
