@@ -311,6 +311,9 @@ int defaultThreads() {
 std::mutex gPoolMu;
 std::shared_ptr<ThreadPool> gPool;
 std::atomic<int> gThreads{0};  // written under gPoolMu; read without it (kernels ask per call)
+// Bumped (under gPoolMu) whenever gThreads changes, so that a thread's cached
+// default pool (defaultPoolHere) knows to look again.
+std::atomic<uint64_t> gPoolGeneration{0};
 
 thread_local ThreadPool* tCurrent = nullptr;
 
@@ -381,11 +384,37 @@ int currentThreads() {
 void setNumThreads(int n) {
   std::lock_guard<std::mutex> lock(gPoolMu);
   gThreads.store(std::max(1, n));
+  gPoolGeneration.fetch_add(1, std::memory_order_release);
 }
 
 bool inPoolTask() { return tInTask; }
 
 int64_t parallelJobsRun() { return gJobsRun.load(std::memory_order_relaxed); }
+
+namespace {
+
+// The process default pool as this thread last found it: processDefault() takes
+// a mutex and copies a shared_ptr, which every kernel call of a VM on the
+// default Runtime (no pool of its own) paid. Looked up again when the thread
+// count changes. Held through a pointer (the runtime's thread-locals use the
+// initial-exec model: see jit/gemm_skinny.cc's StreamRecords); the cached
+// reference keeps a replaced pool alive until this thread looks again or exits.
+ThreadPool& defaultPoolHere() {
+  struct Cached {
+    std::shared_ptr<ThreadPool> pool;
+    uint64_t generation = 0;
+  };
+  thread_local std::unique_ptr<Cached> cached;
+  uint64_t generation = gPoolGeneration.load(std::memory_order_acquire);
+  if (!cached) cached = std::make_unique<Cached>();
+  if (!cached->pool || cached->generation != generation) {
+    cached->pool = ThreadPool::processDefault();
+    cached->generation = generation;
+  }
+  return *cached->pool;
+}
+
+}  // namespace
 
 void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffers, const int64_t* shapes, bool affine) {
   if (n <= 0) return;
@@ -395,7 +424,7 @@ void parallelFor(int64_t n, int64_t work, ParallelTask task, void* const* buffer
     return;
   }
   if (tCurrent) tCurrent->parallelFor(n, work, task, buffers, shapes, affine);
-  else ThreadPool::processDefault()->parallelFor(n, work, task, buffers, shapes, affine);
+  else defaultPoolHere().parallelFor(n, work, task, buffers, shapes, affine);
 }
 
 SerialScope::SerialScope(bool serial) : previous_(tSerial) { tSerial = previous_ || serial; }
