@@ -624,8 +624,8 @@ extern "C" void kiln_sgemm_packed_then(int64_t m, int64_t n, int64_t k, const fl
                                        int64_t groups, kiln::device::ParallelTask then, void* const* buffers,
                                        const int64_t* shapes, int64_t work) {
   kiln::jit::underFlags(flags, [&] {
-    kiln::jit::sgemmPackedThen(m, n, k, a, lda, b, ldb, (flags & 2) != 0, packed, c, ldc, kiln::jit::gemmBlockingFromFlags(flags),
-                               {then, buffers, shapes, groups, work});
+    kiln::jit::sgemmPackedThen(m, n, k, a, lda, b, ldb, (flags & 2) != 0, packed, c, ldc,
+                               kiln::jit::gemmBlockingFromFlags(flags), {then, buffers, shapes, groups, work});
   });
 }
 

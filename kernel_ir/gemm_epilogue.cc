@@ -41,10 +41,12 @@ std::optional<Linear> linearIn(const LoopKernel& k, ExprId e, int32_t var) {
   bool overflow = false;
   switch (static_cast<BinaryOp>(n.op)) {
     case BinaryOp::Add:
-      overflow = __builtin_add_overflow(a->coef, b->coef, &r.coef) || __builtin_add_overflow(a->offset, b->offset, &r.offset);
+      overflow = __builtin_add_overflow(a->coef, b->coef, &r.coef) ||
+                 __builtin_add_overflow(a->offset, b->offset, &r.offset);
       break;
     case BinaryOp::Sub:
-      overflow = __builtin_sub_overflow(a->coef, b->coef, &r.coef) || __builtin_sub_overflow(a->offset, b->offset, &r.offset);
+      overflow = __builtin_sub_overflow(a->coef, b->coef, &r.coef) ||
+                 __builtin_sub_overflow(a->offset, b->offset, &r.offset);
       break;
     case BinaryOp::Mul: {
       if (a->coef != 0 && b->coef != 0) return std::nullopt;
