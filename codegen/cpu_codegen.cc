@@ -384,12 +384,19 @@ class CpuCodegen final : public LoopEmitter {
         "kiln_sgemm_packed_then",
         llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, i64, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, ptr, ptr, ptr, i64},
                                 false));
-    unsigned n = static_cast<unsigned>(k_.buffers.size());
-    b_.CreateCall(then, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda),
-                         at(g.b, g.bOffset), emitExpr(g.ldb), fn_->getArg(static_cast<unsigned>(g.packedB)),
-                         at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(gemmFlags(g)), b_.getInt64(*groups), t.task,
-                         fn_->getArg(n + 1), t.shapes, work});
+    std::vector<llvm::Value*> args = packedGemmArgs(g, gemmFlags(g));
+    args.insert(args.end(), {b_.getInt64(*groups), t.task, fn_->getArg(static_cast<unsigned>(k_.buffers.size()) + 1),
+                             t.shapes, work});
+    b_.CreateCall(then, args);
     return true;
+  }
+
+  // kiln_sgemm_packed's arguments for product `g` (m, n, k, A, lda, B, ldb, its
+  // packed form, C, ldc, flags): the prefix kiln_sgemm_packed_then's share.
+  std::vector<llvm::Value*> packedGemmArgs(const loop::GemmArgs& g, int64_t flags) {
+    return {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda), at(g.b, g.bOffset),
+            emitExpr(g.ldb), fn_->getArg(static_cast<unsigned>(g.packedB)), at(g.c, g.cOffset), emitExpr(g.ldc),
+            b_.getInt64(flags)};
   }
 
   void emitGemm(const loop::StmtNode& s) override {
@@ -417,9 +424,7 @@ class CpuCodegen final : public LoopEmitter {
       llvm::FunctionCallee packed = m_->getOrInsertFunction(
           "kiln_sgemm_packed",
           llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, i64, ptr, i64, ptr, i64, ptr, ptr, i64, i64}, false));
-      b_.CreateCall(packed, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda),
-                             at(g.b, g.bOffset), emitExpr(g.ldb), fn_->getArg(static_cast<unsigned>(g.packedB)),
-                             at(g.c, g.cOffset), emitExpr(g.ldc), b_.getInt64(flags)});
+      b_.CreateCall(packed, packedGemmArgs(g, flags));
       return;
     }
     b_.CreateCall(sgemm, {emitExpr(g.m), emitExpr(g.n), emitExpr(g.k), at(g.a, g.aOffset), emitExpr(g.lda),

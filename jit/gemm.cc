@@ -552,12 +552,27 @@ bool packedBMatches(const float* packed, int64_t k, int64_t n, int tile) {
   return header[0] == k && header[1] == n && header[2] == isa(tile).tile.nr;
 }
 
+namespace {
+
+// Whether a product of m rows streams prepacked `packed` through the few-rows
+// path: the skinny kernels read the default tile's panels, so B packed for
+// another tile goes to the general drivers in place (sgemm).
+bool streamsPanels(const float* packed, int64_t m, int64_t n, int64_t k, int tile) {
+  return packed && m > 0 && m <= kSkinnyRows && n > 0 && k > 0 && packedBMatches(packed, k, n, tile) &&
+         isa(tile).tile.nr == isa().tile.nr;
+}
+
+}  // namespace
+
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
                  bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post,
                  const GemmBlocking& blocking) {
   if (m > 0 && n > 0 && k > 0 && byDotProducts(m, n, k, transA, transB, blocking))
     return dotGemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate, post);
   int tile = static_cast<int>(blocking.tile);
+  if (streamsPanels(packed, m, n, k, tile))
+    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, packed + kPackedHeaderFloats, c, ldc,
+                       accumulate, post});
   const Isa& cpu = isa(tile);
   // The skinny and narrow kernels read the default tile's panels; B packed for
   // another tile goes to them in place (sgemm).
@@ -568,8 +583,6 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   const float* panels = packed + kPackedHeaderFloats;
   int64_t nr = cpu.tile.nr, mr = cpu.tile.mr;
   int64_t npad = (n + nr - 1) / nr * nr;
-  if (m <= kSkinnyRows)
-    return skinnyGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate, post});
   if (n <= kNarrowColumns)
     return narrowGemm({m, n, k, a, transA ? 1 : lda, transA ? lda : 1, nullptr, 0, panels, c, ldc, accumulate, post});
   GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, 0, {true, k, npad, nr}, post};
@@ -591,11 +604,8 @@ void sgemmPackedThen(int64_t m, int64_t n, int64_t k, const float* a, int64_t ld
                      bool transB, const float* packed, float* c, int64_t ldc, const GemmBlocking& blocking,
                      const GemmEpilogue& then) {
   int64_t columns = then.groups > 0 && n % then.groups == 0 ? n / then.groups : -1;
-  int tile = static_cast<int>(blocking.tile);
-  int64_t nr = isa().tile.nr;
-  // The conditions of sgemmPacked's few-rows path, and groups of whole panels.
-  if (packed && m > 0 && m <= kSkinnyRows && k > 0 && columns > 0 && columns % nr == 0 &&
-      packedBMatches(packed, k, n, tile) && isa(tile).tile.nr == nr)
+  // sgemmPacked's few-rows path, with groups of whole panels.
+  if (columns > 0 && columns % isa().tile.nr == 0 && streamsPanels(packed, m, n, k, static_cast<int>(blocking.tile)))
     return detail::skinnyGemmThen({m, n, k, a, lda, 1, nullptr, 0, packed + kPackedHeaderFloats, c, ldc, false, {}},
                                   then);
   sgemmPacked(m, n, k, a, lda, false, b, ldb, transB, packed, c, ldc, false, {}, blocking);
