@@ -40,7 +40,7 @@ std::string hex(uint64_t v) {
 namespace {
 // The lowering and code generation themselves: bump whenever they change the
 // machine code made for an unchanged function, so no disk cache serves old code.
-constexpr int kCodegenVersion = 16;
+constexpr int kCodegenVersion = 17;
 
 // Everything a compiled kernel depends on: its content, the device, the target
 // (the CPU's fingerprint, read without LLVM), LLVM's version and Kiln's own code
@@ -114,7 +114,10 @@ CompiledKernel::CompiledKernel(FusedFunction f, Device device, bool keepIR, cons
   // with its IR is a separate compile under its own name.
   symbol_ = "kiln_" + hex(hash) + (keepIR ? "_ir" : "");
   bool cpu = device.kind == Device::Kind::CPU;
-  loops_ = lowerToLoops(f_, {.directConv = cpu && schedule_.directConv, .gemmPostOps = cpu, .splitBorders = cpu});
+  loops_ = lowerToLoops(f_, {.directConv = cpu && schedule_.directConv,
+                             .gemmPostOps = cpu,
+                             .splitBorders = cpu,
+                             .outputsWriteOnly = cpu && schedule_.streamingStores});
   if (cpu) loop::applySchedule(loops_, schedule_);
   // Only CPU GEMMs read prepacked operands; a GPU kernel gets null pointers.
   if (device.kind == Device::Kind::CPU)

@@ -137,7 +137,10 @@ class Lowering {
 
   // A kernel that is one softmax over the last axis of an input: per row, write
   // exp(x - max) once, then scale the row by 1 / its sum (reading it back while it
-  // is in cache), instead of evaluating exp twice per element.
+  // is in cache), instead of evaluating exp twice per element. With
+  // outputsWriteOnly, the row's sum of exponentials is a reduction of its own
+  // and each result is stored once, scaled: exp twice per element, but the
+  // output is never read, so its stores may go around the caches.
   bool softmaxRows(const std::vector<int32_t>& outBuffers) {
     if (f_.nodes.size() != 1 || f_.outputs.size() != 1) return false;
     const FusedNode& n = f_.nodes[0];
@@ -158,6 +161,15 @@ class Lowering {
     ExprId m = b_.reduce(loop::ReduceOp::Max, {vm}, {cols}, b_.load(xb, b_.add(base, b_.var(vm))));
     // x - max(x) is never above 0 (NaN where the row has one, or +inf twice).
     ExprId e = b_.unary(loop::UnaryOp::ExpNonPositive, b_.binary(loop::BinaryOp::Sub, b_.load(xb, b_.add(base, b_.var(ve))), m));
+    if (options_.outputsWriteOnly) {
+      ExprId es = b_.unary(loop::UnaryOp::ExpNonPositive, b_.binary(loop::BinaryOp::Sub, b_.load(xb, b_.add(base, b_.var(vs))), m));
+      ExprId inv = b_.binary(loop::BinaryOp::Div, b_.floatConst(1.0, t), b_.reduce(loop::ReduceOp::Sum, {vs}, {cols}, es));
+      loop::StmtId write = b_.forLoop(ve, cols, loop::LoopKind::Vectorized,
+                                      {b_.store(out, b_.add(base, b_.var(ve)), b_.binary(loop::BinaryOp::Mul, e, inv))});
+      b_.prefetchAlong(write, xb, b_.add(base, cols));
+      k_.body = b_.block({b_.forLoop(vr, rows, loop::LoopKind::Parallel, {write})});
+      return true;
+    }
     loop::StmtId writeExp = b_.forLoop(ve, cols, loop::LoopKind::Vectorized, {b_.store(out, b_.add(base, b_.var(ve)), e)});
     // The max pass waits on memory and this one on exp: fetching the next row
     // while computing this one overlaps the two.

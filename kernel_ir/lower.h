@@ -25,6 +25,11 @@ struct LowerOptions {
   // Loops at the borders of padded windows split so that their interiors run
   // without guards (kernel_ir/border_split.h): CPU kernels.
   bool splitBorders = false;
+  // Every output only written, never read back by the kernel: a row softmax
+  // computes exp(x - max) twice (for the sum, then for the result) instead of
+  // storing it and scaling it in place. What streaming stores need
+  // (loop::Schedule::streamingStores): a line read back is a line fetched.
+  bool outputsWriteOnly = false;
 };
 
 // Throws kiln::Error when an operator in `f` has no lowering yet.

@@ -19,6 +19,7 @@
 #include "compiler/passes/fuse_ops.h"
 #include "compiler/passes/to_fused_function.h"
 #include "jit/kernel.h"
+#include "jit/tuning_log.h"
 #include "kernel_ir/lower.h"
 #include "jit/codegen_backend.h"
 #include "kernel_ir/kernel_kind.h"
@@ -46,6 +47,8 @@ void usage(std::FILE* out) {
                "  --emit kernels   list each fused kernel: input shapes (? for dynamic), call sites\n"
                "  --emit loops     print each kernel's loop-level form\n"
                "  --emit llvm      print each kernel's optimized LLVM IR\n"
+               "  --tuning-log F   with --emit llvm: compile each kernel with the schedule kiln-tune recorded for it\n"
+               "                   (its static shapes), as vmrun --tuning-log does; records of another CPU are ignored\n"
                "  --emit ptx       print each kernel's PTX (sm_90) and its launches (no GPU needed)\n"
                "  --emit tasks     list the kernels worth tuning (kiln-tune): task key, operators, shapes, weight;\n"
                "                   and how many were left out, and why\n"
@@ -114,7 +117,7 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string program, out, emit, paramsFile, devices = "cpu", partitionLibs, shapesFile, dims;
+  std::string program, out, emit, paramsFile, devices = "cpu", partitionLibs, shapesFile, dims, tuningLog;
   std::vector<std::string> patternFiles;
   bool prelude = true, planMemory = true, precompile = false;
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -125,12 +128,13 @@ int main(int argc, char** argv) {
       usage(stdout);
       return 0;
     } else if (a == "-o" || a == "--emit" || a == "--params" || a == "--device" || a == "--partition" || a == "--patterns" ||
-               a == "--shapes" || a == "--dims") {
+               a == "--shapes" || a == "--dims" || a == "--tuning-log") {
       const std::string* v = value();
       if (!v) return fail(2, "error: " + a + " needs a value");
       if (a == "-o") out = *v;
       else if (a == "--shapes") shapesFile = *v;
       else if (a == "--dims") dims = *v;
+      else if (a == "--tuning-log") tuningLog = *v;
       else if (a == "--partition") partitionLibs = *v;
       else if (a == "--patterns") patternFiles.push_back(*v);
       else if (a == "--emit") emit = *v;
@@ -164,6 +168,7 @@ int main(int argc, char** argv) {
   }
   if (emit.empty() && out.empty()) return fail(2, "error: nothing to do: give -o OUT or --emit WHAT");
   if (precompile && out.empty()) return fail(2, "error: --precompile needs -o OUT");
+  if (!tuningLog.empty() && emit != "llvm") return fail(2, "error: --tuning-log goes with --emit llvm");
 
   kiln::OnnxModel onnxModel;  // for an ONNX program: errors inside it name the node
   try {
@@ -196,6 +201,12 @@ int main(int argc, char** argv) {
       std::string text = kiln::compiler::onCompilerStack([&] { return kiln::ir::printModule(*module, {}); });
       std::fwrite(text.data(), 1, text.size(), stdout);
       return 0;
+    }
+    if (!tuningLog.empty()) {
+      // The kernels --emit llvm prints come from the process's kernel cache.
+      auto log = std::make_shared<const kiln::jit::TuningLog>(kiln::jit::TuningLog::load(tuningLog));
+      for (const std::string& note : log->notes()) std::fprintf(stderr, "note: %s\n", note.c_str());
+      kiln::jit::KernelCache::global().setTuningLog(log);
     }
     kiln::compiler::Stages stages = kiln::compiler::runPasses(source, program, copts);
     std::shared_ptr<const kiln::Executable> exe;

@@ -39,6 +39,19 @@ check "...and appends nothing" test "$(grep -c '^task=' "$tmp/cnn.log")" -eq 5
 "$vmrun" "${cnn[@]}" --input 1x3x32x32xf32=random --tuning-log "$tmp/cnn.log" > "$tmp/cnn.tuned" 2> "$tmp/err"
 check "the tuned run gives the default's result" close "$tmp/cnn.tuned" "$tmp/cnn.plain"
 
+# kilnc --emit llvm --tuning-log: the kernels as the log's schedules compile them.
+# A softmax under stores=stream is lowered write-only and its stores stream.
+printf 'def @main(%%x: Tensor[(64, 1024), float32]) {\n  nn.softmax(%%x, axis=-1)\n}\n' > "$tmp/softmax.relay"
+key=$("$kilnc" "$tmp/softmax.relay" --emit tasks | sed -n 's/^task 1\/1 \([0-9a-f]\{16\}\) .*/\1/p')
+cpu=$(grep -o 'cpu=[^ ]*' "$tmp/cnn.log" | head -1)
+echo "task=$key shapes=64x1024 schedule=stores=stream us=1 default_us=2 machine=test $cpu" > "$tmp/softmax.log"
+"$kilnc" "$tmp/softmax.relay" --emit llvm --tuning-log "$tmp/softmax.log" > "$tmp/tuned.ll"
+check "kilnc --emit llvm --tuning-log compiles with the log's schedule" grep -q '!nontemporal' "$tmp/tuned.ll"
+"$kilnc" "$tmp/softmax.relay" --emit llvm > "$tmp/plain.ll"
+check "...which the default schedule does not take" bash -c "! grep -q '!nontemporal' '$tmp/plain.ll'"
+"$kilnc" "$tmp/softmax.relay" --emit loops --tuning-log "$tmp/softmax.log" > /dev/null 2> "$tmp/err"; rc=$?
+check "kilnc --tuning-log without --emit llvm: exit 2" bash -c "test $rc -eq 2 && grep -q 'goes with --emit llvm' '$tmp/err'"
+
 # Bad logs: a corrupted line names it; another CPU's records are a note.
 sed '3s/schedule=[^ ]*/schedule=vec=3/' "$tmp/cnn.log" > "$tmp/bad.log"
 "$vmrun" "${cnn[@]}" --input 1x3x32x32xf32=random --tuning-log "$tmp/bad.log" > /dev/null 2> "$tmp/err"; rc=$?
@@ -49,6 +62,8 @@ sed 's/cpu=[^ ]*/cpu=x86_64|OtherCpu|f1m1s1|0|xcr0=0/' "$tmp/cnn.log" > "$tmp/fo
 check "another machine's log: exit 0" test $rc -eq 0
 check "...with a note that its records are ignored" grep -q "note: .*5 tuning record(s) measured on another CPU are ignored" "$tmp/err"
 check "...and the default's result" close "$tmp/cnn.foreign" "$tmp/cnn.plain"
+"$kilnc" "${cnn[@]}" --emit llvm --tuning-log "$tmp/bad.log" > /dev/null 2> "$tmp/err"; rc=$?
+check "kilnc with a corrupted log: exit 2, naming the line" bash -c "test $rc -eq 2 && grep -q 'bad.log:3: ' '$tmp/err'"
 echo "kernel=k task=xyz shapes=4 calls=1 us=1" > "$tmp/bad.shapes"
 "$kilnc" "$src/samples/grow_loop.relay" --emit tasks --shapes "$tmp/bad.shapes" > /dev/null 2> "$tmp/err"; rc=$?
 check "a bad shape record: exit 2, naming the line" bash -c "test $rc -eq 2 && grep -q 'bad.shapes:1: task' '$tmp/err'"

@@ -6,7 +6,9 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 
@@ -507,12 +509,49 @@ TEST_CASE("streaming stores write around the caches only outputs the kernel neve
     REQUIRE(a[0].nbytes() == b[0].nbytes());
     CHECK(std::memcmp(a[0].data(), b[0].data(), b[0].nbytes()) == 0);
   }
-  // A softmax stores exp(x - max) and divides it in place: its output is read
-  // back, so its stores stay cached whatever the schedule says.
-  jit::CompiledKernel softmax(test::fusedFrom("def @main(%x: Tensor[(8, 512), float32]) { nn.softmax(%x, axis=-1) }"),
-                              Device{}, true, nullptr, {}, parsed("stores=stream"));
-  CHECK(softmax.optimizedIR().find("!nontemporal") == std::string::npos);
+  // A softmax by default stores exp(x - max) and scales it in place, so its
+  // output is read back and stays cached; under stores=stream it is lowered
+  // write-only (exp computed for the sum, then again for the result), and then
+  // its stores stream.
+  const std::string softmaxSrc = "def @main(%x: Tensor[(8, 512), float32]) { nn.softmax(%x, axis=-1) }";
+  std::string writeOnly = kernel_ir::lowerToLoops(test::fusedFrom(softmaxSrc), {.outputsWriteOnly = true}).toString();
+  CHECK(writeOnly.find("= out0[") == std::string::npos);
+  CHECK(writeOnly.find("* out0[") == std::string::npos);
+  CHECK(writeOnly.find("mul(out0[") == std::string::npos);
+  CHECK(kernel_ir::lowerToLoops(test::fusedFrom(softmaxSrc)).toString().find("mul(out0[") != std::string::npos);
+  jit::CompiledKernel softmax(test::fusedFrom(softmaxSrc), Device{}, true, nullptr, {}, parsed("stores=stream"));
+  CHECK(softmax.optimizedIR().find("!nontemporal") != std::string::npos);
+  jit::CompiledKernel softmaxCached(test::fusedFrom(softmaxSrc), Device{}, true);
+  CHECK(softmaxCached.optimizedIR().find("!nontemporal") == std::string::npos);
   checkSameResult("def @main(%x: Tensor[(70, 130), float32]) { nn.softmax(%x, axis=-1) }", {{70, 130}}, "stores=stream");
+  checkSameResult("def @main(%x: Tensor[(?, ?), float32]) { nn.softmax(%x, axis=-1) }", {{5, 4099}}, "stores=stream");
+  // Rows with a NaN, a +inf or only -inf, and a row whose exponentials reach the
+  // denormals: the write-only form gives the default's results (NaN where it does).
+  {
+    const std::string dynSrc = "def @main(%x: Tensor[(?, ?), float32]) { nn.softmax(%x, axis=-1) }";
+    jit::CompiledKernel streamedDyn(test::fusedFrom(dynSrc), Device{}, false, nullptr, {}, parsed("stores=stream"));
+    jit::CompiledKernel cachedDyn(test::fusedFrom(dynSrc), Device{}, false);
+    const int64_t rows = 4, cols = 300;
+    Tensor x = Tensor::empty(DType::Float32, {rows, cols});
+    for (int64_t c = 0; c < cols; ++c) {
+      x.data<float>()[c] = -static_cast<float>(c) * 0.35f;  // down to -104.65
+      x.data<float>()[cols + c] = c == 3 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+      x.data<float>()[2 * cols + c] = c == 4 ? std::numeric_limits<float>::infinity() : 0.0f;
+      x.data<float>()[3 * cols + c] = -std::numeric_limits<float>::infinity();
+    }
+    Tensor a = streamedDyn(std::vector<Tensor>{x})[0], b = cachedDyn(std::vector<Tensor>{x})[0];
+    int nans = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      int64_t row = i / cols, col = i % cols;
+      INFO(row, " ", col);
+      float u = a.data<float>()[i], v = b.data<float>()[i];
+      CHECK(std::isnan(u) == std::isnan(v));
+      if (std::isnan(v)) ++nans;
+      else CHECK(std::fabs(u - v) <= 1e-6f * v + 2 * std::numeric_limits<float>::denorm_min());
+    }
+    CHECK(nans == 3 * cols);  // the last three rows
+    CHECK(a.data<float>()[0] == doctest::Approx(1.0 - std::exp(-0.35)).epsilon(1e-5));
+  }
   checkSameResult(chain, {{33, 517}, {33, 517}}, "stores=stream,vec=8,interleave=2");
 }
 
