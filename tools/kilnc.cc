@@ -47,8 +47,8 @@ void usage(std::FILE* out) {
                "  --emit kernels   list each fused kernel: input shapes (? for dynamic), call sites\n"
                "  --emit loops     print each kernel's loop-level form\n"
                "  --emit llvm      print each kernel's optimized LLVM IR\n"
-               "  --tuning-log F   with --emit llvm: compile each kernel with the schedule kiln-tune recorded for it\n"
-               "                   (its static shapes), as vmrun --tuning-log does; records of another CPU are ignored\n"
+               "  --tuning-log F   with --emit llvm or loops: each kernel with the schedule kiln-tune recorded for it\n"
+               "                   (its static shapes), as vmrun --tuning-log compiles it; records of another CPU are ignored\n"
                "  --emit ptx       print each kernel's PTX (sm_90) and its launches (no GPU needed)\n"
                "  --emit tasks     list the kernels worth tuning (kiln-tune): task key, operators, shapes, weight;\n"
                "                   and how many were left out, and why\n"
@@ -99,6 +99,11 @@ std::string describeKernels(const kiln::ir::Module& fused, const std::string& em
     out += "), " + std::to_string(sites) + " call site" + (sites == 1 ? "" : "s") + "\n";
     if (emit == "kernels") {
       out += f.toString() + "\n\n";
+    } else if (emit == "loops" && kiln::jit::KernelCache::global().tuningLog()) {
+      // With a tuning log: the loops as the kernel's schedule left them (a kernel
+      // with `?` dimensions keeps the default here; it picks its schedule per call).
+      auto kernel = kiln::jit::KernelCache::global().get(f);
+      out += "// schedule: " + kernel->loops().schedule.toString() + "\n" + kernel->loops().toString() + "\n";
     } else if (emit == "loops") {
       out += kiln::kernel_ir::lowerToLoops(f, {.directConv = true, .gemmPostOps = true, .splitBorders = true}).toString() + "\n";  // what the CPU runs
     } else if (emit == "ptx" && kiln::kernel_ir::isDynamicKernel(f)) {
@@ -168,7 +173,8 @@ int main(int argc, char** argv) {
   }
   if (emit.empty() && out.empty()) return fail(2, "error: nothing to do: give -o OUT or --emit WHAT");
   if (precompile && out.empty()) return fail(2, "error: --precompile needs -o OUT");
-  if (!tuningLog.empty() && emit != "llvm") return fail(2, "error: --tuning-log goes with --emit llvm");
+  if (!tuningLog.empty() && emit != "llvm" && emit != "loops")
+    return fail(2, "error: --tuning-log goes with --emit llvm or --emit loops");
 
   kiln::OnnxModel onnxModel;  // for an ONNX program: errors inside it name the node
   try {
@@ -203,7 +209,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!tuningLog.empty()) {
-      // The kernels --emit llvm prints come from the process's kernel cache.
+      // The kernels --emit llvm and loops print come from the process's kernel cache.
       auto log = std::make_shared<const kiln::jit::TuningLog>(kiln::jit::TuningLog::load(tuningLog));
       for (const std::string& note : log->notes()) std::fprintf(stderr, "note: %s\n", note.c_str());
       kiln::jit::KernelCache::global().setTuningLog(log);

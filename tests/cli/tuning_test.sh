@@ -49,8 +49,12 @@ echo "task=$key shapes=64x1024 schedule=stores=stream us=1 default_us=2 machine=
 check "kilnc --emit llvm --tuning-log compiles with the log's schedule" grep -q '!nontemporal' "$tmp/tuned.ll"
 "$kilnc" "$tmp/softmax.relay" --emit llvm > "$tmp/plain.ll"
 check "...which the default schedule does not take" bash -c "! grep -q '!nontemporal' '$tmp/plain.ll'"
-"$kilnc" "$tmp/softmax.relay" --emit loops --tuning-log "$tmp/softmax.log" > /dev/null 2> "$tmp/err"; rc=$?
-check "kilnc --tuning-log without --emit llvm: exit 2" bash -c "test $rc -eq 2 && grep -q 'goes with --emit llvm' '$tmp/err'"
+"$kilnc" "$tmp/softmax.relay" --emit loops --tuning-log "$tmp/softmax.log" > "$tmp/tuned.loops"
+check "kilnc --emit loops --tuning-log names the schedule" grep -q '^// schedule: stores=stream$' "$tmp/tuned.loops"
+check "...and prints the loops it leaves (the softmax write-only: its output never read)" \
+  bash -c "grep -q 'exp_nonpositive' '$tmp/tuned.loops' && ! grep -q 'mul(out0\[' '$tmp/tuned.loops'"
+"$kilnc" "$tmp/softmax.relay" --emit ir --tuning-log "$tmp/softmax.log" > /dev/null 2> "$tmp/err"; rc=$?
+check "kilnc --tuning-log with another --emit: exit 2" bash -c "test $rc -eq 2 && grep -q 'goes with --emit llvm or --emit loops' '$tmp/err'"
 
 # Bad logs: a corrupted line names it; another CPU's records are a note.
 sed '3s/schedule=[^ ]*/schedule=vec=3/' "$tmp/cnn.log" > "$tmp/bad.log"
