@@ -69,18 +69,15 @@ constexpr double kTolerance = 2e-3;
 int gQuiesceMillis = 100;  // --pause
 bool gRowBatching = true;  // --no-row-batching
 
-double median(std::vector<double> v) {
+// The value a 1/divisor share of `v` is below (NAN for none).
+double shareBelow(std::vector<double> v, size_t divisor) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return v[v.size() / divisor];
 }
-
+double median(std::vector<double> v) { return shareBelow(std::move(v), 2); }
 // The value a tenth of the runs beat: the machine's good stretches.
-double tenthPercentile(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 10];
-}
+double tenthPercentile(std::vector<double> v) { return shareBelow(std::move(v), 10); }
 
 // A row of the fastest-tenth table printed after the main one.
 struct FastRow {

@@ -160,25 +160,25 @@ class Lowering {
     int32_t xb = bufferOf_[static_cast<size_t>(x)];
     ExprId m = b_.reduce(loop::ReduceOp::Max, {vm}, {cols}, b_.load(xb, b_.add(base, b_.var(vm))));
     // x - max(x) is never above 0 (NaN where the row has one, or +inf twice).
-    ExprId e = b_.unary(loop::UnaryOp::ExpNonPositive, b_.binary(loop::BinaryOp::Sub, b_.load(xb, b_.add(base, b_.var(ve))), m));
+    auto expAt = [&](int32_t v) {
+      return b_.unary(loop::UnaryOp::ExpNonPositive, b_.binary(loop::BinaryOp::Sub, b_.load(xb, b_.add(base, b_.var(v))), m));
+    };
+    auto reciprocal = [&](ExprId x) { return b_.binary(loop::BinaryOp::Div, b_.floatConst(1.0, t), x); };
+    std::vector<loop::StmtId> passes;
     if (options_.outputsWriteOnly) {
-      ExprId es = b_.unary(loop::UnaryOp::ExpNonPositive, b_.binary(loop::BinaryOp::Sub, b_.load(xb, b_.add(base, b_.var(vs))), m));
-      ExprId inv = b_.binary(loop::BinaryOp::Div, b_.floatConst(1.0, t), b_.reduce(loop::ReduceOp::Sum, {vs}, {cols}, es));
-      loop::StmtId write = b_.forLoop(ve, cols, loop::LoopKind::Vectorized,
-                                      {b_.store(out, b_.add(base, b_.var(ve)), b_.binary(loop::BinaryOp::Mul, e, inv))});
-      b_.prefetchAlong(write, xb, b_.add(base, cols));
-      k_.body = b_.block({b_.forLoop(vr, rows, loop::LoopKind::Parallel, {write})});
-      return true;
+      ExprId inv = reciprocal(b_.reduce(loop::ReduceOp::Sum, {vs}, {cols}, expAt(vs)));
+      passes.push_back(b_.forLoop(ve, cols, loop::LoopKind::Vectorized,
+                                  {b_.store(out, b_.add(base, b_.var(ve)), b_.binary(loop::BinaryOp::Mul, expAt(ve), inv))}));
+    } else {
+      passes.push_back(b_.forLoop(ve, cols, loop::LoopKind::Vectorized, {b_.store(out, b_.add(base, b_.var(ve)), expAt(ve))}));
+      ExprId inv = reciprocal(b_.reduce(loop::ReduceOp::Sum, {vs}, {cols}, b_.load(out, b_.add(base, b_.var(vs)))));
+      ExprId scaled = b_.binary(loop::BinaryOp::Mul, b_.load(out, b_.add(base, b_.var(vw))), inv);
+      passes.push_back(b_.forLoop(vw, cols, loop::LoopKind::Vectorized, {b_.store(out, b_.add(base, b_.var(vw)), scaled)}));
     }
-    loop::StmtId writeExp = b_.forLoop(ve, cols, loop::LoopKind::Vectorized, {b_.store(out, b_.add(base, b_.var(ve)), e)});
-    // The max pass waits on memory and this one on exp: fetching the next row
-    // while computing this one overlaps the two.
-    b_.prefetchAlong(writeExp, xb, b_.add(base, cols));
-    ExprId sum = b_.reduce(loop::ReduceOp::Sum, {vs}, {cols}, b_.load(out, b_.add(base, b_.var(vs))));
-    ExprId inv = b_.binary(loop::BinaryOp::Div, b_.floatConst(1.0, t), sum);
-    ExprId scaled = b_.binary(loop::BinaryOp::Mul, b_.load(out, b_.add(base, b_.var(vw))), inv);
-    loop::StmtId scale = b_.forLoop(vw, cols, loop::LoopKind::Vectorized, {b_.store(out, b_.add(base, b_.var(vw)), scaled)});
-    k_.body = b_.block({b_.forLoop(vr, rows, loop::LoopKind::Parallel, {writeExp, scale})});
+    // The max pass waits on memory and the exponentials' pass on exp: fetching
+    // the next row while computing this one overlaps the two.
+    b_.prefetchAlong(passes.front(), xb, b_.add(base, cols));
+    k_.body = b_.block({b_.forLoop(vr, rows, loop::LoopKind::Parallel, std::move(passes))});
     return true;
   }
 
