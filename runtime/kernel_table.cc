@@ -139,6 +139,7 @@ double KernelTable::compileAll(device::ThreadPool* pool) {
 
 
 const float* KernelTable::prepared(const Tensor& t, loop::PreparedLayout layout, int64_t param) {
+  preparedLookups_.fetch_add(1, std::memory_order_relaxed);
   auto found = weightConstants_.find(t.data());
   if (found == weightConstants_.end()) return nullptr;
   const Tensor& c = exe_->constants()[found->second];
@@ -186,7 +187,9 @@ Tensor packWeight(const Tensor& c, loop::PreparedLayout layout, int64_t param, P
 
 KernelTable::PreparedStats KernelTable::preparedStats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return preparedStats_;
+  PreparedStats s = preparedStats_;
+  s.lookups = preparedLookups_.load(std::memory_order_relaxed);
+  return s;
 }
 
 }  // namespace kiln::runtime

@@ -26,6 +26,7 @@
 // references it returns stay valid as long as the table.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -71,8 +72,9 @@ class KernelTable {
   // else null. The pointer stays valid as long as the table.
   const float* prepared(const Tensor& t, loop::PreparedLayout layout, int64_t param);
   struct PreparedStats {
-    uint64_t count = 0;  // packed constants made
-    uint64_t bytes = 0;  // their size
+    uint64_t count = 0;    // packed constants made
+    uint64_t bytes = 0;    // their size
+    uint64_t lookups = 0;  // calls of prepared(): a VM's inline cache answers its repeats without one
   };
   PreparedStats preparedStats() const;
 
@@ -116,6 +118,7 @@ class KernelTable {
   };
   std::unordered_map<PreparedKey, Tensor, PreparedKeyHash> prepared_;
   PreparedStats preparedStats_;
+  std::atomic<uint64_t> preparedLookups_{0};
 };
 
 // A float32 constant `c` packed in `layout` (as KernelTable::prepared packs it),

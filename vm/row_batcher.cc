@@ -238,12 +238,12 @@ void RowBatcher::runBatch(const Call* const* calls, size_t n) {
   }
   for (size_t j = 0; j < nOut; ++j) refs[nIn + j] = stack(nIn + j);
   const jit::CompiledKernel& twin = *s.twin;
+  // Through the VM's cache of packed weights, as a single call's: the table's
+  // lookup takes its lock and hashes, and both sides of a fork batch at once.
   const float* prepared[8];
   size_t numPrepared = std::min<size_t>(twin.preparedInputs().size(), 8);
-  for (size_t p = 0; p < numPrepared; ++p) {
-    const auto& want = twin.preparedInputs()[p];
-    prepared[p] = want.input < nIn ? table_.prepared(*refs[want.input], want.layout, want.param) : nullptr;
-  }
+  if (numPrepared)
+    kernels_.prepared(c0.kernel, twin, std::span<const Tensor* const>(refs.data(), nIn), std::span<const float*>(prepared, numPrepared));
   twin.run(jit::CompiledKernel::TensorRefs(refs.data(), nIn), jit::CompiledKernel::TensorRefs(refs.data() + nIn, nOut),
            std::span<const float* const>(prepared, numPrepared));
   for (size_t j = 0; j < nOut; ++j) {

@@ -12,6 +12,7 @@
 #include "kiln/compile.h"
 #include "kiln/runtime.h"
 #include "kiln/vm.h"
+#include "runtime/kernel_table.h"
 #include "tree_program.h"
 
 namespace {
@@ -56,6 +57,36 @@ TEST_CASE("row batching: a tree's nodes run one batch per level, with the result
     CHECK(batched.rowBatchedCalls() == 30u * static_cast<uint64_t>(run));
   }
   CHECK(single.rowBatchedCalls() == 0);
+}
+
+TEST_CASE("row batching: constant weights come from the VM's inline cache, not the kernel table, batch after batch") {
+  Tensor w = filled({8, 16}, 0.3f, 1), b = filled({8}, 0.1f, 2);
+  kiln::CompileOptions co;
+  co.params["w"] = w;
+  co.params["b"] = b;
+  auto exe = kiln::compile(kTree, "tree.relay", co);
+  int seed = 3;
+  Tree tree = buildTree(*exe, 5, w, b, seed);
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    kiln::VirtualMachine vm(exe, optionsWith(threads, true));
+    auto table = vm.runtime().kernelTable(exe);
+    uint64_t afterFirst = 0;
+    for (int run = 1; run <= 4; ++run) {
+      CAPTURE(run);
+      Tensor y = vm.invoke("main", {tree.value}).tensor();
+      for (int i = 0; i < 8; ++i) CHECK(y.data<float>()[i] == doctest::Approx(tree.expected[static_cast<size_t>(i)]).epsilon(1e-5));
+      auto stats = table->preparedStats();
+      CHECK(stats.count == 1);  // the weight, packed once
+      if (run == 1) afterFirst = stats.lookups;
+      // Each batch asked the table under its lock (hashing twice) before; now
+      // only a VM's first sight of a weight does (a fork's VM has a cache too).
+      CHECK(stats.lookups == afterFirst);
+    }
+    CHECK(vm.rowBatches() > 0);
+    CHECK(afterFirst >= 1);
+    CHECK(afterFirst <= 4);
+  }
 }
 
 TEST_CASE("row batching: a deferred result is computed before an instruction reads it") {
