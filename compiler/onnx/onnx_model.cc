@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
 #include <string_view>
 #include <unordered_set>
@@ -63,6 +64,81 @@ void guardInference(const onnx::GraphProto& g, const std::function<Error(const s
       if (a.type() == onnx::AttributeProto::INTS && a.ints_size() > 8) throw fail(where() + "attribute " + a.name() + " has too many entries");
     }
   }
+}
+
+// ONNX 1.12's LayerNormalization inference indexes its input's dimensions from
+// `axis` (default -1) with no range check when the node has its Mean or
+// InvStdDev output: axis -2 on a vector, or any axis on a scalar, reads
+// dimension -1 and takes the process down. The input's rank is known only after
+// inference, so inference first runs on a copy whose such axes are all 0 (in
+// range for every rank; a node's output ranks do not depend on its axis), and an
+// axis outside [-rank, rank) is then refused.
+void guardLayerNormAxes(const onnx::ModelProto& model, const std::function<Error(const std::string&)>& fail) {
+  auto exposed = [](const onnx::NodeProto& n) { return n.op_type() == "LayerNormalization" && n.output_size() > 1; };
+  std::function<bool(const onnx::GraphProto&)> any = [&](const onnx::GraphProto& g) {
+    for (const auto& n : g.node()) {
+      if (exposed(n)) return true;
+      for (const auto& a : n.attribute())
+        if ((a.has_g() && any(a.g())) || std::any_of(a.graphs().begin(), a.graphs().end(), any)) return true;
+    }
+    return false;
+  };
+  if (!any(model.graph())) return;
+  // Both walks visit a node's subgraphs before the node, so the axes pair up in order.
+  onnx::ModelProto probe = model;
+  std::vector<int64_t> axes;
+  std::function<void(onnx::GraphProto&)> neutralize = [&](onnx::GraphProto& g) {
+    for (auto& n : *g.mutable_node()) {
+      for (auto& a : *n.mutable_attribute()) {
+        if (a.has_g()) neutralize(*a.mutable_g());
+        for (auto& sub : *a.mutable_graphs()) neutralize(sub);
+      }
+      if (!exposed(n)) continue;
+      onnx::AttributeProto* axis = nullptr;
+      for (auto& a : *n.mutable_attribute())
+        if (a.name() == "axis") axis = &a;
+      if (!axis) {
+        axis = n.add_attribute();
+        axis->set_name("axis");
+        axis->set_type(onnx::AttributeProto::INT);
+        axis->set_i(-1);
+      }
+      axes.push_back(axis->i());
+      axis->set_i(0);
+    }
+  };
+  neutralize(*probe.mutable_graph());
+  try {
+    onnx::shape_inference::InferShapes(probe);
+  } catch (const std::exception&) {
+    // The model's own inference reports it; the declared shapes, and what was
+    // inferred before the failure, are still checked.
+  }
+  size_t next = 0;
+  std::function<void(const onnx::GraphProto&, std::map<std::string, int64_t>)> check =
+      [&](const onnx::GraphProto& g, std::map<std::string, int64_t> ranks) {
+        auto note = [&](const onnx::ValueInfoProto& v) {
+          if (v.has_type() && v.type().has_tensor_type() && v.type().tensor_type().has_shape())
+            ranks[v.name()] = v.type().tensor_type().shape().dim_size();
+        };
+        for (const auto& v : g.input()) note(v);
+        for (const auto& v : g.value_info()) note(v);
+        for (const auto& v : g.output()) note(v);
+        for (const auto& t : g.initializer()) ranks[t.name()] = t.dims_size();
+        for (const auto& n : g.node()) {
+          for (const auto& a : n.attribute()) {
+            if (a.has_g()) check(a.g(), ranks);
+            for (const auto& sub : a.graphs()) check(sub, ranks);
+          }
+          if (!exposed(n) || next >= axes.size()) continue;
+          int64_t axis = axes[next++];
+          auto rank = n.input_size() > 0 ? ranks.find(n.input(0)) : ranks.end();
+          if (rank == ranks.end() || (axis >= -rank->second && axis < rank->second)) continue;
+          throw fail("node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (LayerNormalization): axis " +
+                     std::to_string(axis) + " is out of range for an input of rank " + std::to_string(rank->second));
+        }
+      };
+  check(probe.graph(), {});
 }
 
 // Every value is defined once, before use, and every graph output is defined:
@@ -169,6 +245,7 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
   // (the operators' old broadcasting and consumed_inputs attributes go with it).
   if (state.opset >= 1 && state.opset < kMinOpset) {
     guardInference(model.graph(), fail);
+    guardLayerNormAxes(model, fail);
     try {
       // The converter's adapters read input shapes; inference gives them.
       onnx::shape_inference::InferShapes(model);
@@ -182,6 +259,7 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
     throw fail("opset " + std::to_string(state.opset) + " is not supported (Kiln imports opsets " + std::to_string(kMinOpset) + " to " +
                std::to_string(kMaxOpset) + ")");
   guardInference(model.graph(), fail);
+  guardLayerNormAxes(model, fail);
   try {
     onnx::shape_inference::InferShapes(model);
   } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <optional>
 
 #include <onnx/onnx_pb.h>
 
@@ -315,6 +316,84 @@ TEST_CASE("onnx: attributes that would make programs or tables without bound are
     for (int64_t v : {int64_t(1), int64_t(1), int64_t(1) << 40, int64_t(2)}) sizes->add_int64_data(v);
   });
   CHECK_THROWS_WITH_AS(kiln::importOnnx(resize), doctest::Contains("out of range"), kiln::Error);
+}
+
+// A LayerNormalization (opset 17) of x with its Mean and InvStdDev outputs, after
+// a Relu when `behindRelu` (x's rank is then known only once inference has run).
+static std::string layerNormModel(std::vector<int64_t> shape, std::optional<int64_t> axis, bool behindRelu) {
+  onnx::ModelProto m;
+  REQUIRE(m.ParseFromString(oneNodeModel(behindRelu ? "Relu" : "LayerNormalization", shape, [&](onnx::NodeProto& n, onnx::GraphProto& g) {
+    onnx::NodeProto* ln = &n;
+    if (behindRelu) {
+      ln = g.add_node();
+      ln->set_op_type("LayerNormalization");
+      ln->set_name("ln");
+      ln->add_input("y");
+      ln->add_output("z");
+    } else {
+      n.set_output(0, "z");
+    }
+    ln->add_input("scale");
+    ln->add_output("mean");
+    ln->add_output("inv_std");
+    if (axis) {
+      auto* a = ln->add_attribute();
+      a->set_name("axis");
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(*axis);
+    }
+    auto* scale = g.add_initializer();
+    scale->set_name("scale");
+    scale->set_data_type(onnx::TensorProto::FLOAT);
+    int64_t last = shape.empty() ? 1 : shape.back();
+    scale->add_dims(last);
+    for (int64_t i = 0; i < last; ++i) scale->add_float_data(1.0f);
+  })));
+  m.mutable_opset_import(0)->set_version(17);
+  auto* g = m.mutable_graph();
+  g->mutable_output(0)->set_name("z");
+  // A scalar's shape is present and empty (absent, the rank would be unknown).
+  g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  g->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  for (const char* stat : {"mean", "inv_std"}) {
+    auto* out = g->add_output();
+    out->set_name(stat);
+    auto* tt = out->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    auto* dims = tt->mutable_shape();
+    for (size_t d = 0; d < shape.size(); ++d) dims->add_dim()->set_dim_param(std::string(stat) + std::to_string(d));
+  }
+  return m.SerializeAsString();
+}
+
+TEST_CASE("onnx: a LayerNormalization axis out of its input's range is refused, not left to ONNX's inference") {
+  // ONNX 1.12's inference reads dimension -1 for these (a segmentation fault
+  // before the guard: the ONNX fuzzer found the first).
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(layerNormModel({4}, -2, false)),
+                       doctest::Contains("(LayerNormalization): axis -2 is out of range for an input of rank 1"), kiln::Error);
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(layerNormModel({4}, -2, true)),
+                       doctest::Contains("'ln' (LayerNormalization): axis -2 is out of range for an input of rank 1"), kiln::Error);
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(layerNormModel({}, std::nullopt, false)),
+                       doctest::Contains("axis -1 is out of range for an input of rank 0"), kiln::Error);
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(layerNormModel({2, 3}, 2, true)), doctest::Contains("axis 2 is out of range"),
+                       kiln::Error);
+  // In range, it imports and runs: rows of [1, 2, 3] and [4, 4, 4].
+  for (bool behindRelu : {false, true}) {
+    CAPTURE(behindRelu);
+    kiln::VirtualMachine vm(kiln::compileOnnx(kiln::importOnnx(layerNormModel({2, 3}, -1, behindRelu))));
+    kiln::Tensor x = kiln::Tensor::empty(kiln::DType::Float32, {2, 3});
+    const float values[] = {1, 2, 3, 4, 4, 4};
+    std::copy(values, values + 6, x.data<float>());
+    kiln::Value out = vm.invoke("main", {kiln::Value(x)});
+    REQUIRE(out.fields().size() == 3);
+    kiln::Tensor z = out.fields()[0].tensor(), mean = out.fields()[1].tensor();
+    CHECK(z.data<float>()[0] == doctest::Approx(-1.2247).epsilon(1e-3));
+    CHECK(z.data<float>()[2] == doctest::Approx(1.2247).epsilon(1e-3));
+    CHECK(z.data<float>()[4] == doctest::Approx(0.0));
+    CHECK(mean.shape() == kiln::Shape{2, 1});
+    CHECK(mean.data<float>()[0] == doctest::Approx(2.0));
+    CHECK(mean.data<float>()[1] == doctest::Approx(4.0));
+  }
 }
 
 TEST_CASE("onnx: a sequence whose tensors differ in rank is carried as (data, shape) pairs and returned as tensors") {
