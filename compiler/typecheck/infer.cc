@@ -214,7 +214,15 @@ class Inferer {
 
   const Type* inferNode(const Expr* e) {
     switch (e->kind) {
-      case ExprKind::Var: return static_cast<const Var*>(e)->type;
+      case ExprKind::Var: {
+        // Unbound only inside its own let's value when that is not a function
+        // (`let %f = %f() + 1`): a function may call itself, nothing else can be
+        // made of itself.
+        const Var* v = static_cast<const Var*>(e);
+        if (!v->type)
+          fail(e->loc, "%" + std::string(v->name) + " is used in its own value; only a function (fn) bound by let may refer to itself");
+        return v->type;
+      }
       case ExprKind::GlobalVar: return globalRef(static_cast<const GlobalVar*>(e), {e, 0});
       case ExprKind::Constant: return scalar(static_cast<const Constant*>(e)->dtype);
       case ExprKind::Op:

@@ -14,6 +14,8 @@ const BadProgram kBadPrograms[] = {
      "1:23: error: expected ')' to end the parameter list, but found '{'"},
     {"unknown var", "def @main(%x: float32) {\n  %y\n}",
      "2:3: error: unknown variable %y"},
+    {"let value made of itself", "def @main() {\n  let %f = fn () { 1 } + %f();\n  %f\n}",
+     "2:7: error: %f is used in its own value; only a function (fn) bound by let may refer to itself"},
     {"undefined global", "def @main() { @nope(1) }",
      "1:15: error: undefined global function @nope"},
     {"unknown op", "def @main(%x: float32) { frobnicate(%x) }",
