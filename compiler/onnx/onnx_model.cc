@@ -66,6 +66,26 @@ void guardInference(const onnx::GraphProto& g, const std::function<Error(const s
   }
 }
 
+// Every operator the model uses is one Kiln imports, in a domain it knows,
+// checked before ONNX's shape inference runs: the inference functions of
+// operators nothing here converts are the ones least exercised, and ONNX 1.12's
+// read past their inputs' ranks (MaxUnpool's reads dimension 1 of its indices
+// whatever their rank: a crash the ONNX fuzzer found). The message is the one the
+// importer gives for such a node.
+void guardSupported(const onnx::GraphProto& g, int64_t opset) {
+  for (const auto& n : g.node()) {
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) guardSupported(a.g(), opset);
+      for (const auto& sub : a.graphs()) guardSupported(sub, opset);
+    }
+    std::string name = n.name();
+    for (int k = 0; name.empty() && k < n.output_size(); ++k) name = n.output(k);
+    std::string where = "node '" + name + "' (" + n.op_type() + ", opset " + std::to_string(opset) + "): ";
+    if (!n.domain().empty() && n.domain() != "ai.onnx") throw Error(where + "the operator domain '" + n.domain() + "' is not supported");
+    if (!findConverter(n.op_type())) throw Error(where + "the operator is not supported");
+  }
+}
+
 // ONNX 1.12's LayerNormalization inference indexes its input's dimensions from
 // `axis` (default -1) with no range check when the node has its Mean or
 // InvStdDev output: axis -2 on a vector, or any axis on a scalar, reads
@@ -241,6 +261,11 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
   state.baseDir = baseDir;
   for (const auto& op : model.opset_import())
     if (op.domain().empty() || op.domain() == "ai.onnx") state.opset = op.version();
+  try {
+    guardSupported(model.graph(), state.opset);
+  } catch (const Error& e) {
+    throw fail(e.message());
+  }
   // Models of opsets 1 to 6 are converted to opset 7 by ONNX's version converter
   // (the operators' old broadcasting and consumed_inputs attributes go with it).
   if (state.opset >= 1 && state.opset < kMinOpset) {

@@ -396,6 +396,28 @@ TEST_CASE("onnx: a LayerNormalization axis out of its input's range is refused, 
   }
 }
 
+TEST_CASE("onnx: an operator Kiln does not import is refused before ONNX's shape inference runs") {
+  // ONNX 1.12's MaxUnpool inference reads dimension 1 of its second input
+  // whatever its rank: with a vector there, the import crashed (the ONNX fuzzer's case).
+  std::string unpool = oneNodeModel("MaxUnpool", {1, 1, 2, 2}, [](onnx::NodeProto& n, onnx::GraphProto& g) {
+    n.add_input("indices");
+    auto* in = g.add_input();
+    in->set_name("indices");
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::INT64);
+    tt->mutable_shape()->add_dim()->set_dim_value(4);
+    for (const char* name : {"kernel_shape", "strides"}) {
+      auto* a = n.add_attribute();
+      a->set_name(name);
+      a->set_type(onnx::AttributeProto::INTS);
+      a->add_ints(2);
+      a->add_ints(2);
+    }
+  });
+  CHECK_THROWS_WITH_AS(kiln::importOnnx(unpool), doctest::Contains("node 'n' (MaxUnpool, opset 13): the operator is not supported"),
+                       kiln::Error);
+}
+
 TEST_CASE("onnx: a sequence whose tensors differ in rank is carried as (data, shape) pairs and returned as tensors") {
   kiln::OnnxModel m = kiln::importOnnxFile(modelPath("ragged_sequence.onnx"));
   using Form = kiln::OnnxOutputForm;
