@@ -29,9 +29,12 @@ std::string nllLoss(NodeContext& c, const std::string& logProb, const Value& x, 
   return "divide(sum(" + loss + "), sum(" + weight + "))";
 }
 
+// Checked here as well as in nllLoss: the two are arguments of one call, evaluated
+// in either order (a rank-1 input once reached the erase below first).
 std::optional<std::vector<int64_t>> lossShape(NodeContext& c, const Value& x) {
   if (c.stringAttr("reduction", "mean") != "none") return std::vector<int64_t>{};
   if (!x.shape) return std::nullopt;
+  if (x.shape->size() < 2) c.fail("the input must have rank 2 or more (N, C, ...)");
   std::vector<int64_t> s = *x.shape;
   s.erase(s.begin() + 1);
   return s;

@@ -418,6 +418,29 @@ TEST_CASE("onnx: an operator Kiln does not import is refused before ONNX's shape
                        kiln::Error);
 }
 
+TEST_CASE("onnx: a loss of a rank-1 input is refused, whichever of its parts is converted first") {
+  // The unreduced loss's shape drops dimension 1: for a vector it erased past
+  // the end (heap corruption under the ONNX fuzzer; ASan reports it here).
+  for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"}) {
+    CAPTURE(op);
+    std::string model = oneNodeModel(op, {5}, [](onnx::NodeProto& n, onnx::GraphProto& g) {
+      n.add_input("target");
+      auto* in = g.add_input();
+      in->set_name("target");
+      auto* tt = in->mutable_type()->mutable_tensor_type();
+      tt->set_elem_type(onnx::TensorProto::INT64);
+      tt->mutable_shape();
+      auto* a = n.add_attribute();
+      a->set_name("reduction");
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s("none");
+    });
+    // (ONNX's inference refuses the second itself: its output is declared with another rank.)
+    bool nll = std::string(op) == "NegativeLogLikelihoodLoss";
+    CHECK_THROWS_WITH_AS(kiln::importOnnx(model), doctest::Contains(nll ? "the input must have rank 2 or more" : "rank"), kiln::Error);
+  }
+}
+
 TEST_CASE("onnx: a sequence whose tensors differ in rank is carried as (data, shape) pairs and returned as tensors") {
   kiln::OnnxModel m = kiln::importOnnxFile(modelPath("ragged_sequence.onnx"));
   using Form = kiln::OnnxOutputForm;
