@@ -240,6 +240,8 @@ void RowBatcher::runBatch(const Call* const* calls, size_t n) {
   const jit::CompiledKernel& twin = *s.twin;
   // Through the VM's cache of packed weights, as a single call's: the table's
   // lookup takes its lock and hashes, and both sides of a fork batch at once.
+  // The twin shares its kernel's slots: it reads the same weights in the same
+  // layouts (a tuned twin that wanted others would refill them, still correct).
   const float* prepared[8];
   size_t numPrepared = std::min<size_t>(twin.preparedInputs().size(), 8);
   if (numPrepared)
