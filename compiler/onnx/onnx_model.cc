@@ -86,79 +86,114 @@ void guardSupported(const onnx::GraphProto& g, int64_t opset) {
   }
 }
 
-// ONNX 1.12's LayerNormalization inference indexes its input's dimensions from
-// `axis` (default -1) with no range check when the node has its Mean or
-// InvStdDev output: axis -2 on a vector, or any axis on a scalar, reads
-// dimension -1 and takes the process down. The input's rank is known only after
-// inference, so inference first runs on a copy whose such axes are all 0 (in
-// range for every rank; a node's output ranks do not depend on its axis), and an
-// axis outside [-rank, rank) is then refused.
-void guardLayerNormAxes(const onnx::ModelProto& model, const std::function<Error(const std::string&)>& fail) {
-  auto exposed = [](const onnx::NodeProto& n) { return n.op_type() == "LayerNormalization" && n.output_size() > 1; };
+// Operators whose ONNX 1.12 inference trusts its inputs' ranks and reads
+// dimensions past them, taking the process down: LayerNormalization reads
+// dimension -1 when its axis is below -rank (axis -2 on a vector, any axis on a
+// scalar) and it has its Mean or InvStdDev output; Conv and ConvTranspose take
+// the kernel's size from the weight's dimensions 2.. and index it by the input's
+// spatial dimensions (ConvTranspose of a 4-d input by a 2-d weight: a crash the
+// ONNX fuzzer found, as were the others). Their inputs' ranks are known only
+// after inference, so inference first runs on a copy in which each such node is
+// an Identity of its first input per output (their outputs have its rank), and
+// the nodes' ranks and axes are then checked.
+bool trustsRanks(const onnx::NodeProto& n) {
+  const std::string& op = n.op_type();
+  return op == "LayerNormalization" || op == "Conv" || op == "ConvTranspose";
+}
+
+// The ranks of every value `probe` declares or inference found, in every graph
+// (values are named once in a model).
+void collectRanks(const onnx::GraphProto& g, std::map<std::string, int64_t>& ranks) {
+  auto note = [&](const onnx::ValueInfoProto& v) {
+    if (v.has_type() && v.type().has_tensor_type() && v.type().tensor_type().has_shape())
+      ranks[v.name()] = v.type().tensor_type().shape().dim_size();
+  };
+  for (const auto& v : g.input()) note(v);
+  for (const auto& v : g.value_info()) note(v);
+  for (const auto& v : g.output()) note(v);
+  for (const auto& t : g.initializer()) ranks[t.name()] = t.dims_size();
+  for (const auto& n : g.node())
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collectRanks(a.g(), ranks);
+      for (const auto& sub : a.graphs()) collectRanks(sub, ranks);
+    }
+}
+
+// The copy's nodes that trust ranks become Identity nodes (see trustsRanks).
+void neutralizeRankTrust(onnx::GraphProto& g) {
+  onnx::GraphProto out;
+  for (auto& n : *g.mutable_node()) {
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) neutralizeRankTrust(*a.mutable_g());
+      for (auto& sub : *a.mutable_graphs()) neutralizeRankTrust(sub);
+    }
+    if (!trustsRanks(n)) {
+      *out.add_node() = n;
+      continue;
+    }
+    if (n.input_size() == 0 || n.input(0).empty()) continue;
+    for (const auto& o : n.output()) {
+      if (o.empty()) continue;
+      onnx::NodeProto* id = out.add_node();
+      id->set_op_type("Identity");
+      id->add_input(n.input(0));
+      id->add_output(o);
+    }
+  }
+  g.mutable_node()->Swap(out.mutable_node());
+}
+
+void checkRankTrust(const onnx::GraphProto& g, const std::map<std::string, int64_t>& ranks,
+                    const std::function<Error(const std::string&)>& fail) {
+  auto rankOf = [&](const onnx::NodeProto& n, int i) -> int64_t {
+    if (n.input_size() <= i) return -1;
+    auto it = ranks.find(n.input(i));
+    return it == ranks.end() ? -1 : it->second;
+  };
+  for (const auto& n : g.node()) {
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) checkRankTrust(a.g(), ranks, fail);
+      for (const auto& sub : a.graphs()) checkRankTrust(sub, ranks, fail);
+    }
+    if (!trustsRanks(n)) continue;
+    std::string where = "node '" + (n.name().empty() && n.output_size() > 0 ? n.output(0) : n.name()) + "' (" + n.op_type() + "): ";
+    int64_t x = rankOf(n, 0);
+    if (n.op_type() == "LayerNormalization") {
+      int64_t axis = -1;
+      for (const auto& a : n.attribute())
+        if (a.name() == "axis") axis = a.i();
+      if (x >= 0 && (axis < -x || axis >= x))
+        throw fail(where + "axis " + std::to_string(axis) + " is out of range for an input of rank " + std::to_string(x));
+      continue;
+    }
+    int64_t w = rankOf(n, 1);
+    if (x >= 0 && x < 3) throw fail(where + "the input has rank " + std::to_string(x) + "; a convolution's has 3 or more (N, C, spatial...)");
+    if (x >= 0 && w >= 0 && w != x)
+      throw fail(where + "the weight has rank " + std::to_string(w) + ", the input rank " + std::to_string(x) + "; they must be equal");
+  }
+}
+
+void guardRankTrust(const onnx::ModelProto& model, const std::function<Error(const std::string&)>& fail) {
   std::function<bool(const onnx::GraphProto&)> any = [&](const onnx::GraphProto& g) {
     for (const auto& n : g.node()) {
-      if (exposed(n)) return true;
+      if (trustsRanks(n)) return true;
       for (const auto& a : n.attribute())
         if ((a.has_g() && any(a.g())) || std::any_of(a.graphs().begin(), a.graphs().end(), any)) return true;
     }
     return false;
   };
   if (!any(model.graph())) return;
-  // Both walks visit a node's subgraphs before the node, so the axes pair up in order.
   onnx::ModelProto probe = model;
-  std::vector<int64_t> axes;
-  std::function<void(onnx::GraphProto&)> neutralize = [&](onnx::GraphProto& g) {
-    for (auto& n : *g.mutable_node()) {
-      for (auto& a : *n.mutable_attribute()) {
-        if (a.has_g()) neutralize(*a.mutable_g());
-        for (auto& sub : *a.mutable_graphs()) neutralize(sub);
-      }
-      if (!exposed(n)) continue;
-      onnx::AttributeProto* axis = nullptr;
-      for (auto& a : *n.mutable_attribute())
-        if (a.name() == "axis") axis = &a;
-      if (!axis) {
-        axis = n.add_attribute();
-        axis->set_name("axis");
-        axis->set_type(onnx::AttributeProto::INT);
-        axis->set_i(-1);
-      }
-      axes.push_back(axis->i());
-      axis->set_i(0);
-    }
-  };
-  neutralize(*probe.mutable_graph());
+  neutralizeRankTrust(*probe.mutable_graph());
   try {
     onnx::shape_inference::InferShapes(probe);
   } catch (const std::exception&) {
     // The model's own inference reports it; the declared shapes, and what was
     // inferred before the failure, are still checked.
   }
-  size_t next = 0;
-  std::function<void(const onnx::GraphProto&, std::map<std::string, int64_t>)> check =
-      [&](const onnx::GraphProto& g, std::map<std::string, int64_t> ranks) {
-        auto note = [&](const onnx::ValueInfoProto& v) {
-          if (v.has_type() && v.type().has_tensor_type() && v.type().tensor_type().has_shape())
-            ranks[v.name()] = v.type().tensor_type().shape().dim_size();
-        };
-        for (const auto& v : g.input()) note(v);
-        for (const auto& v : g.value_info()) note(v);
-        for (const auto& v : g.output()) note(v);
-        for (const auto& t : g.initializer()) ranks[t.name()] = t.dims_size();
-        for (const auto& n : g.node()) {
-          for (const auto& a : n.attribute()) {
-            if (a.has_g()) check(a.g(), ranks);
-            for (const auto& sub : a.graphs()) check(sub, ranks);
-          }
-          if (!exposed(n) || next >= axes.size()) continue;
-          int64_t axis = axes[next++];
-          auto rank = n.input_size() > 0 ? ranks.find(n.input(0)) : ranks.end();
-          if (rank == ranks.end() || (axis >= -rank->second && axis < rank->second)) continue;
-          throw fail("node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (LayerNormalization): axis " +
-                     std::to_string(axis) + " is out of range for an input of rank " + std::to_string(rank->second));
-        }
-      };
-  check(probe.graph(), {});
+  std::map<std::string, int64_t> ranks;
+  collectRanks(probe.graph(), ranks);
+  checkRankTrust(model.graph(), ranks, fail);
 }
 
 // Every value is defined once, before use, and every graph output is defined:
@@ -270,7 +305,7 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
   // (the operators' old broadcasting and consumed_inputs attributes go with it).
   if (state.opset >= 1 && state.opset < kMinOpset) {
     guardInference(model.graph(), fail);
-    guardLayerNormAxes(model, fail);
+    guardRankTrust(model, fail);
     try {
       // The converter's adapters read input shapes; inference gives them.
       onnx::shape_inference::InferShapes(model);
@@ -284,7 +319,7 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
     throw fail("opset " + std::to_string(state.opset) + " is not supported (Kiln imports opsets " + std::to_string(kMinOpset) + " to " +
                std::to_string(kMaxOpset) + ")");
   guardInference(model.graph(), fail);
-  guardLayerNormAxes(model, fail);
+  guardRankTrust(model, fail);
   try {
     onnx::shape_inference::InferShapes(model);
   } catch (const std::exception& e) {

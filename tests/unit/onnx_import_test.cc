@@ -396,6 +396,25 @@ TEST_CASE("onnx: a LayerNormalization axis out of its input's range is refused, 
   }
 }
 
+TEST_CASE("onnx: a convolution whose weight's rank is not its input's is refused before ONNX's inference reads past it") {
+  // ONNX 1.12's ConvTranspose inference took the kernel size from a 2-d
+  // weight's missing dimensions (the ONNX fuzzer's case: a crash).
+  for (const char* op : {"ConvTranspose", "Conv"}) {
+    CAPTURE(op);
+    std::string model = oneNodeModel(op, {1, 1, 3, 3}, [](onnx::NodeProto& n, onnx::GraphProto& g) {
+      n.add_input("w");
+      auto* in = g.add_input();
+      in->set_name("w");
+      auto* tt = in->mutable_type()->mutable_tensor_type();
+      tt->set_elem_type(onnx::TensorProto::FLOAT);
+      tt->mutable_shape()->add_dim()->set_dim_value(3);
+      tt->mutable_shape()->add_dim()->set_dim_value(3);
+    });
+    CHECK_THROWS_WITH_AS(kiln::importOnnx(model), doctest::Contains("the weight has rank 2, the input rank 4; they must be equal"),
+                         kiln::Error);
+  }
+}
+
 TEST_CASE("onnx: an operator Kiln does not import is refused before ONNX's shape inference runs") {
   // ONNX 1.12's MaxUnpool inference reads dimension 1 of its second input
   // whatever its rank: with a vector there, the import crashed (the ONNX fuzzer's case).
