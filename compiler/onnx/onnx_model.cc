@@ -66,6 +66,52 @@ void guardInference(const onnx::GraphProto& g, const std::function<Error(const s
   }
 }
 
+// ONNX 1.12's Einsum inference counts labels in an array indexed from 'a', so an
+// upper-case label writes before it and corrupts the heap (`i,U`: a crash the
+// ONNX fuzzer found). Labels are only names once the output is explicit, so each
+// equation with upper-case labels is rewritten, before inference and before the
+// importer reads it: its implicit output made explicit (the labels used once, in
+// ASCII order, as the importer orders them), then each upper-case label renamed
+// to a lower-case one the equation does not use.
+void lowerEinsumLabels(onnx::GraphProto& g, const std::function<Error(const std::string&)>& fail) {
+  for (auto& n : *g.mutable_node()) {
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) lowerEinsumLabels(*a.mutable_g(), fail);
+      for (auto& sub : *a.mutable_graphs()) lowerEinsumLabels(sub, fail);
+    }
+    if (n.op_type() != "Einsum") continue;
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.name() != "equation") continue;
+      std::string eq;
+      for (char ch : a.s())
+        if (ch != ' ') eq += ch;
+      if (std::none_of(eq.begin(), eq.end(), [](char ch) { return ch >= 'A' && ch <= 'Z'; })) continue;
+      std::string where = "node '" + (n.name().empty() && n.output_size() > 0 ? n.output(0) : n.name()) + "' (Einsum): ";
+      if (eq.find("...") != std::string::npos) throw fail(where + "ellipses in the equation are not supported");
+      if (eq.find("->") == std::string::npos) {
+        std::string out;
+        for (char l = 'A'; l <= 'z'; ++l)
+          if (std::isalpha(static_cast<unsigned char>(l)) && std::count(eq.begin(), eq.end(), l) == 1) out += l;
+        eq += "->" + out;
+      }
+      std::string unused;
+      for (char l = 'a'; l <= 'z'; ++l)
+        if (eq.find(l) == std::string::npos) unused += l;
+      std::map<char, char> rename;
+      for (char& ch : eq) {
+        if (ch < 'A' || ch > 'Z') continue;
+        if (!rename.count(ch)) {
+          if (rename.size() == unused.size()) throw fail(where + "the equation uses more than 26 distinct labels");
+          char to = unused[rename.size()];
+          rename[ch] = to;
+        }
+        ch = rename[ch];
+      }
+      a.set_s(eq);
+    }
+  }
+}
+
 // Every operator the model uses is one Kiln imports, in a domain it knows,
 // checked before ONNX's shape inference runs: the inference functions of
 // operators nothing here converts are the ones least exercised, and ONNX 1.12's
@@ -296,6 +342,7 @@ OnnxModel importModel(onnx::ModelProto& model, const std::string& file, const st
   state.baseDir = baseDir;
   for (const auto& op : model.opset_import())
     if (op.domain().empty() || op.domain() == "ai.onnx") state.opset = op.version();
+  lowerEinsumLabels(*model.mutable_graph(), fail);
   try {
     guardSupported(model.graph(), state.opset);
   } catch (const Error& e) {

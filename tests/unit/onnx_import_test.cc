@@ -415,6 +415,55 @@ TEST_CASE("onnx: a convolution whose weight's rank is not its input's is refused
   }
 }
 
+TEST_CASE("onnx: Einsum labels in upper case are renamed before ONNX's inference, which corrupted the heap on them") {
+  // `i,U` (the ONNX fuzzer's case): the implicit output is the labels used once
+  // in ASCII order, "Ui": z[u][i] = x[i] * y[u]. `iJ,JK->iK` is a product.
+  struct Case {
+    const char* equation;
+    std::vector<int64_t> x, y, z;
+  };
+  for (const Case& k : {Case{"i,U", {5}, {5}, {5, 5}}, Case{"iJ, JK -> iK", {2, 3}, {3, 4}, {2, 4}}}) {
+    CAPTURE(k.equation);
+    onnx::ModelProto m;
+    REQUIRE(m.ParseFromString(oneNodeModel("Einsum", k.x, [&](onnx::NodeProto& n, onnx::GraphProto& g) {
+      n.add_input("w");
+      auto* in = g.add_input();
+      in->set_name("w");
+      auto* tt = in->mutable_type()->mutable_tensor_type();
+      tt->set_elem_type(onnx::TensorProto::FLOAT);
+      for (int64_t d : k.y) tt->mutable_shape()->add_dim()->set_dim_value(d);
+      auto* a = n.add_attribute();
+      a->set_name("equation");
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s(k.equation);
+    })));
+    auto* shape = m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d : k.z) shape->add_dim()->set_dim_value(d);
+    kiln::VirtualMachine vm(kiln::compileOnnx(kiln::importOnnx(m.SerializeAsString())));
+    auto filled = [](const std::vector<int64_t>& shape, int seed) {
+      kiln::Tensor t = kiln::Tensor::empty(kiln::DType::Float32, std::span<const int64_t>(shape));
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::sin(0.37f * static_cast<float>(i + seed)) * 2;
+      return t;
+    };
+    kiln::Tensor x = filled(k.x, 1), y = filled(k.y, 2);
+    kiln::Tensor z = vm.invoke("main", {kiln::Value(x), kiln::Value(y)}).tensor();
+    REQUIRE(z.shape() == kiln::Shape(k.z.begin(), k.z.end()));
+    const float *px = x.data<float>(), *py = y.data<float>(), *pz = z.data<float>();
+    if (k.x.size() == 1) {
+      for (int u = 0; u < 5; ++u)
+        for (int i = 0; i < 5; ++i) CHECK(pz[u * 5 + i] == doctest::Approx(px[i] * py[u]).epsilon(1e-5));
+    } else {
+      for (int i = 0; i < 2; ++i)
+        for (int c = 0; c < 4; ++c) {
+          double want = 0;
+          for (int j = 0; j < 3; ++j) want += double(px[i * 3 + j]) * py[j * 4 + c];
+          CHECK(pz[i * 4 + c] == doctest::Approx(want).epsilon(1e-5));
+        }
+    }
+  }
+}
+
 TEST_CASE("onnx: an operator Kiln does not import is refused before ONNX's shape inference runs") {
   // ONNX 1.12's MaxUnpool inference reads dimension 1 of its second input
   // whatever its rank: with a vector there, the import crashed (the ONNX fuzzer's case).
