@@ -182,9 +182,7 @@ const onnx::TypeProto* GraphScope::inferredType(const std::string& name) const {
 void GraphScope::importNodes(const onnx::GraphProto& g) {
   for (const auto& node : g.node()) {
     NodeContext ctx(*this, node);
-    std::string name = node.name();
-    for (int k = 0; name.empty() && k < node.output_size(); ++k) name = node.output(k);
-    currentNode_ = "node '" + name + "' (" + node.op_type() + ", opset " + std::to_string(state_.opset) + ")";
+    currentNode_ = "node '" + nodeName(node) + "' (" + node.op_type() + ", opset " + std::to_string(state_.opset) + ")";
     if (!node.domain().empty() && node.domain() != "ai.onnx") ctx.fail("the operator domain '" + node.domain() + "' is not supported");
     const Converter* convert = findConverter(node.op_type());
     if (!convert) ctx.fail("the operator is not supported");
@@ -354,11 +352,14 @@ std::string NodeContext::let(const std::string& expr) {
   return "%" + var;
 }
 
+std::string nodeName(const onnx::NodeProto& node) {
+  std::string name = node.name();
+  for (int k = 0; name.empty() && k < node.output_size(); ++k) name = node.output(k);
+  return name;
+}
+
 void NodeContext::fail(const std::string& why) const {
-  // Unnamed nodes are known by their first named output.
-  std::string name = node_.name();
-  for (int k = 0; name.empty() && k < node_.output_size(); ++k) name = node_.output(k);
-  throw Error("node '" + name + "' (" + node_.op_type() + ", opset " + std::to_string(opset()) + "): " + why);
+  throw Error("node '" + nodeName(node_) + "' (" + node_.op_type() + ", opset " + std::to_string(opset()) + "): " + why);
 }
 
 int64_t NodeContext::product(const std::vector<int64_t>& dims) const {

@@ -251,6 +251,9 @@ void importPool3d(NodeContext& c, bool isMax);
 
 // The converters, by ONNX op type (default domain).
 const Converter* findConverter(const std::string& opType);
+
+// How errors name a node: its name, or, unnamed, its first named output.
+std::string nodeName(const onnx::NodeProto& node);
 void registerElementwiseConverters(std::map<std::string, Converter>& table);
 void registerTensorConverters(std::map<std::string, Converter>& table);
 void registerNNConverters(std::map<std::string, Converter>& table);

@@ -86,7 +86,7 @@ void lowerEinsumLabels(onnx::GraphProto& g, const std::function<Error(const std:
       for (char ch : a.s())
         if (ch != ' ') eq += ch;
       if (std::none_of(eq.begin(), eq.end(), [](char ch) { return ch >= 'A' && ch <= 'Z'; })) continue;
-      std::string where = "node '" + (n.name().empty() && n.output_size() > 0 ? n.output(0) : n.name()) + "' (Einsum): ";
+      std::string where = "node '" + nodeName(n) + "' (Einsum): ";
       if (eq.find("...") != std::string::npos) throw fail(where + "ellipses in the equation are not supported");
       if (eq.find("->") == std::string::npos) {
         std::string out;
@@ -124,9 +124,7 @@ void guardSupported(const onnx::GraphProto& g, int64_t opset) {
       if (a.has_g()) guardSupported(a.g(), opset);
       for (const auto& sub : a.graphs()) guardSupported(sub, opset);
     }
-    std::string name = n.name();
-    for (int k = 0; name.empty() && k < n.output_size(); ++k) name = n.output(k);
-    std::string where = "node '" + name + "' (" + n.op_type() + ", opset " + std::to_string(opset) + "): ";
+    std::string where = "node '" + nodeName(n) + "' (" + n.op_type() + ", opset " + std::to_string(opset) + "): ";
     if (!n.domain().empty() && n.domain() != "ai.onnx") throw Error(where + "the operator domain '" + n.domain() + "' is not supported");
     if (!findConverter(n.op_type())) throw Error(where + "the operator is not supported");
   }
@@ -202,7 +200,7 @@ void checkRankTrust(const onnx::GraphProto& g, const std::map<std::string, int64
       for (const auto& sub : a.graphs()) checkRankTrust(sub, ranks, fail);
     }
     if (!trustsRanks(n)) continue;
-    std::string where = "node '" + (n.name().empty() && n.output_size() > 0 ? n.output(0) : n.name()) + "' (" + n.op_type() + "): ";
+    std::string where = "node '" + nodeName(n) + "' (" + n.op_type() + "): ";
     int64_t x = rankOf(n, 0);
     if (n.op_type() == "LayerNormalization") {
       int64_t axis = -1;

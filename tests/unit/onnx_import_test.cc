@@ -297,6 +297,18 @@ static std::string oneNodeModel(const std::string& op, std::vector<int64_t> shap
   return m.SerializeAsString();
 }
 
+// A further input of node `n`: a graph input `name` of that element type and shape.
+static void addGraphInput(onnx::NodeProto& n, onnx::GraphProto& g, const std::string& name, int32_t elemType,
+                          const std::vector<int64_t>& shape) {
+  n.add_input(name);
+  auto* in = g.add_input();
+  in->set_name(name);
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elemType);
+  tt->mutable_shape();  // present even when empty: a scalar's rank is known
+  for (int64_t d : shape) tt->mutable_shape()->add_dim()->set_dim_value(d);
+}
+
 TEST_CASE("onnx: attributes that would make programs or tables without bound are refused") {
   std::string lrn = oneNodeModel("LRN", {1, 4, 2, 2}, [](onnx::NodeProto& n, onnx::GraphProto&) {
     auto* a = n.add_attribute();
@@ -402,13 +414,7 @@ TEST_CASE("onnx: a convolution whose weight's rank is not its input's is refused
   for (const char* op : {"ConvTranspose", "Conv"}) {
     CAPTURE(op);
     std::string model = oneNodeModel(op, {1, 1, 3, 3}, [](onnx::NodeProto& n, onnx::GraphProto& g) {
-      n.add_input("w");
-      auto* in = g.add_input();
-      in->set_name("w");
-      auto* tt = in->mutable_type()->mutable_tensor_type();
-      tt->set_elem_type(onnx::TensorProto::FLOAT);
-      tt->mutable_shape()->add_dim()->set_dim_value(3);
-      tt->mutable_shape()->add_dim()->set_dim_value(3);
+      addGraphInput(n, g, "w", onnx::TensorProto::FLOAT, {3, 3});
     });
     CHECK_THROWS_WITH_AS(kiln::importOnnx(model), doctest::Contains("the weight has rank 2, the input rank 4; they must be equal"),
                          kiln::Error);
@@ -426,12 +432,7 @@ TEST_CASE("onnx: Einsum labels in upper case are renamed before ONNX's inference
     CAPTURE(k.equation);
     onnx::ModelProto m;
     REQUIRE(m.ParseFromString(oneNodeModel("Einsum", k.x, [&](onnx::NodeProto& n, onnx::GraphProto& g) {
-      n.add_input("w");
-      auto* in = g.add_input();
-      in->set_name("w");
-      auto* tt = in->mutable_type()->mutable_tensor_type();
-      tt->set_elem_type(onnx::TensorProto::FLOAT);
-      for (int64_t d : k.y) tt->mutable_shape()->add_dim()->set_dim_value(d);
+      addGraphInput(n, g, "w", onnx::TensorProto::FLOAT, k.y);
       auto* a = n.add_attribute();
       a->set_name("equation");
       a->set_type(onnx::AttributeProto::STRING);
@@ -468,12 +469,7 @@ TEST_CASE("onnx: an operator Kiln does not import is refused before ONNX's shape
   // ONNX 1.12's MaxUnpool inference reads dimension 1 of its second input
   // whatever its rank: with a vector there, the import crashed (the ONNX fuzzer's case).
   std::string unpool = oneNodeModel("MaxUnpool", {1, 1, 2, 2}, [](onnx::NodeProto& n, onnx::GraphProto& g) {
-    n.add_input("indices");
-    auto* in = g.add_input();
-    in->set_name("indices");
-    auto* tt = in->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::INT64);
-    tt->mutable_shape()->add_dim()->set_dim_value(4);
+    addGraphInput(n, g, "indices", onnx::TensorProto::INT64, {4});
     for (const char* name : {"kernel_shape", "strides"}) {
       auto* a = n.add_attribute();
       a->set_name(name);
@@ -492,12 +488,7 @@ TEST_CASE("onnx: a loss of a rank-1 input is refused, whichever of its parts is 
   for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"}) {
     CAPTURE(op);
     std::string model = oneNodeModel(op, {5}, [](onnx::NodeProto& n, onnx::GraphProto& g) {
-      n.add_input("target");
-      auto* in = g.add_input();
-      in->set_name("target");
-      auto* tt = in->mutable_type()->mutable_tensor_type();
-      tt->set_elem_type(onnx::TensorProto::INT64);
-      tt->mutable_shape();
+      addGraphInput(n, g, "target", onnx::TensorProto::INT64, {});
       auto* a = n.add_attribute();
       a->set_name("reduction");
       a->set_type(onnx::AttributeProto::STRING);
