@@ -59,7 +59,13 @@ std::optional<std::vector<Shape>> parseShapes(std::string_view text) {
 std::string TuningLog::format(const TuningRecord& r) {
   char times[96];
   std::snprintf(times, sizeof times, " us=%.3f default_us=%.3f", r.micros, r.defaultMicros);
-  return "task=" + r.task + " shapes=" + formatShapes(r.shapes) + " schedule=" + r.schedule.toString() + times +
+  std::string program;
+  if (r.checkedInProgram()) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " program_us=%.3f program_default_us=%.3f", r.programMicros, r.programDefaultMicros);
+    program = buf;
+  }
+  return "task=" + r.task + " shapes=" + formatShapes(r.shapes) + " schedule=" + r.schedule.toString() + times + program +
          " machine=" + (r.machine.empty() ? "-" : r.machine) + " cpu=" + r.cpu;
 }
 
@@ -80,8 +86,11 @@ TuningLog TuningLog::parse(std::string_view text, const std::string& name) {
       throw Error("tuning log " + name + ":" + std::to_string(lineNo) + ": " + why);
     };
     TuningRecord r;
-    bool have[7] = {};
-    static const char* const keys[] = {"task", "shapes", "schedule", "us", "default_us", "machine", "cpu"};
+    // The first seven are required; the in-program pair goes together or not at all.
+    constexpr int kKeys = 9, kRequired = 7;
+    bool have[kKeys] = {};
+    static const char* const keys[kKeys] = {"task",    "shapes", "schedule",   "us",
+                                            "default_us", "machine", "cpu", "program_us", "program_default_us"};
     line.remove_prefix(first);
     while (!line.empty()) {
       size_t sp = line.find(' ');
@@ -92,7 +101,7 @@ TuningLog TuningLog::parse(std::string_view text, const std::string& name) {
       if (eq == std::string_view::npos) fail("'" + std::string(field) + "' is not key=value");
       std::string_view key = field.substr(0, eq), value = field.substr(eq + 1);
       int which = -1;
-      for (int i = 0; i < 7; ++i)
+      for (int i = 0; i < kKeys; ++i)
         if (key == keys[i]) which = i;
       if (which < 0) fail("unknown field '" + std::string(key) + "'");
       if (have[which]) fail("field '" + std::string(key) + "' given twice");
@@ -125,10 +134,13 @@ TuningLog TuningLog::parse(std::string_view text, const std::string& name) {
         case 4: number(r.defaultMicros); break;
         case 5: r.machine = value; break;
         case 6: r.cpu = value; break;
+        case 7: number(r.programMicros); break;
+        case 8: number(r.programDefaultMicros); break;
       }
     }
-    for (int i = 0; i < 7; ++i)
+    for (int i = 0; i < kRequired; ++i)
       if (!have[i]) fail(std::string("missing field '") + keys[i] + "'");
+    if (have[7] != have[8]) fail("'program_us' and 'program_default_us' go together");
     log.add(std::move(r));
   }
   return log;
@@ -152,15 +164,39 @@ void TuningLog::add(TuningRecord r) {
     noteForeign(r);
     return;
   }
+  // The latest check of a schedule in its program decides whether it lost there.
+  if (r.checkedInProgram()) {
+    if (r.lostInProgram()) lost_.insert(lostKey(r));
+    else lost_.erase(lostKey(r));
+  }
+  bool lost = lostInProgram(r);
   std::vector<size_t>& mine = byTask_[r.task];
   for (size_t i : mine) {
-    if (records_[i].shapes != r.shapes) continue;
-    if (r.micros < records_[i].micros) records_[i] = std::move(r);
+    TuningRecord& had = records_[i];
+    if (had.shapes != r.shapes) continue;
+    // A schedule that lost in its program gives way to any that did not; among
+    // those the fastest alone wins; the same schedule again keeps its record,
+    // with the in-program figures of the latest check.
+    bool hadLost = lostInProgram(had);
+    if (had.schedule.toString() == r.schedule.toString()) {
+      if (r.checkedInProgram()) {
+        had.programMicros = r.programMicros;
+        had.programDefaultMicros = r.programDefaultMicros;
+      }
+    } else if ((hadLost && !lost) || (hadLost == lost && r.micros < had.micros)) {
+      had = std::move(r);
+    }
     return;
   }
   mine.push_back(records_.size());
   records_.push_back(std::move(r));
 }
+
+std::string TuningLog::lostKey(const TuningRecord& r) {
+  return r.task + " " + formatShapes(r.shapes) + " " + r.schedule.toString();
+}
+
+bool TuningLog::lostInProgram(const TuningRecord& r) const { return lost_.count(lostKey(r)) != 0; }
 
 const TuningRecord* TuningLog::find(const std::string& task, std::span<const Shape> shapes) const {
   auto it = byTask_.find(task);
@@ -174,11 +210,13 @@ const TuningRecord* TuningLog::find(const std::string& task, std::span<const Sha
 std::optional<loop::Schedule> TuningLog::lookup(const std::string& task, std::span<const Shape> shapes) const {
   auto it = byTask_.find(task);
   if (it == byTask_.end()) return std::nullopt;
+  // These very shapes lost with their schedule: the default, not a neighbour's.
+  if (const TuningRecord* exact = find(task, shapes); exact && lostInProgram(*exact)) return std::nullopt;
   const TuningRecord* best = nullptr;
   double bestDistance = std::numeric_limits<double>::infinity();
   for (size_t i : it->second) {
     const TuningRecord& r = records_[i];
-    if (r.shapes.size() != shapes.size()) continue;
+    if (r.shapes.size() != shapes.size() || lostInProgram(r)) continue;
     double distance = 0;
     bool comparable = true;
     for (size_t p = 0; p < shapes.size() && comparable; ++p) {

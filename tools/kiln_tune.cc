@@ -7,20 +7,26 @@
 // log), 1 any other failure.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "device/thread_pool.h"
+#include "jit/host_cpu.h"
 #include "jit/tuning_log.h"
 #include "kiln/compile.h"
 #include "kiln/error.h"
 #include "kiln/executable.h"
 #include "kiln/npy.h"
 #include "kiln/onnx.h"
+#include "tune/program_check.h"
 #include "tune/tasks.h"
 #include "tune/tuner.h"
 
@@ -34,6 +40,8 @@ void usage(std::FILE* out) {
                "                      calls and time, which weight the tasks)\n"
                "  --dims LO:HI        without a record, tune `?` dimensions at the powers of two from LO to HI\n"
                "  --params F.npz      bind @main's parameters of those names as constants (weights)\n"
+               "  --inputs F.npz      @main's inputs by parameter name: then each tuned schedule is also timed in the\n"
+               "                      program against the default, and one slower there is recorded so and not applied\n"
                "  --budget SECONDS    overall (default 600)\n"
                "  --task-budget SECONDS  per task and shape (default 30)\n"
                "  --trials N          candidates per task at most (default 48)\n"
@@ -55,8 +63,80 @@ double number(const std::string& flag, const std::string& v) {
   return d;
 }
 
+// @main's arguments from an .npz by parameter name: every parameter given, no other name.
+std::vector<kiln::Value> bindInputs(const kiln::Executable& exe, const std::map<std::string, kiln::Tensor>& inputs,
+                                    const std::string& file) {
+  const kiln::BytecodeFunction* fn = exe.findFunction("main");
+  if (!fn) throw Usage("the program has no @main to run with " + file);
+  std::vector<kiln::Value> args(fn->numParams);
+  std::vector<bool> bound(fn->numParams, false);
+  for (const auto& [name, t] : inputs) {
+    auto it = std::find(fn->paramNames.begin(), fn->paramNames.end(), name);
+    if (it == fn->paramNames.end()) throw Usage(file + ": '" + name + "' is not a parameter of @main");
+    size_t p = static_cast<size_t>(it - fn->paramNames.begin());
+    // A scalar is a register value, as vmrun passes it.
+    if (t.rank() == 0) {
+      int64_t i = 0;
+      double f = 0;
+      kiln::readScalar(t.data(), t.dtype(), i, f);
+      args[p] = kiln::isFloat(t.dtype()) ? kiln::Value::floatScalar(t.dtype(), f) : kiln::Value::intScalar(t.dtype(), i);
+    } else {
+      args[p] = kiln::Value(t);
+    }
+    bound[p] = true;
+  }
+  for (size_t p = 0; p < bound.size(); ++p)
+    if (!bound[p]) throw Usage(file + " has no input for @main's parameter '" + fn->paramNames[p] + "'");
+  return args;
+}
+
+// Times the tuned schedules in the program (program_check.h) and appends each
+// one's in-program figures to the log as a record of its own.
+void checkInProgram(const std::shared_ptr<const kiln::Executable>& exe, std::span<const kiln::Value> args,
+                    std::vector<kiln::tune::TaskResult>& results, const std::filesystem::path& dir,
+                    const std::string& logPath) {
+  std::vector<kiln::jit::TuningRecord> records;
+  for (const auto& r : results) {
+    kiln::jit::TuningRecord rec;
+    rec.task = r.task.task;
+    rec.shapes = r.task.shapes;
+    rec.schedule = r.best;
+    rec.micros = r.micros;
+    rec.defaultMicros = r.defaultMicros;
+    rec.machine = kiln::tune::measuringMachine();
+    rec.cpu = kiln::jit::hostCpuFingerprint();
+    records.push_back(std::move(rec));
+  }
+  std::string tunedLog = (dir / "tuned.log").string();
+  {
+    std::ofstream f(tunedLog);
+    for (size_t i = 0; i < records.size(); ++i)
+      if (!results[i].best.isDefault()) f << kiln::jit::TuningLog::format(records[i]) << "\n";
+  }
+  std::fprintf(stderr, "timing the tuned schedules in the program against the defaults...\n");
+  std::vector<kiln::tune::ProgramTiming> timings = kiln::tune::checkInProgram(exe, args, results, tunedLog, {});
+  std::ofstream log(logPath, std::ios::app);
+  if (!log) throw kiln::Error("cannot append to tuning log " + logPath);
+  for (size_t i = 0; i < results.size(); ++i) {
+    kiln::tune::TaskResult& r = results[i];
+    if (r.best.isDefault()) continue;
+    if (!timings[i].seen) {
+      std::fprintf(stderr, "%s [%s]: not called at these shapes in this run; not checked in the program\n",
+                   r.task.name.c_str(), kiln::jit::formatShapes(r.task.shapes).c_str());
+      continue;
+    }
+    r.programMicros = records[i].programMicros = timings[i].micros;
+    r.programDefaultMicros = records[i].programDefaultMicros = timings[i].defaultMicros;
+    log << kiln::jit::TuningLog::format(records[i]) << "\n";
+    std::fprintf(stderr, "%s [%s] in the program: %.2f us a call against the default's %.2f (%llu call(s) a run): %s\n",
+                 r.task.name.c_str(), kiln::jit::formatShapes(r.task.shapes).c_str(), timings[i].micros,
+                 timings[i].defaultMicros, static_cast<unsigned long long>(timings[i].calls),
+                 r.lostInProgram() ? "slower, recorded so: the default applies" : "kept");
+  }
+}
+
 int run(int argc, char** argv) {
-  std::string program, logPath, shapesPath, paramsFile;
+  std::string program, logPath, shapesPath, paramsFile, inputsFile;
   bool listOnly = false;
   kiln::tune::ExtractOptions extract;
   kiln::tune::TuneOptions options;
@@ -73,6 +153,7 @@ int run(int argc, char** argv) {
     } else if (a == "--log") logPath = value();
     else if (a == "--shapes") shapesPath = value();
     else if (a == "--params") paramsFile = value();
+    else if (a == "--inputs") inputsFile = value();
     else if (a == "--dims") {
       try {
         kiln::tune::parseDimRange(value(), extract);
@@ -93,6 +174,7 @@ int run(int argc, char** argv) {
   if (logPath.empty() && !listOnly) throw Usage("--log FILE is needed (where the results go)");
 
   std::shared_ptr<const kiln::Executable> exe;
+  std::vector<kiln::Value> programArgs;
   try {
     kiln::CompileOptions copts;
     if (!paramsFile.empty()) copts.params = kiln::readNpz(paramsFile);
@@ -106,6 +188,7 @@ int run(int argc, char** argv) {
       exe = kiln::Executable::load(program);
     }
     if (!shapesPath.empty()) extract.records = kiln::tune::readShapeRecords(shapesPath);
+    if (!inputsFile.empty()) programArgs = bindInputs(*exe, kiln::readNpz(inputsFile), inputsFile);
   } catch (const kiln::Error& e) {
     throw Usage(e.message());
   }
@@ -136,26 +219,37 @@ int run(int argc, char** argv) {
   };
   auto t0 = std::chrono::steady_clock::now();
   std::vector<kiln::tune::TaskResult> results = kiln::tune::tuneTasks(*exe, tasks, options);
+  if (!inputsFile.empty()) checkInProgram(exe, programArgs, results, dir, logPath);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // Beside each result its floor (the least time any schedule can take: FLOPs at
-  // peak or operands read once, tune/work_bound.h) and the room it leaves.
-  std::printf("\n%-18s %-28s %-30s %10s %10s %8s %7s %10s %7s  %s\n", "task", "shapes", "schedule", "default us", "tuned us",
-              "speedup", "trials", "floor us", "room", "floor is");
-  int faster = 0, tuned = 0, roomy = 0;
+  // peak or operands read once, tune/work_bound.h) and the room it leaves; with
+  // --inputs, the tuned schedule's time over the default's in the program.
+  std::printf("\n%-18s %-28s %-30s %10s %10s %8s %9s %7s %10s %7s  %s\n", "task", "shapes", "schedule", "default us",
+              "tuned us", "speedup", "in prog", "trials", "floor us", "room", "floor is");
+  int faster = 0, tuned = 0, roomy = 0, checked = 0, lost = 0;
   for (const auto& r : results) {
     std::string shapes = kiln::jit::formatShapes(r.task.shapes);
     if (shapes.size() > 28) shapes = shapes.substr(0, 25) + "...";
-    std::printf("%-18s %-28s %-30s %10.2f %10.2f %7.2fx %7d %10.2f %6.2fx  %s%s\n", r.task.task.c_str(), shapes.c_str(),
-                r.best.toString().c_str(), r.defaultMicros, r.micros, r.speedup(), r.trials, r.floorMicros, r.room(),
-                r.floorWhat.c_str(), r.resumed ? " (log)" : "");
+    char inProgram[16] = "-";
+    if (r.programMicros > 0 && r.programDefaultMicros > 0)
+      std::snprintf(inProgram, sizeof inProgram, "%.2fx", r.programDefaultMicros / r.programMicros);
+    std::printf("%-18s %-28s %-30s %10.2f %10.2f %7.2fx %9s %7d %10.2f %6.2fx  %s%s%s\n", r.task.task.c_str(),
+                shapes.c_str(), r.best.toString().c_str(), r.defaultMicros, r.micros, r.speedup(), inProgram, r.trials,
+                r.floorMicros, r.room(), r.floorWhat.c_str(), r.resumed ? " (log)" : "",
+                r.lostInProgram() ? " (slower in the program: not applied)" : "");
     ++tuned;
-    if (r.speedup() >= 1.2) ++faster;
+    if (r.appliedSpeedup() >= 1.2) ++faster;
     if (r.room() >= 1.2) ++roomy;
+    if (r.programMicros >= 0) ++checked;
+    if (r.lostInProgram()) ++lost;
   }
   std::printf("%d task(s) tuned, %d at least 1.2x faster, %.0f s; log: %s\n", tuned, faster, seconds, logPath.c_str());
   std::printf("%d of them with room for 1.2x (the default at least 1.2x its floor); the others cannot be 1.2x faster\n",
               roomy);
+  if (checked)
+    std::printf("%d tuned schedule(s) timed in the program: %d slower there than the default (recorded so, not applied)\n",
+                checked, lost);
   return 0;
 }
 

@@ -24,15 +24,6 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string hostName() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "-";
-  std::string s = buf;
-  for (char& c : s)
-    if (c == ' ' || c == '=') c = '_';
-  return s;
-}
-
 std::string fmt(const char* f, double a, double b = 0) {
   char buf[128];
   std::snprintf(buf, sizeof buf, f, a, b);
@@ -40,6 +31,15 @@ std::string fmt(const char* f, double a, double b = 0) {
 }
 
 }  // namespace
+
+std::string measuringMachine() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "-";
+  std::string s = buf;
+  for (char& c : s)
+    if (c == ' ' || c == '=') c = '_';
+  return s;
+}
 
 std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, const TuneOptions& options) {
   jit::TuningLog existing;
@@ -77,8 +77,11 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
       r.best = had->schedule;
       r.micros = had->micros;
       r.defaultMicros = had->defaultMicros;
+      r.programMicros = had->programMicros;
+      r.programDefaultMicros = had->programDefaultMicros;
       r.resumed = true;
-      say(head + ": in the log already (" + r.best.toString() + ")");
+      say(head + ": in the log already (" + r.best.toString() +
+          (existing.lostInProgram(*had) ? "; slower in its program: the default applies)" : ")"));
       results.push_back(std::move(r));
       continue;
     }
@@ -165,7 +168,7 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
     rec.schedule = r.best;
     rec.micros = r.micros;
     rec.defaultMicros = r.defaultMicros;
-    rec.machine = hostName();
+    rec.machine = measuringMachine();
     rec.cpu = jit::hostCpuFingerprint();
     log << jit::TuningLog::format(rec) << "\n";
     log.flush();

@@ -50,10 +50,19 @@ struct TaskResult {
   // The least time any schedule can take (work_bound.h), and what sets it.
   double floorMicros = 0;
   std::string floorWhat;
+  // In its program (program_check.h; negative: not checked there).
+  double programMicros = -1, programDefaultMicros = -1;
+  bool lostInProgram() const { return programMicros >= 0 && programDefaultMicros >= 0 && programMicros > programDefaultMicros; }
   double speedup() const { return micros > 0 ? defaultMicros / micros : 0; }
+  // What applying the log gains: nothing where the schedule lost in its program
+  // (the JIT keeps the default there).
+  double appliedSpeedup() const { return lostInProgram() ? 1.0 : speedup(); }
   // How much faster than the default the floor is: a schedule can gain at most this.
   double room() const { return floorMicros > 0 ? defaultMicros / floorMicros : 0; }
 };
+
+// The name records give the machine that measured them (its host name).
+std::string measuringMachine();
 
 std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, const TuneOptions& options);
 

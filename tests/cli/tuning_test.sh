@@ -39,6 +39,26 @@ check "...and appends nothing" test "$(grep -c '^task=' "$tmp/cnn.log")" -eq 5
 "$vmrun" "${cnn[@]}" --input 1x3x32x32xf32=random --tuning-log "$tmp/cnn.log" > "$tmp/cnn.tuned" 2> "$tmp/err"
 check "the tuned run gives the default's result" close "$tmp/cnn.tuned" "$tmp/cnn.plain"
 
+# With the program's inputs, each tuned schedule is also timed in the program,
+# and its figures there are recorded (a schedule slower there is not applied).
+/usr/bin/python3 -c "import numpy as np, sys; np.savez(sys.argv[1], data=np.ones((1, 3, 32, 32), np.float32))" "$tmp/cnn_in.npz"
+"$tune" "${cnn[@]}" --inputs "$tmp/cnn_in.npz" --log "$tmp/prog.log" --trials 4 --rounds 3 > "$tmp/prog.out" 2> "$tmp/prog.err"; rc=$?
+check "kiln-tune --inputs exits 0" test $rc -eq 0
+test $rc -eq 0 || cat "$tmp/prog.err"
+tunedCount=$(grep -c '^task=.* schedule=[^d]' "$tmp/prog.log")  # records whose schedule is not the default
+checkedCount=$(grep -c ' program_us=[0-9.]* program_default_us=[0-9.]* ' "$tmp/prog.log")
+check "...adds one in-program record per tuned schedule ($tunedCount tuned, $checkedCount checked)" \
+  test "$checkedCount" -eq $((tunedCount / 2))
+if [ "$checkedCount" -gt 0 ]; then
+  check "...and says so in the table" grep -q "^$checkedCount tuned schedule(s) timed in the program: [0-9]* slower there" "$tmp/prog.out"
+else
+  echo "note: no schedule beat the default in this short search; the in-program records are not exercised"
+fi
+/usr/bin/python3 -c "import numpy as np, sys; np.savez(sys.argv[1], nodata=np.ones((1, 3, 32, 32), np.float32))" "$tmp/bad_in.npz"
+"$tune" "${cnn[@]}" --inputs "$tmp/bad_in.npz" --log "$tmp/bad_in.log" > /dev/null 2> "$tmp/err"; rc=$?
+check "kiln-tune --inputs naming no parameter: exit 2, naming it" \
+  bash -c "test $rc -eq 2 && grep -q \"'nodata' is not a parameter of @main\" '$tmp/err'"
+
 # kilnc --emit llvm --tuning-log: the kernels as the log's schedules compile them.
 # A softmax under stores=stream is lowered write-only and its stores stream.
 printf 'def @main(%%x: Tensor[(64, 1024), float32]) {\n  nn.softmax(%%x, axis=-1)\n}\n' > "$tmp/softmax.relay"

@@ -246,6 +246,55 @@ TEST_CASE("records of another CPU are ignored with a note - the fastest record a
   CHECK(!log.lookup("0123456789abcdef", std::vector<Shape>{{1, 64}, {3}}).has_value());  // other arity
 }
 
+TEST_CASE("a schedule slower in its program than the default is never applied, whatever other records say") {
+  auto checked = [](std::string line, double programUs, double programDefaultUs) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " program_us=%g program_default_us=%g machine=", programUs, programDefaultUs);
+    line.replace(line.find(" machine="), 9, buf);
+    return line;
+  };
+  const std::string task = "0123456789abcdef";
+  std::string fast = record(task, "1x64", "parallel=0", 1.0), slow = record(task, "1x64", "vec=8", 3.0);
+  // The pair reads back as written, and goes together.
+  jit::TuningLog one = jit::TuningLog::parse(checked(fast, 4.5, 4.0), "t.log");
+  REQUIRE(one.size() == 1);
+  CHECK(one.records()[0].programMicros == 4.5);
+  CHECK(one.records()[0].programDefaultMicros == 4.0);
+  CHECK(jit::TuningLog::format(one.records()[0]).find(" program_us=4.500 program_default_us=4.000 ") != std::string::npos);
+  CHECK(jit::TuningLog::format(jit::TuningLog::parse(fast, "t.log").records()[0]).find("program") == std::string::npos);
+  std::string half = checked(fast, 4.5, 4.0);
+  half.erase(half.find(" program_default_us="), std::string(" program_default_us=4").size());
+  try {
+    jit::TuningLog::parse("\n" + half, "t.log");
+    FAIL("a lone program_us was read");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("t.log:2: 'program_us' and 'program_default_us' go together") != std::string::npos);
+  }
+
+  // Lost in its program (4.5 us against the default's 4.0): these shapes keep
+  // the default, and a neighbour's record does not stand in for it.
+  std::string other = record(task, "2x64", "grain=4", 1.0);
+  jit::TuningLog lost = jit::TuningLog::parse(fast + other + checked(fast, 4.5, 4.0), "t.log");
+  CHECK(!lost.lookup(task, std::vector<Shape>{{1, 64}}).has_value());
+  REQUIRE(lost.find(task, std::vector<Shape>{{1, 64}}) != nullptr);
+  CHECK(lost.lostInProgram(*lost.find(task, std::vector<Shape>{{1, 64}})));
+  CHECK(lost.lookup(task, std::vector<Shape>{{2, 64}})->toString() == "grain=4");
+  CHECK(lost.lookup(task, std::vector<Shape>{{3, 64}})->toString() == "grain=4");  // the nearest that did not lose
+  // ...the same schedule appended again stays lost; another schedule that did
+  // not lose takes its place, though slower alone.
+  CHECK(!jit::TuningLog::parse(checked(fast, 4.5, 4.0) + fast, "t.log").lookup(task, std::vector<Shape>{{1, 64}}));
+  CHECK(jit::TuningLog::parse(checked(fast, 4.5, 4.0) + slow, "t.log").lookup(task, std::vector<Shape>{{1, 64}})->toString() ==
+        "vec=8");
+  CHECK(jit::TuningLog::parse(slow + checked(fast, 4.5, 4.0), "t.log").lookup(task, std::vector<Shape>{{1, 64}})->toString() ==
+        "vec=8");
+  // Faster in its program: applied; the latest check decides.
+  CHECK(jit::TuningLog::parse(checked(fast, 3.0, 4.0), "t.log").lookup(task, std::vector<Shape>{{1, 64}})->toString() ==
+        "parallel=0");
+  CHECK(jit::TuningLog::parse(checked(fast, 4.5, 4.0) + checked(fast, 3.0, 4.0), "t.log")
+            .lookup(task, std::vector<Shape>{{1, 64}})
+            ->toString() == "parallel=0");
+}
+
 TEST_CASE("the JIT compiles a static kernel with its tuned schedule, and a ? kernel per nearest tuned shape") {
   auto f = test::fusedFrom("def @main(%x: Tensor[(48, 80), float32]) { sigmoid(%x) * 3f }");
   auto g = test::fusedFrom("def @main(%x: Tensor[(?, 80), float32]) { sigmoid(%x) * 5f }");
