@@ -243,4 +243,39 @@ double writeSeconds(double bytes, int threads, int reps) {
   return best * scale;
 }
 
+double readWriteSeconds(double readBytes, double writeBytes, int threads, int reps) {
+  if (!(readBytes > 0) || !(writeBytes > 0)) return std::max(readSeconds(readBytes, threads, reps), writeSeconds(writeBytes, threads, reps));
+  double total = readBytes + writeBytes;
+  double scale = total > kLargestBuffer ? total / kLargestBuffer : 1.0;
+  // Blocks of kWriteBlock floats written, each with its share of the reads; the
+  // write buffer rounded up to whole blocks.
+  constexpr size_t kWriteBlock = 1024;
+  size_t blocks = std::max<size_t>(1, static_cast<size_t>(writeBytes / scale / sizeof(float) / kWriteBlock));
+  size_t readFloats = std::max<size_t>(blocks, static_cast<size_t>(readBytes / scale / sizeof(float)));
+  std::vector<float> in(readFloats, 1.0f);
+  std::unique_ptr<float, void (*)(float*)> out(
+      static_cast<float*>(::operator new(blocks * kWriteBlock * sizeof(float), std::align_val_t(64))),
+      [](float* p) { ::operator delete(p, std::align_val_t(64)); });
+  std::memset(out.get(), 0, blocks * kWriteBlock * sizeof(float));
+  std::vector<float> sums(static_cast<size_t>(std::clamp(threads, 1, 256)));  // per part, as timedReads keeps them
+  double best = 0;
+  for (bool streaming : {false, true}) {
+    std::vector<double> passes = timedSplit(blocks, threads, static_cast<size_t>(std::max(reps, 1)) + 1, 1,
+                                            [&](size_t t, size_t begin, size_t end, size_t) {
+                                              float s = 0;
+                                              for (size_t b = begin; b < end; ++b) {
+                                                size_t r0 = readFloats * b / blocks, r1 = readFloats * (b + 1) / blocks;
+                                                s += readOnce(in.data() + r0, r1 - r0);
+                                                writeOnce(out.get() + b * kWriteBlock, kWriteBlock, streaming);
+                                              }
+                                              sums[t] += s;
+                                            });
+    double p = *std::min_element(passes.begin() + 1, passes.end());
+    best = best == 0 ? p : std::min(best, p);
+  }
+  volatile float sink = 0;
+  for (float v : sums) sink = sink + v;
+  return best * scale;
+}
+
 }  // namespace kiln::device

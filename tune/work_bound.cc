@@ -83,9 +83,19 @@ MachineFloor::Floor MachineFloor::floorOf(const WorkBound& b) const {
   if (threads > 1) read = std::min(read, device::readSeconds(operands, threads));
   double write = device::writeSeconds(b.outputBytes, 1);
   if (threads > 1) write = std::min(write, device::writeSeconds(b.outputBytes, threads));
+  // Both in one pass: on machines where reads and writes do not overlap this
+  // is near their sum, and a kernel must do both.
+  double both = 0;
+  if (operands > 0 && b.outputBytes > 0) {
+    both = device::readWriteSeconds(operands, b.outputBytes, 1);
+    if (threads > 1) both = std::min(both, device::readWriteSeconds(operands, b.outputBytes, threads));
+  }
   double compute = peakFlopsPerCore > 0 ? b.flops / (peakFlopsPerCore * threads) : 0;
-  if (write > read && write > compute) return Floor{write * 1e6, "bytes written"};
-  return compute > read ? Floor{compute * 1e6, "FLOPs at peak"} : Floor{read * 1e6, "bytes read"};
+  double memory = std::max({read, write, both});
+  if (compute >= memory) return Floor{compute * 1e6, "FLOPs at peak"};
+  if (memory == read) return Floor{read * 1e6, "bytes read"};
+  if (memory == write) return Floor{write * 1e6, "bytes written"};
+  return Floor{both * 1e6, "bytes read and written"};
 }
 
 }  // namespace kiln::tune

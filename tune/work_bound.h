@@ -8,15 +8,18 @@
 // streaming stores over a buffer of theirs (device/cpu_limits.h), so it is a
 // lower bound: FLOPs are counted low (a product's multiply-adds, one operation
 // per element computed elsewhere, none for data movement or a transcendental's
-// polynomial), bytes once, no per-call overhead, and reads and writes as if they
-// overlapped fully (the larger, not the sum). Measured on a Zen 5: a 16M-element
-// x * y chain with streaming stores (Schedule::streamingStores) ran in 2.97 ms on
-// two threads, where reading its operands and result took 4.39 ms and its
-// operands alone 2.92. Writes matter where stores are slow: on a 2-vCPU Xeon
-// guest, 1 MB took 21.9 us to write on one thread against 7.3 us to read, and
-// 64 MB 3.0 ms against 2.8 (on two threads, with streaming stores, 1.5 ms
-// against 2.0). A default schedule within 1.2x of its floor cannot be made
-// 1.2x faster by any schedule.
+// polynomial), bytes once, no per-call overhead. Reads and writes are also
+// measured together, in one loop that reads the operands' bytes and writes the
+// results' (device::readWriteSeconds), since whether they overlap is the
+// machine's: on a Zen 5 a 16M-element x * y chain with streaming stores
+// (Schedule::streamingStores) ran in 2.97 ms on two threads, where reading its
+// operands alone took 2.92 (they overlap); on a 2-vCPU Xeon guest, two threads
+// read 128 MB in 2.87 ms and streamed 64 MB out in 1.61, and the two together
+// took 4.77 (they add up: a floor of the larger alone flattered the element-wise
+// chains and softmaxes there by 1.5-2.6x). Writes alone matter where stores are
+// slow: on that guest 1 MB took 21.9 us to write on one thread against 7.3 us
+// to read. A default schedule within 1.2x of its floor cannot be made 1.2x
+// faster by any schedule.
 #pragma once
 
 #include <string>
@@ -45,11 +48,11 @@ struct MachineFloor {
 
   struct Floor {
     double micros = 0;
-    const char* what = "";  // "FLOPs at peak", "bytes read" or "bytes written"
+    const char* what = "";  // "FLOPs at peak", "bytes read", "bytes written" or "bytes read and written"
   };
-  // Measures the read of the operands' bytes and the write of the results'
-  // (each on one thread and split over `threads`, the faster) and takes the
-  // largest of those and the FLOPs at peak.
+  // Measures the read of the operands' bytes, the write of the results' and
+  // both in one pass (each on one thread and split over `threads`, the faster)
+  // and takes the largest of those and the FLOPs at peak.
   Floor floorOf(const WorkBound& b) const;
 };
 

@@ -457,6 +457,16 @@ TEST_CASE("a task's floor: its FLOPs counted low, its operands and results once,
   CHECK(std::string(written.what) == "bytes written");
   CHECK(written.micros > 0);
   CHECK(written.micros < 1e5);
+  // A kernel that reads and writes: no less than either alone, and at least the
+  // loop that does both (on machines where they do not overlap, about their sum).
+  tune::MachineFloor::Floor both = machine.floorOf({0, 3 << 20, 1 << 20});
+  CHECK(both.micros >= read.micros * 0.5);  // 2 MiB read against the 1 MiB above, timed apart
+  double together = device::readWriteSeconds(2 << 20, 1 << 20, 1, 5) * 1e6;
+  CHECK(together > 0);
+  CHECK(together >= device::readSeconds(2 << 20, 1, 5) * 1e6 * 0.5);
+  CHECK(device::readWriteSeconds(0, 1 << 20, 1, 3) > 0);
+  CHECK(device::readWriteSeconds(1 << 20, 0, 1, 3) > 0);
+  CHECK(device::readWriteSeconds(0, 0, 2, 3) == 0);
   tune::MachineFloor::Floor compute = machine.floorOf({1e12, 64});
   CHECK(std::string(compute.what) == "FLOPs at peak");
   CHECK(compute.micros == doctest::Approx(1e12 / machine.peakFlopsPerCore * 1e6));
