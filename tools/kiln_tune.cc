@@ -26,6 +26,7 @@
 #include "kiln/executable.h"
 #include "kiln/npy.h"
 #include "kiln/onnx.h"
+#include "kiln/vm.h"
 #include "tune/program_check.h"
 #include "tune/tasks.h"
 #include "tune/tuner.h"
@@ -188,7 +189,11 @@ int run(int argc, char** argv) {
       exe = kiln::Executable::load(program);
     }
     if (!shapesPath.empty()) extract.records = kiln::tune::readShapeRecords(shapesPath);
-    if (!inputsFile.empty()) programArgs = bindInputs(*exe, kiln::readNpz(inputsFile), inputsFile);
+    if (!inputsFile.empty()) {
+      programArgs = bindInputs(*exe, kiln::readNpz(inputsFile), inputsFile);
+      // Their dtypes and shapes, before the search rather than after it.
+      kiln::VirtualMachine(exe).checkArguments("main", programArgs);
+    }
   } catch (const kiln::Error& e) {
     throw Usage(e.message());
   }

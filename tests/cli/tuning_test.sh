@@ -58,6 +58,10 @@ fi
 "$tune" "${cnn[@]}" --inputs "$tmp/bad_in.npz" --log "$tmp/bad_in.log" > /dev/null 2> "$tmp/err"; rc=$?
 check "kiln-tune --inputs naming no parameter: exit 2, naming it" \
   bash -c "test $rc -eq 2 && grep -q \"'nodata' is not a parameter of @main\" '$tmp/err'"
+/usr/bin/python3 -c "import numpy as np, sys; np.savez(sys.argv[1], data=np.ones((1, 3, 32, 31), np.float32))" "$tmp/bad_in.npz"
+"$tune" "${cnn[@]}" --inputs "$tmp/bad_in.npz" --log "$tmp/bad_in.log" > /dev/null 2> "$tmp/err"; rc=$?
+check "kiln-tune --inputs of another shape: exit 2 before any tuning" \
+  bash -c "test $rc -eq 2 && grep -q 'data' '$tmp/err' && ! test -s '$tmp/bad_in.log'"
 
 # kilnc --emit llvm --tuning-log: the kernels as the log's schedules compile them.
 # A softmax under stores=stream is lowered write-only and its stores stream.
