@@ -97,12 +97,10 @@ struct FastRow {
 // back-to-back warm reads, the floor before, set a best case against a median.
 class StreamFloor {
  public:
-  // At a 64-byte boundary, as a kernel's packed weights are (device::timedReads:
-  // a std::vector's large buffer sits 16 bytes past one, where every vector load
-  // straddles two cache lines and L2 reads at about half speed).
+  // At a 64-byte boundary, as a kernel's packed weights are (device::alignedFloats).
   StreamFloor(double bytesPerStep, int steps, int threads)
       : floats_(std::max<size_t>(static_cast<size_t>(bytesPerStep / 4), 1)),
-        buf_(static_cast<float*>(::operator new(floats_ * sizeof(float), std::align_val_t(64)))),
+        buf_(kiln::device::alignedFloats(floats_)),
         steps_(steps),
         threads_(threads) {
     std::fill(buf_.get(), buf_.get() + floats_, 1.0f);
@@ -115,11 +113,8 @@ class StreamFloor {
   }
 
  private:
-  struct AlignedDelete {
-    void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
-  };
   size_t floats_;
-  std::unique_ptr<float, AlignedDelete> buf_;
+  kiln::device::AlignedFloats buf_;
   int steps_, threads_;
 };
 

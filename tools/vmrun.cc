@@ -35,6 +35,7 @@ using kiln::DType;
 using kiln::Error;
 using kiln::Tensor;
 using kiln::Value;
+using kiln::tools::inputValue;
 
 void usage(std::FILE* out) {
   std::fprintf(out,
@@ -80,15 +81,6 @@ uint64_t parseByteSize(const std::string& flag, const std::string& v) {
   uint64_t n = std::stoull(v.substr(0, digits)), bytes;
   if (__builtin_mul_overflow(n, scale, &bytes)) throw Usage(flag + " " + v + " is more bytes than a 64-bit size holds");
   return bytes;
-}
-
-// A scalar input is a register value: loops over it allocate nothing.
-Value inputValue(const Tensor& t) {
-  if (t.rank() != 0) return Value(t);
-  int64_t i = 0;
-  double f = 0;
-  kiln::readScalar(t.data(), t.dtype(), i, f);
-  return kiln::isFloat(t.dtype()) ? Value::floatScalar(t.dtype(), f) : Value::intScalar(t.dtype(), i);
 }
 
 // `2x3xf32=1,2,3`, `f32=1.5`, `4xi32=random`, `@x.npy`.

@@ -32,13 +32,21 @@ std::string fmt(const char* f, double a, double b = 0) {
 
 }  // namespace
 
-std::string measuringMachine() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "-";
-  std::string s = buf;
-  for (char& c : s)
+jit::TuningRecord recordOf(const TaskResult& r) {
+  jit::TuningRecord rec;
+  rec.task = r.task.task;
+  rec.shapes = r.task.shapes;
+  rec.schedule = r.best;
+  rec.micros = r.micros;
+  rec.defaultMicros = r.defaultMicros;
+  rec.programMicros = r.programMicros;
+  rec.programDefaultMicros = r.programDefaultMicros;
+  char host[256] = {};
+  rec.machine = gethostname(host, sizeof host - 1) == 0 && host[0] ? host : "-";
+  for (char& c : rec.machine)
     if (c == ' ' || c == '=') c = '_';
-  return s;
+  rec.cpu = jit::hostCpuFingerprint();
+  return rec;
 }
 
 std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, const TuneOptions& options) {
@@ -162,15 +170,7 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
       r.micros = r.defaultMicros = defaultMicros;
     }
     r.seconds = secondsSince(taskStart);
-    jit::TuningRecord rec;
-    rec.task = task.task;
-    rec.shapes = task.shapes;
-    rec.schedule = r.best;
-    rec.micros = r.micros;
-    rec.defaultMicros = r.defaultMicros;
-    rec.machine = measuringMachine();
-    rec.cpu = jit::hostCpuFingerprint();
-    log << jit::TuningLog::format(rec) << "\n";
+    log << jit::TuningLog::format(recordOf(r)) << "\n";
     log.flush();
     say(head + ": done: " + r.best.toString() + " " + fmt("%.2f us (default %.2f us", r.micros, r.defaultMicros) +
         fmt(", %.2fx) after %.0f trial(s)", r.speedup(), static_cast<double>(r.trials)) + ", " + std::to_string(r.failed) +

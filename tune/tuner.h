@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/tuning_log.h"
 #include "kernel_ir/schedule.h"
 #include "kiln/executable.h"
 #include "tune/measure.h"
@@ -61,8 +62,8 @@ struct TaskResult {
   double room() const { return floorMicros > 0 ? defaultMicros / floorMicros : 0; }
 };
 
-// The name records give the machine that measured them (its host name).
-std::string measuringMachine();
+// The log record of a result, measured on this machine (its host name and CPU fingerprint).
+jit::TuningRecord recordOf(const TaskResult& r);
 
 std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, const TuneOptions& options);
 

@@ -182,7 +182,7 @@ const onnx::TypeProto* GraphScope::inferredType(const std::string& name) const {
 void GraphScope::importNodes(const onnx::GraphProto& g) {
   for (const auto& node : g.node()) {
     NodeContext ctx(*this, node);
-    currentNode_ = "node '" + nodeName(node) + "' (" + node.op_type() + ", opset " + std::to_string(state_.opset) + ")";
+    currentNode_ = describeNode(node, state_.opset);
     if (!node.domain().empty() && node.domain() != "ai.onnx") ctx.fail("the operator domain '" + node.domain() + "' is not supported");
     const Converter* convert = findConverter(node.op_type());
     if (!convert) ctx.fail("the operator is not supported");
@@ -358,9 +358,11 @@ std::string nodeName(const onnx::NodeProto& node) {
   return name;
 }
 
-void NodeContext::fail(const std::string& why) const {
-  throw Error("node '" + nodeName(node_) + "' (" + node_.op_type() + ", opset " + std::to_string(opset()) + "): " + why);
+std::string describeNode(const onnx::NodeProto& node, int64_t opset) {
+  return "node '" + nodeName(node) + "' (" + node.op_type() + ", opset " + std::to_string(opset) + ")";
 }
+
+void NodeContext::fail(const std::string& why) const { throw Error(describeNode(node_, opset()) + ": " + why); }
 
 int64_t NodeContext::product(const std::vector<int64_t>& dims) const {
   auto n = elementCount(dims);

@@ -254,6 +254,8 @@ const Converter* findConverter(const std::string& opType);
 
 // How errors name a node: its name, or, unnamed, its first named output.
 std::string nodeName(const onnx::NodeProto& node);
+// "node 'name' (OpType, opset N)": what an error about the node starts with.
+std::string describeNode(const onnx::NodeProto& node, int64_t opset);
 void registerElementwiseConverters(std::map<std::string, Converter>& table);
 void registerTensorConverters(std::map<std::string, Converter>& table);
 void registerNNConverters(std::map<std::string, Converter>& table);

@@ -124,7 +124,7 @@ void guardSupported(const onnx::GraphProto& g, int64_t opset) {
       if (a.has_g()) guardSupported(a.g(), opset);
       for (const auto& sub : a.graphs()) guardSupported(sub, opset);
     }
-    std::string where = "node '" + nodeName(n) + "' (" + n.op_type() + ", opset " + std::to_string(opset) + "): ";
+    std::string where = describeNode(n, opset) + ": ";
     if (!n.domain().empty() && n.domain() != "ai.onnx") throw Error(where + "the operator domain '" + n.domain() + "' is not supported");
     if (!findConverter(n.op_type())) throw Error(where + "the operator is not supported");
   }
