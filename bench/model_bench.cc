@@ -8,8 +8,9 @@
 // partitioned for oneDNN (`dnnl us`: what oneDNN takes runs there), and the workload's
 // physical floor measured in the same run: the time to stream its weights once
 // from where they live with a vector read loop (timed as Kiln is, in blocks of the
-// same rounds, its median: see StreamFloor), or its FLOPs at peak where that is
-// larger.
+// same rounds, its median: see StreamFloor), or its FLOPs at peak, timed the same
+// way (ComputeFloor), where that is larger; and `steal%`, the share of the
+// machine's CPU time its hypervisor took during the workload's rounds.
 //
 //   model_bench [--check] [--no-ort] [--only NAME] [--rounds N] [--pause MS] [--dump DIR] [--tuning-log FILE] [--profile]
 //               [--no-row-batching]
@@ -118,17 +119,63 @@ class StreamFloor {
   int steps_, threads_;
 };
 
+// The workload's FLOPs at peak, timed as the read loop is: in blocks of runs
+// after the same pause, in the same rounds as Kiln's blocks, split over
+// `threads` threads that start each run together (device::timedFmas). A peak
+// measured once at the start stood for a host whose speed changes between
+// stretches: on this project's 2-vCPU guest the start's peak came out at 132
+// GFLOP/s in one run and 216 in the next, and a compute-bound workload's
+// k/floor swung with it.
+class ComputeFloor {
+ public:
+  ComputeFloor(double flops, int threads) : flops_(flops), threads_(threads) {}
+
+  void timeBlock(int per, std::vector<double>& micros) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(gQuiesceMillis));
+    for (double seconds : kiln::device::timedFmas(flops_, threads_, per)) micros.push_back(seconds * 1e6);
+  }
+
+ private:
+  double flops_;
+  int threads_;
+};
+
 struct Floor {
   double seconds;
   const char* what;
 };
 
-// The larger of the weights streamed (the median of the floor's runs, in us) and
-// the FLOPs at peak.
-Floor floorOf(const Workload& w, int threads, double peak, double streamMicros) {
-  double stream = streamMicros * 1e-6;
-  double compute = w.flops / (peak * threads);
-  return compute > stream ? Floor{compute, "FLOPs at peak"} : Floor{stream, "weights streamed"};
+// The larger of the weights streamed and the FLOPs at peak (a statistic of
+// each floor's runs, in us).
+Floor floorOf(double streamMicros, double computeMicros) {
+  return computeMicros > streamMicros ? Floor{computeMicros * 1e-6, "FLOPs at peak"}
+                                      : Floor{streamMicros * 1e-6, "weights streamed"};
+}
+
+// The share of this guest's CPU time that its hypervisor gave to others (the
+// `steal` of /proc/stat, all CPUs) between two readings: on a shared host the
+// figure that says how much of a stretch's slowness was the host's. NAN where
+// /proc/stat has no steal column.
+struct CpuTimes {
+  double steal = NAN, total = NAN;
+};
+CpuTimes cpuTimes() {
+  CpuTimes t;
+  FILE* f = std::fopen("/proc/stat", "r");
+  if (!f) return t;
+  unsigned long long v[8] = {};
+  if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                  &v[7]) == 8) {
+    t.steal = static_cast<double>(v[7]);
+    t.total = 0;
+    for (unsigned long long x : v) t.total += static_cast<double>(x);
+  }
+  std::fclose(f);
+  return t;
+}
+double stealPercent(const CpuTimes& a, const CpuTimes& b) {
+  double total = b.total - a.total;
+  return total > 0 ? 100.0 * (b.steal - a.steal) / total : NAN;
 }
 
 struct KilnModel {
@@ -360,7 +407,9 @@ int main(int argc, char** argv) {
   if (!ort.unavailable().empty()) std::printf("ONNX Runtime: not run (%s)\n", ort.unavailable().c_str());
   std::string root = (std::filesystem::temp_directory_path() / ("kiln_model_bench_" + std::to_string(::getpid()))).string();
   double peak = fp32Peak();
-  std::printf("FP32 peak %.0f GFLOP/s per core; medians of %d rounds, Kiln and ORT alternating, %d ms idle before each block\n",
+  std::printf("FP32 peak %.0f GFLOP/s per core at the start; medians of %d rounds, Kiln and ORT alternating, %d ms idle before "
+              "each block; the floors are timed in the same rounds; steal%%: the share of this machine's CPU time its "
+              "hypervisor gave to others during the workload's rounds\n",
               peak / 1e9, rounds, gQuiesceMillis);
   std::printf("a two-thread parallel loop costs %.0f ns beyond its work (its start and finish: paid by every loop step "
               "split over the threads, by none of the floors)\n\n",
@@ -371,8 +420,8 @@ int main(int argc, char** argv) {
   if (!dnnl) std::printf("oneDNN: not run (this Kiln is built without it)\n");
   // tuned: the Relay program with the schedules of --tuning-log (kiln-tune), beside the default's.
   if (!tuningLog.empty()) std::printf("tuned: kernels compiled with the schedules of %s\n", tuningLog.c_str());
-  std::printf("%-10s %3s %10s %10s %7s %10s %7s %10s %7s %10s %7s %10s %8s  %s\n", "workload", "thr", "kiln us", "ort us", "k/ort",
-              "k-onnx us", "ko/ort", "dnnl us", "d/ort", "tuned us", "t/k", "floor us", "k/floor", "floor is");
+  std::printf("%-10s %3s %10s %10s %7s %10s %7s %10s %7s %10s %7s %10s %8s %6s  %s\n", "workload", "thr", "kiln us", "ort us",
+              "k/ort", "k-onnx us", "ko/ort", "dnnl us", "d/ort", "tuned us", "t/k", "floor us", "k/floor", "steal%", "floor is");
   std::vector<FastRow> fastest;
   for (const Workload& w : all) {
     std::string dir = ort.unavailable().empty() && !w.onnxKind.empty() ? prepareOnnx(w, ort, root) : "";
@@ -425,9 +474,13 @@ int main(int argc, char** argv) {
       std::vector<double> kiln, kilnOnnx, kilnDnnl, kilnTuned, onnx, micros, floorRuns;
       std::vector<float> out;
       StreamFloor streamFloor(w.weightBytes / w.steps, w.steps, threads);
+      ComputeFloor computeFloor(w.flops, threads);
+      std::vector<double> computeRuns;
+      CpuTimes before = cpuTimes();
       for (int r = 0; r < rounds; ++r) {
         timeBlock(&m, per, kiln);
         streamFloor.timeBlock(per, floorRuns);
+        computeFloor.timeBlock(per, computeRuns);
         timeBlock(imported.get(), per, kilnOnnx);
         timeBlock(tuned.get(), per, kilnTuned);
         timeBlock(partitioned.get(), per, kilnDnnl);
@@ -444,7 +497,8 @@ int main(int argc, char** argv) {
                     ortError(out, w.expected));
         return 1;
       }
-      Floor floor = floorOf(w, threads, peak, median(floorRuns));
+      double steal = stealPercent(before, cpuTimes());
+      Floor floor = floorOf(median(floorRuns), median(computeRuns));
       double k = median(kiln), o = median(onnx);
       char ortCol[32] = "-", ratio[32] = "-", onnxCol[32] = "-", onnxRatio[32] = "-", dnnlCol[32] = "-", dnnlRatio[32] = "-";
       char tunedCol[32] = "-", tunedRatio[32] = "-";
@@ -464,12 +518,12 @@ int main(int argc, char** argv) {
         std::snprintf(onnxCol, sizeof onnxCol, "%.1f", median(kilnOnnx));
         if (!onnx.empty()) std::snprintf(onnxRatio, sizeof onnxRatio, "%.2f", median(kilnOnnx) / o);
       }
-      std::printf("%-10s %3d %10.1f %10s %7s %10s %7s %10s %7s %10s %7s %10.1f %8.2f  %s\n", w.name.c_str(), threads, k, ortCol,
-                  ratio, onnxCol, onnxRatio, dnnlCol, dnnlRatio, tunedCol, tunedRatio, floor.seconds * 1e6,
-                  k / (floor.seconds * 1e6), floor.what);
+      std::printf("%-10s %3d %10.1f %10s %7s %10s %7s %10s %7s %10s %7s %10.1f %8.2f %6.1f  %s\n", w.name.c_str(), threads, k,
+                  ortCol, ratio, onnxCol, onnxRatio, dnnlCol, dnnlRatio, tunedCol, tunedRatio, floor.seconds * 1e6,
+                  k / (floor.seconds * 1e6), steal, floor.what);
       std::fflush(stdout);
       fastest.push_back({w.name, threads, tenthPercentile(kiln), tenthPercentile(onnx),
-                         floorOf(w, threads, peak, tenthPercentile(floorRuns)).seconds * 1e6});
+                         floorOf(tenthPercentile(floorRuns), tenthPercentile(computeRuns)).seconds * 1e6});
     }
   }
   std::printf("\nThe same runs' 10th percentiles (the host's good stretches: a tenth of the runs were faster; the floor\n"

@@ -188,6 +188,21 @@ double fp32PeakPerCore(int reps, long iterations) {
   return best;
 }
 
+std::vector<double> timedFmas(double flops, int threads, int reps) {
+  bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  // One iteration: 12 FMAs of 16 lanes (AVX-512), 8 (AVX2) or 1.
+  double perIteration = 2.0 * 12 * (avx512 ? 16 : avx2 ? 8 : 1);
+  if (!(flops > 0)) return std::vector<double>(static_cast<size_t>(std::max(reps, 0)), 0.0);
+  size_t iterations = static_cast<size_t>(std::min(flops / perIteration, 1e15));
+  auto run = [&](size_t, size_t begin, size_t end, size_t) {
+    long n = static_cast<long>(end - begin);
+    if (avx512) fma512(n);
+    else if (avx2) fma256(n);
+    else fmaScalar(n);
+  };
+  return timedSplit(std::max<size_t>(iterations, 1), threads, static_cast<size_t>(std::max(reps, 0)), 1, run);
+}
+
 std::vector<double> timedReads(const float* buf, size_t floats, int threads, int reps, int times, bool alternate) {
   std::vector<float> sums(static_cast<size_t>(std::clamp(threads, 1, 256)));  // per part: timedSplit makes at most this many
   auto read = [&](size_t t, size_t begin, size_t end, size_t r) {

@@ -38,6 +38,13 @@ float readOnce(const float* p, size_t n);
 // independent vector FMAs in registers.
 double fp32PeakPerCore(int reps = 5, long iterations = 20'000'000);
 
+// `reps` runs of `flops` FP32 operations as the peak's FMAs in registers, split
+// over `threads` threads that start each run together. The seconds of each run:
+// its slowest part's. What FLOPs take at peak under the host's conditions of the
+// moment (a shared host's vCPU that runs slow or late slows a part), for a
+// benchmark that times its floor in the same rounds as its kernels.
+std::vector<double> timedFmas(double flops, int threads, int reps);
+
 // `reps` reads of `floats` floats at `buf`, split over `threads` threads that
 // start each read together, each reading its own contiguous part `times` times
 // over (a loop's steps each read their weights); every other read goes
