@@ -63,6 +63,8 @@ bool VirtualMachine::startFork(uint32_t callee, std::span<Value> args, uint32_t 
     VMOptions o = options_;
     o.runtime = runtime_;
     f.child = std::make_unique<VirtualMachine>(exe_, o);
+    // A forked call stops when this VM's run does (and so on down its own forks).
+    f.child->stopSource_ = stopSource_;
   }
   // The fork's frames count with the forking VM's toward the depth limit.
   f.child->options_.maxCallDepth = options_.maxCallDepth > frames_.size() ? options_.maxCallDepth - frames_.size() : 1;

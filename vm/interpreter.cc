@@ -160,6 +160,10 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   // Deferral moves a kernel's time and memory traffic away from its call: off
   // while those are measured where the calls are made.
   vm::RowBatcher* rows = profiling_ || trace ? nullptr : batcher_.get();
+  // Where requestStop and the time limit land (kiln/vm.h, "Stopping a run"):
+  // read at every call, tail call, fork and backward jump, so that no loop or
+  // recursion runs on past a stop; a relaxed load, a plain load on x86.
+  const std::atomic<uint8_t>* stopWord = stopSource_;
 
 // Each handler opens the typed view of its own instruction (bytecode/operands.h):
 // operands by their position in the table, kinds checked at compile time,
@@ -176,6 +180,11 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
 #define REG(k) R[o.reg<k>()]
 #define IDX(k) o.index<k>()
 #define NEXT() pc += o.length()
+#define STOP_POINT()                                                              \
+  do {                                                                            \
+    if (uint8_t why = stopWord->load(std::memory_order_relaxed)) [[unlikely]] \
+      stopped(why);                                                               \
+  } while (0)
 // An `M` list entry: moved out when marked (the value's last use), else copied.
 // A `B` entry's view bit makes it a copy here: a view is made only where the
 // callee's frame is filled (enterWithArgs).
@@ -337,6 +346,7 @@ dispatch:
   DISPATCH();
   CASE(Invoke) {
     OPS(Invoke);
+    STOP_POINT();
     uint32_t callee = IDX(1);
     base = enterWithArgs(fn, base, callee, pc + o.length(), o.reg<0>(), o.list<2>());
     ENTERED(callee);
@@ -348,6 +358,7 @@ dispatch:
     // arguments are owned (TAKE copies what the list passes as views): the
     // caller goes on, and may release them, while the callee runs.
     OPS(Fork);
+    STOP_POINT();
     bytecode::RegisterList args = o.list<2>();
     uint32_t callee = IDX(1);
     // The site (function, pc) is looked at only where forks are possible: on one
@@ -384,6 +395,7 @@ dispatch:
   DISPATCH();
   CASE(TailCall) {
     OPS(TailCall);
+    STOP_POINT();
     bytecode::RegisterList args = o.list<1>();
     for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
     uint32_t callee = IDX(0);
@@ -393,6 +405,7 @@ dispatch:
   DISPATCH();
   CASE(InvokeClosure) {
     OPS(InvokeClosure);
+    STOP_POINT();
     uint32_t callee = closureArgs(R, REG(1), o.list<2>());
     base = enter(fn, base, callee, pc + o.length(), o.reg<0>());
     ENTERED(callee);
@@ -400,6 +413,7 @@ dispatch:
   DISPATCH();
   CASE(TailCallClosure) {
     OPS(TailCallClosure);
+    STOP_POINT();
     uint32_t callee = closureArgs(R, REG(0), o.list<1>());
     reenter(fn, base, callee);
     ENTERED(callee);
@@ -665,17 +679,20 @@ dispatch:
       readScalar(ct.data(), ct.dtype(), i, f);
       t = isFloat(ct.dtype()) ? f != 0 : i != 0;
     }
+    if (!t && IDX(1) <= pc) STOP_POINT();  // a loop's way back
     pc = t ? pc + o.length() : IDX(1);
   }
   DISPATCH();
   CASE(BranchIfNotCtor) {
     OPS(BranchIfNotCtor);
     const AdtObject* a = adtOf(REG(0), "match");
+    if (a->ctor != IDX(1) && IDX(2) <= pc) STOP_POINT();
     pc = a->ctor == IDX(1) ? pc + o.length() : IDX(2);
   }
   DISPATCH();
   CASE(Goto) {
     OPS(Goto);
+    if (IDX(0) <= pc) STOP_POINT();
     pc = IDX(0);
   }
   DISPATCH();
@@ -748,6 +765,7 @@ done:
 #undef REG
 #undef IDX
 #undef NEXT
+#undef STOP_POINT
 #undef TAKE
 #undef ENTERED
 #undef DISPATCH

@@ -1,5 +1,7 @@
 // VirtualMachine: construction, argument checking, invocation and profiling.
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "bytecode/opcodes.h"
@@ -12,6 +14,7 @@
 #include "vm/memory.h"
 #include "vm/memory_trace.h"
 #include "vm/row_batcher.h"
+#include "vm/run_deadlines.h"
 
 namespace kiln {
 
@@ -34,6 +37,15 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, VMOptions 
 }
 
 VirtualMachine::~VirtualMachine() = default;
+
+void VirtualMachine::stopped(uint8_t why) const {
+  if (why == kStopTimeLimit) {
+    auto micros = std::chrono::duration_cast<std::chrono::microseconds>(options_.timeLimit).count();
+    throw Error("the run took longer than its time limit (VMOptions::timeLimit, " + std::to_string(micros / 1000) + "." +
+                std::to_string(micros % 1000 / 100) + " ms) and was stopped");
+  }
+  throw Error("the run was stopped (VirtualMachine::requestStop)");
+}
 
 uint64_t VirtualMachine::nowNanos() const {
   return static_cast<uint64_t>(
@@ -179,6 +191,10 @@ Value VirtualMachine::invoke(std::string_view function, std::span<const Value> a
   if (fi < 0) throw Error("no function named '" + std::string(function) + "' in the executable");
   const BytecodeFunction& f = exe_->functions()[static_cast<size_t>(fi)];
   checkArgs(f, args);
+  // A stop requested before this run began was for none that still runs.
+  stop_.store(0, std::memory_order_relaxed);
+  std::optional<vm::RunDeadline> deadline;
+  if (options_.timeLimit.count() > 0) deadline.emplace(options_.timeLimit, &stop_, kStopTimeLimit);
   uint64_t t0 = tracing_ || firstRunMillis_ < 0 ? nowNanos() : 0;
   // GPU work of this invocation goes to this VM's streams, parallel loops to
   // its Runtime's pool.

@@ -34,6 +34,13 @@
 // where it is made, within float tolerance (a product of many rows sums in
 // another order than one of one row).
 //
+// Stopping a run: requestStop() (from any thread) and VMOptions::timeLimit make
+// the running invoke() fail with a kiln::Error at its next function call, tail
+// call (a loop's step), fork or backward jump, forked calls included: what a
+// server does to a request whose client left or whose time ran out (ONNX
+// Runtime's RunOptions terminate flag, a deadline). A kernel call already
+// started runs to its end first. The VM stays usable, as after any error.
+//
 // GPUs: kernels and copies on a GPU are queued on the VM's stream for that GPU
 // and run asynchronously; the host waits only where a value crosses to the host
 // (a copy there: a shape, a control-flow scalar) and at the end of invoke(), so
@@ -41,6 +48,7 @@
 // copyTo() brings them to the host.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -88,6 +96,10 @@ struct VMOptions {
   // kernel runs when its instruction does. Profiling and memory tracing turn it
   // off, as they time and trace each call where it is made.
   bool rowBatching = true;
+  // Each invoke() may run this long; past it, it fails with a kiln::Error at its
+  // next stop point ("Stopping a run" above). Zero: no limit. One process-wide
+  // thread keeps the deadlines; an invoke without a limit never talks to it.
+  std::chrono::nanoseconds timeLimit{0};
 };
 
 // Per-kernel run-time figures, collected when profiling is on. Kernels on a GPU
@@ -137,6 +149,12 @@ class VirtualMachine {
   // computed on a GPU are copied back this way to be printed or saved. A 0-d
   // tensor stays a tensor.
   Value copyTo(const Value& v, Device device = {});
+
+  // Makes the invoke() running now fail at its next stop point ("Stopping a
+  // run" above). Thread-safe, and meant for another thread (a watchdog, a
+  // server's cancel). A request made while no invoke runs is dropped when the
+  // next one starts.
+  void requestStop() noexcept { stop_.store(kStopRequested, std::memory_order_relaxed); }
 
   // The argument check invoke() does, on its own (throws kiln::Error).
   void checkArguments(std::string_view function, std::span<const Value> args) const;
@@ -201,6 +219,11 @@ class VirtualMachine {
   // keeping its error, if any, for invoke() to report.
   void settleFork() noexcept;
   void checkArgs(const BytecodeFunction& f, std::span<const Value> args) const;
+  // Why a run stops: kStopRequested (requestStop) or kStopTimeLimit. The
+  // interpreter reads `stopSource_` at each stop point: this VM's own word, or,
+  // in the VM running its forks, the forking VM's (forked calls stop with it).
+  static constexpr uint8_t kStopRequested = 1, kStopTimeLimit = 2;
+  [[noreturn]] void stopped(uint8_t why) const;
   void resetStacks();
   uint64_t nowNanos() const;
 
@@ -229,6 +252,8 @@ class VirtualMachine {
   // or more (fixed for its life). Otherwise a fork is an invoke from the start.
   bool forksPossible_ = false;
   uint64_t forksRun_ = 0;
+  std::atomic<uint8_t> stop_{0};
+  const std::atomic<uint8_t>* stopSource_ = &stop_;
 };
 
 }  // namespace kiln
