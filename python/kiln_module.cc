@@ -16,6 +16,7 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -374,22 +375,31 @@ PYBIND11_MODULE(_kiln, m) {
   py::class_<PyVM>(m, "VM", "Runs an executable's functions; one thread at a time (one VM per thread)")
       .def("invoke", &PyVM::invoke, py::arg("function"),
            "invoke(function, *args): call a function with numpy arrays (or DLPack tensors, numbers, "
-           "tuples, kiln.Adt values); returns numpy arrays, tuples and kiln.Adt values");
+           "tuples, kiln.Adt values); returns numpy arrays, tuples and kiln.Adt values")
+      .def("request_stop", [](PyVM& v) { v.vm->requestStop(); },
+           "request_stop(): the invoke running now (on another thread) raises kiln.Error at its next call, "
+           "loop step or fork; a request while nothing runs is dropped when the next invoke starts");
 
   py::class_<PyExecutable>(m, "Executable", "A compiled program (immutable; shared by any number of VMs)")
       .def("vm",
-           [](const PyExecutable& e, std::optional<PyRuntime> runtime) {
+           [](const PyExecutable& e, std::optional<PyRuntime> runtime, std::optional<double> timeLimit) {
              auto vm = std::make_unique<PyVM>();
              vm->exe = e.exe;
              kiln::VMOptions options;
              if (runtime) options.runtime = runtime->runtime;
+             // Seconds each invoke may run (VMOptions::timeLimit); up to a year.
+             if (timeLimit) {
+               if (!(*timeLimit > 0 && *timeLimit <= 3.2e7))
+                 throw kiln::Error("time_limit: " + std::to_string(*timeLimit) + " (seconds, more than 0 and at most a year)");
+               options.timeLimit = std::chrono::nanoseconds(static_cast<int64_t>(*timeLimit * 1e9));
+             }
              for (const kiln::Device& d : e.exe->devices())
                if (d.isGpu()) vm->onGpu = true;
              py::gil_scoped_release unlocked;  // the first VM over an executable makes its kernels
              vm->vm = std::make_unique<kiln::VirtualMachine>(e.exe, options);
              return vm;
            },
-           py::arg("runtime") = py::none())
+           py::arg("runtime") = py::none(), py::arg("time_limit") = py::none())
       .def("save", [](const PyExecutable& e, const std::string& path) { e.exe->save(path); }, py::arg("path"))
       .def_property_readonly("functions", [](const PyExecutable& e) {
         std::vector<std::string> names;

@@ -12,7 +12,9 @@ aligned), anything with `__dlpack__`, Python numbers, tuples and `kiln.Adt` valu
 and returns numpy arrays that share Kiln's memory, tuples, and `kiln.Adt` values
 (`Adt("Cons", head, tail)`: `.constructor`, `.fields`). `kiln.from_dlpack(obj)` makes a
 `kiln.Tensor`, which has `__dlpack__`. Every failure is a `kiln.Error`. The GIL is
-released while Kiln compiles or runs.
+released while Kiln compiles or runs. `exe.vm(time_limit=seconds)` bounds each invoke,
+and `vm.request_stop()` (from another thread) ends the invoke running now: either
+raises `kiln.Error`.
 """
 from ._kiln import Adt, Error, Executable, Runtime, Tensor, Value, VM, compile, from_dlpack, load
 

@@ -249,6 +249,24 @@ class Threads(unittest.TestCase):
         for o in outcomes:
             self.assertTrue(o == 200000 or "running on another thread" in o, o)
 
+    def test_a_time_limit_and_request_stop_end_an_endless_loop(self):
+        exe = kiln.compile("def @spin(%i: int64) -> int64 { if (%i < -1i64) { %i } else { @spin(%i + 1i64) } }\n"
+                           "def @count(%n: int64) -> int64 { if (%n == 0i64) { 0i64 } else { @count(%n - 1i64) } }")
+        vm = exe.vm(time_limit=0.05)
+        with self.assertRaisesRegex(kiln.Error, "time limit"):
+            vm.invoke("spin", 0)
+        self.assertEqual(int(vm.invoke("count", 1000)), 0)
+        stoppable = exe.vm()
+        timer = threading.Timer(0.03, stoppable.request_stop)
+        timer.start()
+        with self.assertRaisesRegex(kiln.Error, "in @spin: the run was stopped"):
+            stoppable.invoke("spin", 0)
+        timer.join()
+        self.assertEqual(int(stoppable.invoke("count", 10)), 0)
+        for bad in (0.0, -1.0, float("nan"), 1e9):
+            with self.assertRaisesRegex(kiln.Error, "time_limit"):
+                exe.vm(time_limit=bad)
+
     def test_one_vm_per_thread_in_parallel(self):
         exe = kiln.compile(PROGRAMS)
         errors, results = [], {}
