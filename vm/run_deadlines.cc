@@ -59,8 +59,14 @@ class DeadlineWatch {
         it->second.word->store(it->second.why, std::memory_order_relaxed);
         it = byTime_.erase(it);
       }
-      if (byTime_.empty()) wake_.wait(lock);
-      else wake_.wait_until(lock, byTime_.begin()->first.first);
+      if (byTime_.empty()) {
+        wake_.wait(lock);
+        continue;
+      }
+      // A copy: the entry may be taken out while this thread waits (its
+      // invoke ended), and wait_until reads the time again when it wakes.
+      Clock::time_point next = byTime_.begin()->first.first;
+      wake_.wait_until(lock, next);
     }
   }
 
