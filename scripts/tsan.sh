@@ -3,9 +3,9 @@
 # and runs, at full count, the stress test of 8 threads each with its own VM over
 # one executable, 10,000 requests per thread (static and dynamic shapes,
 # recursion; every result checked against a single-threaded run), then the
-# embedding sample and the VM's multi-threaded unit tests (forks included). Any data race
-# ThreadSanitizer reports fails the script. scripts/test.sh runs it too (unless
-# KILN_SKIP_TSAN=1).
+# embedding sample and the VM's multi-threaded unit tests (forks and stopping runs
+# included). Any data race ThreadSanitizer reports fails the script.
+# scripts/test.sh runs it too (unless KILN_SKIP_TSAN=1).
 #
 #   scripts/tsan.sh [REQUESTS_PER_THREAD]   (default 10000)
 set -euo pipefail
@@ -20,5 +20,5 @@ build-tsan/tests/serve_stress --threads 8 --requests "$requests" --rounds 2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 build-tsan/kilnc samples/mlp.relay --params samples/mlp_weights.npz -o "$tmp/mlp.kx"
 build-tsan/samples/embed/kiln_embed "$tmp/mlp.kx"
-build-tsan/tests/kiln_tests -tc="*thread*,*concurren*,*parallel*,fork:*"
+build-tsan/tests/kiln_tests -tc="*thread*,*concurren*,*parallel*,fork:*,stop:*"
 echo "tsan: no data race reported"
