@@ -7,6 +7,8 @@
 #include <functional>
 #include <thread>
 
+#include "bytecode/instruction_writer.h"
+#include "bytecode/opcodes.h"
 #include "device/thread_pool.h"
 #include "kiln/compile.h"
 #include "kiln/error.h"
@@ -99,4 +101,24 @@ TEST_CASE("stop: a forked call stops with the run that forked it") {
   // there too (otherwise the error above would have waited for it forever).
   CHECK(o.runtime->threadPool()->stats().started == 1);
   CHECK(vm.invoke("count", {i64(0), i64(3)}).intValue() == 3);
+}
+
+TEST_CASE("stop: a backward jump in a loaded executable is a stop point too") {
+  // The compiler writes loops as tail calls; an executable from elsewhere may
+  // loop with a jump back, which must stop as well.
+  auto exe = kiln::compile("def @main(%x: int64) -> int64 { %x }", "jump.relay");
+  kiln::Executable::Contents c = exe->contents();
+  kiln::bytecode::InstructionWriter w;
+  w.emitWords(kiln::bytecode::Opcode::Goto, {0});  // to itself, for ever
+  w.emitWords(kiln::bytecode::Opcode::Ret, {0});
+  auto& main = c.functions[static_cast<size_t>(exe->functionIndex("main"))];
+  main.code = w.take();
+  auto looping = kiln::Executable::build(std::move(c));
+  kiln::VMOptions o;
+  o.timeLimit = std::chrono::milliseconds(30);
+  kiln::VirtualMachine vm(looping, o);
+  auto t0 = Clock::now();
+  CHECK(errorOf([&] { vm.invoke("main", {i64(1)}); }).find("in @main: the run took longer than its time limit") !=
+        std::string::npos);
+  CHECK(millisSince(t0) < 5000);
 }
