@@ -3,6 +3,7 @@
 #include "kiln/kiln.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -202,17 +203,30 @@ kiln_status* kiln_runtime_create(int num_threads, const char* kernel_cache_dir, 
 void kiln_runtime_release(kiln_runtime* runtime) { delete runtime; }
 
 kiln_status* kiln_vm_create(const kiln_executable* exe, kiln_runtime* runtime, kiln_vm** out) {
+  return kiln_vm_create_with_time_limit(exe, runtime, 0, out);
+}
+
+kiln_status* kiln_vm_create_with_time_limit(const kiln_executable* exe, kiln_runtime* runtime, uint64_t time_limit_us,
+                                            kiln_vm** out) {
   return guarded([&] {
     require(exe, "executable");
     require(out, "out");
+    constexpr uint64_t kYearMicros = uint64_t(366) * 24 * 3600 * 1000000;
+    if (time_limit_us > kYearMicros)
+      throw InvalidArgument{"time_limit_us: " + std::to_string(time_limit_us) + " (more than a year)"};
     kiln::VMOptions options;
     if (runtime) options.runtime = runtime->runtime;
+    options.timeLimit = std::chrono::microseconds(time_limit_us);
     auto h = std::make_unique<kiln_vm>();
     h->vm = std::make_unique<kiln::VirtualMachine>(exe->exe, options);
     for (const kiln::Device& d : exe->exe->devices())
       if (d.isGpu()) h->resultsOnGpu = true;
     *out = h.release();
   });
+}
+
+void kiln_vm_request_stop(kiln_vm* vm) {
+  if (vm) vm->vm->requestStop();
 }
 
 void kiln_vm_release(kiln_vm* vm) { delete vm; }

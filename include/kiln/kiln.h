@@ -93,6 +93,16 @@ typedef struct kiln_vm kiln_vm;
 typedef struct kiln_value kiln_value;
 /* runtime: NULL for the process's default runtime (configured from the environment). */
 kiln_status* kiln_vm_create(const kiln_executable* exe, kiln_runtime* runtime, kiln_vm** out);
+/* As kiln_vm_create, each invoke limited to `time_limit_us` microseconds (0: no
+ * limit; at most a year): past it, kiln_vm_invoke fails with KILN_ERROR at the
+ * run's next call, loop step or fork ("time limit"), and the VM runs on. */
+kiln_status* kiln_vm_create_with_time_limit(const kiln_executable* exe, kiln_runtime* runtime, uint64_t time_limit_us,
+                                            kiln_vm** out);
+/* Makes the kiln_vm_invoke running now on `vm` (on another thread: a watchdog, a
+ * server's cancel) fail with KILN_ERROR at its next call, loop step or fork. A
+ * request made while none runs is dropped when the next starts. Thread-safe;
+ * NULL does nothing. */
+void kiln_vm_request_stop(kiln_vm* vm);
 void kiln_vm_release(kiln_vm* vm);
 /* Calls `function` with `args` (checked against its parameter types; errors name
  * the parameter). The VM may be invoked again after a failure. */

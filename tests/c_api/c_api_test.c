@@ -199,6 +199,28 @@ int main(int argc, char** argv) {
   CHECK(((const float*)out->dl_tensor.data)[5] == 36); /* still alive: the DLPack tensor holds it */
   out->deleter(out);
 
+  /* A time limit ends an endless loop with an error, and the VM runs on; a stop
+   * requested while nothing runs is dropped when the next invoke starts. */
+  kiln_vm* limited = NULL;
+  EXPECT_ERROR(kiln_vm_create_with_time_limit(exe, runtime, (uint64_t)1 << 62, &limited), KILN_INVALID_ARGUMENT,
+               "more than a year");
+  OK(kiln_vm_create_with_time_limit(exe, runtime, 50000, &limited));
+  int64_t zero = 0;
+  kiln_value* start = NULL;
+  OK(kiln_tensor_copy(KILN_INT64, NULL, 0, &zero, 8, &start));
+  kiln_value* never = NULL;
+  EXPECT_ERROR(kiln_vm_invoke(limited, "spin", &start, 1, &never), KILN_ERROR,
+               "in @spin: the run took longer than its time limit");
+  CHECK(never == NULL);
+  kiln_vm_request_stop(limited);
+  kiln_vm_request_stop(NULL);
+  kiln_value* counted = NULL;
+  OK(kiln_vm_invoke(limited, "countdown", &n, 1, &counted));
+  CHECK(kiln_value_kind_of(counted) == KILN_VALUE_ADT);
+  kiln_value_release(counted);
+  kiln_value_release(start);
+  kiln_vm_release(limited);
+
   kiln_value* vals[] = {t, l1, l2, items[0], items[1], nil, n, list, total, result, x};
   for (size_t i = 0; i < sizeof vals / sizeof vals[0]; ++i) kiln_value_release(vals[i]);
   int before = released;
