@@ -4,7 +4,8 @@
 // indices, floats with zeros, infinities and NaN among them), under a time limit
 // and a memory limit. A run must finish or fail with a kiln::Error: never crash, hang,
 // exhaust the machine or report an internal error. Programs whose @main takes a
-// value this cannot make (a function, an ADT, a reference) are compiled only.
+// value this cannot make (a function, a reference, an ADT other than the
+// prelude's List and Option) are compiled only.
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -44,13 +45,38 @@ int64_t drawInt(std::mt19937_64& rng) {
   return static_cast<int64_t>(rng() % 12) - 3;  // -3 .. 8: in and out of small ranges
 }
 
+// The id of the prelude's constructor `name` of type `type` with `arity`
+// fields, or -1 (a program may define its own List with other constructors).
+int64_t preludeCtor(const kiln::Executable& exe, const char* name, const std::string& type, uint32_t arity) {
+  int64_t id = exe.constructorId(name);
+  if (id < 0) return -1;
+  const kiln::ConstructorInfo& c = exe.constructors()[static_cast<size_t>(id)];
+  return c.typeName == type && c.arity == arity ? id : -1;
+}
+
 // A value of type t, or nothing when this target cannot make one.
-std::optional<kiln::Value> make(const kiln::TypeDesc& t, std::mt19937_64& rng) {
+std::optional<kiln::Value> make(const kiln::Executable& exe, const kiln::TypeDesc& t, std::mt19937_64& rng) {
   using K = kiln::TypeDesc::Kind;
+  // The prelude's List (0 to 4 cells) and Option; other ADTs' field types are
+  // not in the executable.
+  if (t.kind == K::Adt && t.fields.size() == 1 && (t.name == "List" || t.name == "Option")) {
+    bool list = t.name == "List";
+    int64_t some = preludeCtor(exe, list ? "Cons" : "Some", t.name, list ? 2 : 1);
+    int64_t none = preludeCtor(exe, list ? "Nil" : "None", t.name, 0);
+    if (some < 0 || none < 0) return std::nullopt;
+    kiln::Value v = kiln::Value::adt(static_cast<uint32_t>(none), {});
+    for (uint64_t n = list ? rng() % 5 : rng() % 2; n > 0; --n) {
+      auto item = make(exe, t.fields[0], rng);
+      if (!item) return std::nullopt;
+      v = list ? kiln::Value::adt(static_cast<uint32_t>(some), {std::move(*item), std::move(v)})
+               : kiln::Value::adt(static_cast<uint32_t>(some), {std::move(*item)});
+    }
+    return v;
+  }
   if (t.kind == K::Tuple) {
     std::vector<kiln::Value> fields;
     for (const kiln::TypeDesc& f : t.fields) {
-      auto v = make(f, rng);
+      auto v = make(exe, f, rng);
       if (!v) return std::nullopt;
       fields.push_back(std::move(*v));
     }
@@ -108,7 +134,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::mt19937_64 rng(seed);
   std::vector<kiln::Value> args;
   for (const kiln::TypeDesc& t : f.paramTypes) {
-    auto v = make(t, rng);
+    auto v = make(*exe, t, rng);
     if (!v) return 0;
     args.push_back(std::move(*v));
   }
