@@ -211,8 +211,8 @@ kiln_status* kiln_vm_create_with_time_limit(const kiln_executable* exe, kiln_run
   return guarded([&] {
     require(exe, "executable");
     require(out, "out");
-    constexpr uint64_t kYearMicros = uint64_t(366) * 24 * 3600 * 1000000;
-    if (time_limit_us > kYearMicros)
+    constexpr auto kMaxMicros = std::chrono::microseconds(kiln::VMOptions::kMaxTimeLimit).count();
+    if (time_limit_us > static_cast<uint64_t>(kMaxMicros))
       throw InvalidArgument{"time_limit_us: " + std::to_string(time_limit_us) + " (more than a year)"};
     kiln::VMOptions options;
     if (runtime) options.runtime = runtime->runtime;

@@ -44,10 +44,10 @@ constexpr int64_t kMaxCopyFloats = int64_t(1) << 26;
 // multiple of 16 floats long, and so is a stride-2 row's phase, so that every
 // row and phase starts on a cache line: strips of taps without a column offset
 // load aligned vectors (of a 3x3 stride-2 window, two taps of three instead of
-// one). model_bench's stride-2 convolution alone took 5% less time so (A/B in
-// one process, 1000 alternations), though its copy stores 96 floats a row
+// one). model_bench's stride-2 convolution alone took 6% less time so (A/B in
+// one process, 500 alternations), though its copy stores 96 floats a row
 // instead of 80; chained, where its first's padding cells are cleared rather
-// than copied, 1-3% less.
+// than copied, 2.5% less.
 struct PaddedLayout {
   int64_t rows = 0, phase = 0, row = 0, channel = 0, floats = 0;
 };

@@ -387,9 +387,11 @@ PYBIND11_MODULE(_kiln, m) {
              vm->exe = e.exe;
              kiln::VMOptions options;
              if (runtime) options.runtime = runtime->runtime;
-             // Seconds each invoke may run (VMOptions::timeLimit); up to a year.
+             // Seconds each invoke may run (VMOptions::timeLimit), checked before
+             // the conversion to nanoseconds can overflow.
              if (timeLimit) {
-               if (!(*timeLimit > 0 && *timeLimit <= 3.2e7))
+               constexpr double kMaxSeconds = std::chrono::seconds(kiln::VMOptions::kMaxTimeLimit).count();
+               if (!(*timeLimit > 0 && *timeLimit <= kMaxSeconds))
                  throw kiln::Error("time_limit: " + std::to_string(*timeLimit) + " (seconds, more than 0 and at most a year)");
                options.timeLimit = std::chrono::nanoseconds(static_cast<int64_t>(*timeLimit * 1e9));
              }

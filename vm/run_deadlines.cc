@@ -49,8 +49,8 @@ class DeadlineWatch {
   };
 
   // Sleeps until the earliest deadline (or a new, earlier one), then stops
-  // every run whose time is up; a stopped run's entry stays until its invoke
-  // removes it, so each word is stored to once.
+  // every run whose time is up and takes its entry out, so each word is stored
+  // to once (the invoke's own removal then finds nothing).
   void loop() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!quit_) {

@@ -22,6 +22,7 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, VMOptions 
     : exe_(std::move(exe)), options_(options), memory_(std::make_unique<vm::TensorMemory>(
           options_.pools ? options_.pools : std::make_shared<MemoryPools>(options_.memoryLimit))) {
   if (!exe_) throw Error("VirtualMachine needs an executable");
+  if (options_.timeLimit > VMOptions::kMaxTimeLimit) throw Error("VMOptions::timeLimit: more than a year");
   runtime_ = options_.runtime ? options_.runtime : Runtime::processDefault();
   device::ThreadPool* pool = runtime_->threadPool();
   forksPossible_ = pool && pool->size() >= 2;

@@ -97,9 +97,12 @@ struct VMOptions {
   // off, as they time and trace each call where it is made.
   bool rowBatching = true;
   // Each invoke() may run this long; past it, it fails with a kiln::Error at its
-  // next stop point ("Stopping a run" above). Zero: no limit. One process-wide
-  // thread keeps the deadlines; an invoke without a limit never talks to it.
+  // next stop point ("Stopping a run" above). Zero: no limit. At most
+  // kMaxTimeLimit (a longer one is a kiln::Error when the VM is made: its
+  // deadline could overflow the clock). One process-wide thread keeps the
+  // deadlines; an invoke without a limit never talks to it.
   std::chrono::nanoseconds timeLimit{0};
+  static constexpr std::chrono::hours kMaxTimeLimit{24 * 366};
 };
 
 // Per-kernel run-time figures, collected when profiling is on. Kernels on a GPU
