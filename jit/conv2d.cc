@@ -485,6 +485,26 @@ bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t 
          header[4] == convSlice(k, isa().tile.nr);
 }
 
+int64_t packedConvFilterWithWinogradFloats(int64_t o, int64_t c) {
+  int64_t direct = c > 0 && c <= INT64_MAX / 9 ? packedConvFilterFloats(o, c * 9, 1) : -1, winograd = winogradFilterFloats(o, c);
+  if (direct < 0 || winograd < 0 || direct > INT64_MAX / 4 - winograd) return -1;
+  return direct + winograd;
+}
+
+void packConvFilterWithWinograd(const float* w, int64_t o, int64_t c, float* out) {
+  packConvFilter(w, o, c * 9, 1, out);
+  int64_t follows = 1;
+  std::memcpy(out + 5 * 2, &follows, sizeof follows);  // header slot 5 (int64 in two floats)
+  packWinogradFilter(w, o, c, out + packedConvFilterFloats(o, c * 9, 1));
+}
+
+const float* winogradFormOf(const float* packed, int64_t o, int64_t c) {
+  if (!packed || c <= 0 || c > INT64_MAX / 9 || !packedConvFilterMatches(packed, o, c * 9, 1)) return nullptr;
+  int64_t follows = 0;
+  std::memcpy(&follows, packed + 5 * 2, sizeof follows);
+  return follows == 1 ? winogradFilters(packed + packedConvFilterFloats(o, c * 9, 1), o, c) : nullptr;
+}
+
 namespace {
 
 // Whether input offsets and window coordinates (from -padding to (out - 1) *
@@ -533,6 +553,10 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
     }
     return;
   }
+  // A stride-2 3x3 convolution whose filters were transformed with the constant
+  // takes a third fewer products (conv2d_winograd.cc).
+  if (d.kh == 3 && d.kw == 3 && d.groups == 1 && winogradApplies(d))
+    if (const float* u = winogradFormOf(packedW, d.o, d.c)) return winogradConv2d(d, x, u, out, post);
   const Isa& cpu = isa();
   int64_t nr = cpu.tile.nr, mpad = 0, slice = 0;
   // Filters prepacked once for a constant weight, or packed now.

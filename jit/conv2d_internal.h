@@ -59,4 +59,13 @@ bool rowChainApplies(const Conv2dDims& a, const Conv2dDims& b);
 // band, in the padded, phase-split layout the band's copy would have.
 void rowConv2dChained(const RowConv& a, const RowConv& b, float* out);
 
+// Whether the stride-2 minimal-filtering path (conv2d_winograd.cc) takes d: an
+// AVX-512 machine, 3x3 filters of one group, stride 2, no dilation, and output
+// rows whose tiles fill most of their 16-tile strips.
+bool winogradApplies(const Conv2dDims& d);
+
+// d through that path, with filters transformed by packWinogradFilter (`u`
+// past its header).
+void winogradConv2d(const Conv2dDims& d, const float* x, const float* u, float* out, const ConvPostOps& post);
+
 }  // namespace kiln::jit::detail

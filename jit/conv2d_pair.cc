@@ -52,7 +52,11 @@ void sconv2dPair(const Conv2dDims& a, const float* x, const float* wa, const flo
   auto prepacked = [](const Conv2dDims& d, const float* packed) {
     return packed && packedConvFilterMatches(packed, d.o, d.c / d.groups * d.kh * d.kw, d.groups);
   };
-  if (!nonEmpty(a) || !nonEmpty(b) || !detail::rowChainApplies(a, b) || !prepacked(a, packedA) ||
+  // A second convolution that takes the minimal-filtering path saves more
+  // than the chaining does (conv2d_winograd.cc): the pair runs as two calls.
+  bool winograd = b.kh == 3 && b.kw == 3 && b.groups == 1 && detail::winogradApplies(b) &&
+                  winogradFormOf(packedB, b.o, b.c) != nullptr;
+  if (winograd || !nonEmpty(a) || !nonEmpty(b) || !detail::rowChainApplies(a, b) || !prepacked(a, packedA) ||
       !prepacked(b, packedB) || !detail::takesRowPath(a) || !detail::takesRowPath(b)) {
     sconv2d(a, x, wa, packedA, between, postA);
     sconv2d(b, between, wb, packedB, out, postB);

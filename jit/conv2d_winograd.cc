@@ -1,0 +1,334 @@
+// Stride-2 3x3 convolutions by minimal filtering (Winograd) over the input's
+// even and odd columns and rows: 25 products per 2x2 output tile and channel
+// pair instead of 36, for filters transformed once with the constant.
+//
+// The arithmetic. Along one axis a stride-2 window of three taps gives two
+// outputs from five inputs z0..z4: y0 = w0 z0 + w1 z1 + w2 z2 and
+// y1 = w0 z2 + w1 z3 + w2 z4. The even inputs (z0, z2, z4) meet the outer taps
+// (w0, w2) as a stride-1 filter of two taps, which F(2,2) computes with three
+// products; the odd inputs meet the middle tap alone:
+//   input  v = (z0 - z2, z2, z4 - z2, z1, z3)
+//   filter u = (w0, w0 + w2, w2, w1, w1)
+//   output y0 = m0 + m1 + m3, y1 = m1 + m2 + m4, with m = u * v
+// Along both axes a 2x2 tile takes 5 x 5 = 25 products per channel pair, each
+// summed over the input channels: 25 matrix products [tiles x C] x [C x O].
+// The transforms only add and subtract (no constants), so the sums round about
+// as the direct ones do, reassociated.
+//
+// Why: the direct row path (conv2d_rows.cc) runs model_bench's stride-2
+// convolution at about 0.88 of FP32 peak, as ONNX Runtime's does; with a
+// third fewer products the same peak goes further.
+//
+// The schedule. A block is 64 tiles: four strips, each 16 neighbouring tiles
+// of one tile row. Per block, per 64 output channels and 64 input channels:
+// the input transform writes V[25][64 c][64 tiles] (its 16-tile vectors read
+// the input's columns split in four phases, so tile t's five columns are
+// lanes of five vectors); for each of the 25 positions, 4 x 64 register tiles
+// (four output channels by 64 tiles: four loads, four broadcasts, sixteen
+// FMAs a channel, as the row path's) accumulate M[25][64 o][64 tiles]; then
+// the output transform adds M's positions into 2x2 tiles, applies the
+// post-ops, and stores the output rows. V[position] (16 KB) stays in L1 while
+// every output channel reads it.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "device/thread_pool.h"
+#include "jit/conv2d_internal.h"
+#include "jit/gemm.h"
+#include "jit/gemm_internal.h"
+
+namespace kiln::jit {
+
+namespace {
+
+constexpr int64_t kPositions = 25;  // 5 x 5 transformed values per tile
+constexpr int64_t kStripTiles = 16;
+constexpr int64_t kBlockStrips = 4;
+constexpr int64_t kBlockTiles = kStripTiles * kBlockStrips;  // 64
+constexpr int64_t kChannelChunk = 64;                        // input channels a V holds
+constexpr int64_t kOutputChunk = 64;                         // output channels an M holds
+constexpr int64_t kGroupRows = 4;                            // output channels a register tile covers
+// The header's tag: "W2S2" (Winograd, 2x2 tiles, stride 2), so that no other
+// packing is taken for this one.
+constexpr int64_t kTag = 0x57325332;
+
+// The five 1D filter values from three taps (u above).
+inline void filterAxis(const float (&w)[3], float (&u)[5]) {
+  u[0] = w[0];
+  u[1] = w[0] + w[2];
+  u[2] = w[2];
+  u[3] = u[4] = w[1];
+}
+
+struct WinogradJob {
+  Conv2dDims d;
+  const float* x;
+  const float* u;  // U[25][groupsOf(o)][c][4]
+  float* out;
+  ConvPostOps post;
+  int64_t groups;         // ceil(o / 4): register tiles' output-channel groups
+  int64_t tilesX, tilesY, stripsX, blocks;  // tiles per output row and column, strips per tile row, blocks per image
+};
+
+// Input columns [first, first + 64] of a row `width` wide (zero outside it),
+// split by phase: p[q] lane l holds column first + 4l + q, p[4] lane l column
+// first + 4(l + 1): the five columns of 16 tiles' windows.
+__attribute__((target("avx512f"), always_inline)) inline void phaseColumns(const float* row, int64_t first, int64_t width,
+                                                                         __m512 (&p)[5]) {
+  __m512 a[5];
+  if (first >= 0 && first + 80 <= width) {
+    for (int i = 0; i < 5; ++i) a[i] = _mm512_loadu_ps(row + first + 16 * i);
+  } else {
+    for (int i = 0; i < 5; ++i) a[i] = detail::loadColumns512(row, first + 16 * i, width);
+  }
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i next = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+  __m512 e01 = _mm512_permutex2var_ps(a[0], evens, a[1]), o01 = _mm512_permutex2var_ps(a[0], odds, a[1]);
+  __m512 e23 = _mm512_permutex2var_ps(a[2], evens, a[3]), o23 = _mm512_permutex2var_ps(a[2], odds, a[3]);
+  p[0] = _mm512_permutex2var_ps(e01, evens, e23);
+  p[2] = _mm512_permutex2var_ps(e01, odds, e23);
+  p[1] = _mm512_permutex2var_ps(o01, evens, o23);
+  p[3] = _mm512_permutex2var_ps(o01, odds, o23);
+  p[4] = _mm512_permutex2var_ps(p[0], next, a[4]);
+}
+
+// One window row's column transform for 16 tiles: t[j] = v_j of the row.
+__attribute__((target("avx512f"), always_inline)) inline void columnTransform(const float* row, int64_t first,
+                                                                            int64_t width, __m512 (&t)[5]) {
+  if (!row) {
+    for (auto& v : t) v = _mm512_setzero_ps();
+    return;
+  }
+  __m512 p[5];
+  phaseColumns(row, first, width, p);
+  t[0] = _mm512_sub_ps(p[0], p[2]);
+  t[1] = p[2];
+  t[2] = _mm512_sub_ps(p[4], p[2]);
+  t[3] = p[1];
+  t[4] = p[3];
+}
+
+// V[pos][c - c0][s * 16 + l] for input channels [c0, c0 + cs) and the block's
+// four strips: window row i of tile row ty is input row 4 ty - ph + i.
+__attribute__((target("avx512f"))) void inputTransform(const WinogradJob& j, const float* image, int64_t block,
+                                                       int64_t c0, int64_t cs, float* v) {
+  const int64_t h = j.d.h, w = j.d.w, plane = h * w;
+  for (int64_t s = 0; s < kBlockStrips; ++s) {
+    int64_t strip = block * kBlockStrips + s, ty = strip / j.stripsX, tx0 = strip % j.stripsX * kStripTiles;
+    int64_t firstRow = 4 * ty - j.d.ph, firstCol = 4 * tx0 - j.d.pw;
+    for (int64_t c = 0; c < cs; ++c) {
+      const float* ch = image + (c0 + c) * plane;
+      auto row = [&](int64_t i) -> const float* {
+        int64_t iy = firstRow + i;
+        return iy >= 0 && iy < h ? ch + iy * w : nullptr;
+      };
+      float* to = v + c * kBlockTiles + s * kStripTiles;
+      const int64_t pos = cs * kBlockTiles;  // floats between positions
+      __m512 mid[5], t[5];
+      columnTransform(row(2), firstCol, w, mid);
+      // Row transform: position (i', j') at to + (5 i' + j') * pos.
+      columnTransform(row(0), firstCol, w, t);
+      for (int k = 0; k < 5; ++k) _mm512_store_ps(to + (0 * 5 + k) * pos, _mm512_sub_ps(t[k], mid[k]));
+      for (int k = 0; k < 5; ++k) _mm512_store_ps(to + (1 * 5 + k) * pos, mid[k]);
+      columnTransform(row(4), firstCol, w, t);
+      for (int k = 0; k < 5; ++k) _mm512_store_ps(to + (2 * 5 + k) * pos, _mm512_sub_ps(t[k], mid[k]));
+      columnTransform(row(1), firstCol, w, t);
+      for (int k = 0; k < 5; ++k) _mm512_store_ps(to + (3 * 5 + k) * pos, t[k]);
+      columnTransform(row(3), firstCol, w, t);
+      for (int k = 0; k < 5; ++k) _mm512_store_ps(to + (4 * 5 + k) * pos, t[k]);
+    }
+  }
+}
+
+// m[r][0..64) (+)= sum over c < cs of u[c][r] * v[c][0..64), for r < 4: the
+// four output channels of one group, rows 64 floats apart.
+template <bool Accumulate>
+__attribute__((target("avx512f,fma"), always_inline)) inline void product(const float* v, const float* u, int64_t cs,
+                                                                         float* m) {
+  __m512 acc[kGroupRows][kBlockStrips];
+#pragma GCC unroll 4
+  for (auto& r : acc)
+#pragma GCC unroll 4
+    for (auto& a : r) a = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int64_t c = 0; c < cs; ++c, v += kBlockTiles, u += kGroupRows) {
+    __m512 b[kBlockStrips] = {_mm512_load_ps(v), _mm512_load_ps(v + 16), _mm512_load_ps(v + 32), _mm512_load_ps(v + 48)};
+#pragma GCC unroll 4
+    for (int r = 0; r < kGroupRows; ++r) {
+      __m512 x = _mm512_set1_ps(u[r]);
+#pragma GCC unroll 4
+      for (int s = 0; s < kBlockStrips; ++s) acc[r][s] = _mm512_fmadd_ps(x, b[s], acc[r][s]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kGroupRows; ++r)
+#pragma GCC unroll 4
+    for (int s = 0; s < kBlockStrips; ++s) {
+      float* at = m + r * kBlockTiles + s * kStripTiles;
+      _mm512_store_ps(at, Accumulate ? _mm512_add_ps(acc[r][s], _mm512_load_ps(at)) : acc[r][s]);
+    }
+}
+
+// Output channels [o0, o0 + os) of the block from M[pos][o - o0][64 tiles]:
+// the 2x2 tiles, the post-ops, stored where they fall inside the output.
+__attribute__((target("avx512f"))) void outputTransform(const WinogradJob& j, int64_t img, int64_t block, int64_t o0,
+                                                        int64_t os, const float* m, int64_t mRows) {
+  const int64_t oh = j.d.oh, ow = j.d.ow, pos = mRows * kBlockTiles;
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t s = 0; s < kBlockStrips; ++s) {
+    int64_t strip = block * kBlockStrips + s, ty = strip / j.stripsX, tx0 = strip % j.stripsX * kStripTiles;
+    if (ty >= j.tilesY) break;  // the image's last block may end early
+    int64_t oy = 2 * ty, ox = 2 * tx0;
+    int64_t cols = std::min<int64_t>(32, ow - ox);
+    __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+    __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols > 16 ? (1u << (cols - 16)) - 1 : 0);
+    bool second = oy + 1 < oh;
+    for (int64_t o = 0; o < os; ++o) {
+      const float* at = m + o * kBlockTiles + s * kStripTiles;
+      // Columns first: r[i][b] for window row i and output column b of the tile.
+      __m512 r[5][2];
+      for (int i = 0; i < 5; ++i) {
+        const float* mi = at + i * 5 * pos;
+        __m512 x1 = _mm512_load_ps(mi + pos);
+        r[i][0] = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(mi), x1), _mm512_load_ps(mi + 3 * pos));
+        r[i][1] = _mm512_add_ps(_mm512_add_ps(x1, _mm512_load_ps(mi + 2 * pos)), _mm512_load_ps(mi + 4 * pos));
+      }
+      __m512 add = j.post.bias ? _mm512_set1_ps(j.post.bias[o0 + o]) : zero;
+      float* plane = j.out + (img * j.d.o + o0 + o) * oh * ow;
+      for (int a = 0; a < 2; ++a) {
+        if (a == 1 && !second) break;
+        // Output row a takes window rows a, a + 1 and a + 3 (y0 = m0 + m1 + m3, y1 = m1 + m2 + m4).
+        __m512 y0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r[a][0], r[a + 1][0]), r[a + 3][0]), add);
+        __m512 y1 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r[a][1], r[a + 1][1]), r[a + 3][1]), add);
+        if (j.post.relu) {  // as nn.relu: v <= 0 becomes +0, NaN stays
+          y0 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y0, zero, _CMP_LE_OQ), y0, zero);
+          y1 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y1, zero, _CMP_LE_OQ), y1, zero);
+        }
+        float* row = plane + (oy + a) * ow + ox;
+        _mm512_mask_storeu_ps(row, m0, _mm512_permutex2var_ps(y0, lo, y1));
+        _mm512_mask_storeu_ps(row + 16, m1, _mm512_permutex2var_ps(y0, hi, y1));
+      }
+    }
+  }
+}
+
+// Tasks are blocks, image by image.
+__attribute__((target("avx512f,fma"))) void winogradTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  const WinogradJob& j = *reinterpret_cast<const WinogradJob*>(ctx);
+  const int64_t c = j.d.c, o = j.d.o;
+  const int64_t cs = std::min(c, kChannelChunk), osMax = std::min(j.groups * kGroupRows, kOutputChunk);
+  float* v = detail::scratch(1, static_cast<size_t>(kPositions * cs * kBlockTiles));
+  float* m = detail::scratch(2, static_cast<size_t>(kPositions * osMax * kBlockTiles));
+  for (int64_t t = begin; t < end; ++t) {
+    int64_t img = t / j.blocks, block = t % j.blocks;
+    const float* image = j.x + img * c * j.d.h * j.d.w;
+    for (int64_t o0 = 0; o0 < o; o0 += kOutputChunk) {
+      int64_t os = std::min(kOutputChunk, o - o0), g0 = o0 / kGroupRows, gs = (os + kGroupRows - 1) / kGroupRows;
+      for (int64_t c0 = 0; c0 < c; c0 += kChannelChunk) {
+        int64_t cc = std::min(kChannelChunk, c - c0);
+        inputTransform(j, image, block, c0, cc, v);
+        for (int64_t p = 0; p < kPositions; ++p) {
+          const float* vp = v + p * cc * kBlockTiles;
+          float* mp = m + p * gs * kGroupRows * kBlockTiles;
+          for (int64_t g = 0; g < gs; ++g) {
+            const float* u = j.u + ((p * j.groups + g0 + g) * c + c0) * kGroupRows;
+            float* mg = mp + g * kGroupRows * kBlockTiles;
+            if (c0 == 0) product<false>(vp, u, cc, mg);
+            else product<true>(vp, u, cc, mg);
+          }
+        }
+      }
+      outputTransform(j, img, block, o0, os, m, gs * kGroupRows);
+    }
+  }
+}
+
+// ceil(o / 4) groups of four output channels.
+int64_t filterGroups(int64_t o) { return (o + kGroupRows - 1) / kGroupRows; }
+
+}  // namespace
+
+int64_t winogradFilterFloats(int64_t o, int64_t c) {
+  if (o <= 0 || c <= 0) return -1;
+  int64_t groups = filterGroups(o), floats = 0;
+  if (__builtin_mul_overflow(groups * kGroupRows, c, &floats) || __builtin_mul_overflow(floats, kPositions, &floats) ||
+      floats > INT64_MAX / 4 - kPackedHeaderFloats)
+    return -1;
+  return kPackedHeaderFloats + floats;
+}
+
+void packWinogradFilter(const float* w, int64_t o, int64_t c, float* out) {
+  int64_t groups = filterGroups(o);
+  int64_t header[3] = {kTag, o, c};
+  std::memset(out, 0, sizeof(float) * kPackedHeaderFloats);
+  std::memcpy(out, header, sizeof header);
+  float* u = out + kPackedHeaderFloats;
+  std::memset(u, 0, sizeof(float) * static_cast<size_t>(kPositions * groups * kGroupRows * c));
+  for (int64_t k = 0; k < o; ++k)
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const float* f = w + (k * c + ch) * 9;
+      // Along the columns first, row by row: a[ky][j'].
+      float a[3][5];
+      for (int ky = 0; ky < 3; ++ky) filterAxis({f[ky * 3], f[ky * 3 + 1], f[ky * 3 + 2]}, a[ky]);
+      for (int jx = 0; jx < 5; ++jx) {
+        float col[5];
+        filterAxis({a[0][jx], a[1][jx], a[2][jx]}, col);
+        for (int iy = 0; iy < 5; ++iy) {
+          int64_t p = iy * 5 + jx;
+          u[((p * groups + k / kGroupRows) * c + ch) * kGroupRows + k % kGroupRows] = col[iy];
+        }
+      }
+    }
+}
+
+const float* winogradFilters(const float* packed, int64_t o, int64_t c) {
+  if (!packed) return nullptr;
+  int64_t header[3];
+  std::memcpy(header, packed, sizeof header);
+  return header[0] == kTag && header[1] == o && header[2] == c ? packed + kPackedHeaderFloats : nullptr;
+}
+
+namespace detail {
+
+bool winogradApplies(const Conv2dDims& d) {
+  if (!__builtin_cpu_supports("avx512f")) return false;
+  if (d.kh != 3 || d.kw != 3 || d.sh != 2 || d.sw != 2 || d.dh != 1 || d.dw != 1 || d.groups != 1) return false;
+  if (d.n < 1 || d.oh < 1 || d.ow < 1 || d.ph < 0 || d.pw < 0) return false;
+  // The transforms cost per input channel and tile, the products per channel
+  // pair: with 8 input channels the direct path was 12-14% faster (64x64
+  // images, 16 and 64 filters), with 16 this one 7-14%; 8 filters of 32 channels, 9%.
+  if (d.c < 16 || d.o < 8) return false;
+  // Strips never cross tile rows: a tile row of ceil(ow / 2) tiles takes
+  // ceil(tiles / 16) strips; at least 80% of their lanes used, as the row path asks.
+  int64_t tilesX = (d.ow + 1) / 2, strips = (tilesX + kStripTiles - 1) / kStripTiles;
+  if (tilesX * 5 < strips * kStripTiles * 4) return false;
+  // Window columns and rows as the transforms address them (int32 lanes in
+  // loadColumns512), with room for a strip's 80 columns.
+  if (d.w > INT32_MAX - 128 || d.pw > INT32_MAX / 4 || d.ph > INT32_MAX / 4 || d.ow > INT32_MAX / 4 ||
+      d.oh > INT32_MAX / 4 || d.h > INT32_MAX)
+    return false;
+  int64_t plane = 0, images = 0;
+  return !__builtin_mul_overflow(d.h, d.w, &plane) && !__builtin_mul_overflow(plane, d.c, &images);
+}
+
+void winogradConv2d(const Conv2dDims& d, const float* x, const float* u, float* out, const ConvPostOps& post) {
+  WinogradJob job{d, x, u, out, post, filterGroups(d.o), (d.ow + 1) / 2, (d.oh + 1) / 2, 0, 0};
+  job.stripsX = (job.tilesX + kStripTiles - 1) / kStripTiles;
+  job.blocks = (job.tilesY * job.stripsX + kBlockStrips - 1) / kBlockStrips;
+  // The work of the direct form (what device::grainFlags was measured against), saturated.
+  int64_t work = d.n;
+  for (int64_t f : {d.o, d.oh, d.ow, d.c, int64_t(9)})
+    if (__builtin_mul_overflow(work, f, &work)) work = INT64_MAX;
+  device::parallelFor(d.n * job.blocks, work / 64, winogradTask,
+                      reinterpret_cast<void* const*>(&job), nullptr);
+}
+
+}  // namespace detail
+
+}  // namespace kiln::jit
