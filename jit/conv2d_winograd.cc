@@ -73,17 +73,32 @@ struct WinogradJob {
   int64_t tilesX, tilesY, stripsX, blocks;  // tiles per output row and column, strips per tile row, blocks per image
 };
 
-// Input columns [first, first + 64] of a row `width` wide (zero outside it),
-// split by phase: p[q] lane l holds column first + 4l + q, p[4] lane l column
-// first + 4(l + 1): the five columns of 16 tiles' windows.
-__attribute__((target("avx512f"), always_inline)) inline void phaseColumns(const float* row, int64_t first, int64_t width,
+// Which of the 80 columns [first, first + 80) of a row `width` wide lie inside
+// it, five 16-lane masks; the same for every row and channel a strip reads.
+struct StripColumns {
+  int64_t first;
+  __mmask16 inside[5];
+};
+
+__attribute__((target("avx512f"))) StripColumns stripColumns(int64_t first, int64_t width) {
+  StripColumns sc{first, {}};
+  for (int i = 0; i < 5; ++i) {
+    int64_t lo = std::clamp<int64_t>(-(first + 16 * i), 0, 16), hi = std::clamp<int64_t>(width - (first + 16 * i), 0, 16);
+    sc.inside[i] = lo < hi ? static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1)) : 0;
+  }
+  return sc;
+}
+
+// A row's columns [first, first + 64] (zero outside it) split by phase: p[q]
+// lane l holds column first + 4l + q, p[4] lane l column first + 4(l + 1): the
+// five columns of 16 tiles' windows. Columns outside the row are neither read
+// nor faulted on (masked loads, their address formed as an integer).
+__attribute__((target("avx512f"), always_inline)) inline void phaseColumns(const float* row, const StripColumns& sc,
                                                                          __m512 (&p)[5]) {
   __m512 a[5];
-  if (first >= 0 && first + 80 <= width) {
-    for (int i = 0; i < 5; ++i) a[i] = _mm512_loadu_ps(row + first + 16 * i);
-  } else {
-    for (int i = 0; i < 5; ++i) a[i] = detail::loadColumns512(row, first + 16 * i, width);
-  }
+  uintptr_t at = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(sc.first * 4);
+  for (int i = 0; i < 5; ++i)
+    a[i] = _mm512_maskz_loadu_ps(sc.inside[i], reinterpret_cast<const float*>(at + static_cast<uintptr_t>(64 * i)));
   const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i next = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
@@ -97,14 +112,14 @@ __attribute__((target("avx512f"), always_inline)) inline void phaseColumns(const
 }
 
 // One window row's column transform for 16 tiles: t[j] = v_j of the row.
-__attribute__((target("avx512f"), always_inline)) inline void columnTransform(const float* row, int64_t first,
-                                                                            int64_t width, __m512 (&t)[5]) {
+__attribute__((target("avx512f"), always_inline)) inline void columnTransform(const float* row, const StripColumns& sc,
+                                                                            __m512 (&t)[5]) {
   if (!row) {
     for (auto& v : t) v = _mm512_setzero_ps();
     return;
   }
   __m512 p[5];
-  phaseColumns(row, first, width, p);
+  phaseColumns(row, sc, p);
   t[0] = _mm512_sub_ps(p[0], p[2]);
   t[1] = p[2];
   t[2] = _mm512_sub_ps(p[4], p[2]);
@@ -119,7 +134,8 @@ __attribute__((target("avx512f"))) void inputTransform(const WinogradJob& j, con
   const int64_t h = j.d.h, w = j.d.w, plane = h * w;
   for (int64_t s = 0; s < kBlockStrips; ++s) {
     int64_t strip = block * kBlockStrips + s, ty = strip / j.stripsX, tx0 = strip % j.stripsX * kStripTiles;
-    int64_t firstRow = 4 * ty - j.d.ph, firstCol = 4 * tx0 - j.d.pw;
+    int64_t firstRow = 4 * ty - j.d.ph;
+    const StripColumns sc = stripColumns(4 * tx0 - j.d.pw, w);
     for (int64_t c = 0; c < cs; ++c) {
       const float* ch = image + (c0 + c) * plane;
       auto row = [&](int64_t i) -> const float* {
@@ -129,16 +145,16 @@ __attribute__((target("avx512f"))) void inputTransform(const WinogradJob& j, con
       float* to = v + c * kBlockTiles + s * kStripTiles;
       const int64_t pos = cs * kBlockTiles;  // floats between positions
       __m512 mid[5], t[5];
-      columnTransform(row(2), firstCol, w, mid);
+      columnTransform(row(2), sc, mid);
       // Row transform: position (i', j') at to + (5 i' + j') * pos.
-      columnTransform(row(0), firstCol, w, t);
+      columnTransform(row(0), sc, t);
       for (int k = 0; k < 5; ++k) _mm512_store_ps(to + (0 * 5 + k) * pos, _mm512_sub_ps(t[k], mid[k]));
       for (int k = 0; k < 5; ++k) _mm512_store_ps(to + (1 * 5 + k) * pos, mid[k]);
-      columnTransform(row(4), firstCol, w, t);
+      columnTransform(row(4), sc, t);
       for (int k = 0; k < 5; ++k) _mm512_store_ps(to + (2 * 5 + k) * pos, _mm512_sub_ps(t[k], mid[k]));
-      columnTransform(row(1), firstCol, w, t);
+      columnTransform(row(1), sc, t);
       for (int k = 0; k < 5; ++k) _mm512_store_ps(to + (3 * 5 + k) * pos, t[k]);
-      columnTransform(row(3), firstCol, w, t);
+      columnTransform(row(3), sc, t);
       for (int k = 0; k < 5; ++k) _mm512_store_ps(to + (4 * 5 + k) * pos, t[k]);
     }
   }
