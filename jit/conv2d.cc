@@ -485,24 +485,24 @@ bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t 
          header[4] == convSlice(k, isa().tile.nr);
 }
 
-int64_t packedConvFilterWithWinogradFloats(int64_t o, int64_t c) {
-  int64_t direct = c > 0 && c <= INT64_MAX / 9 ? packedConvFilterFloats(o, c * 9, 1) : -1, winograd = winogradFilterFloats(o, c);
+int64_t packedConvFilterWithWinogradFloats(int64_t o, int64_t c, int64_t stride) {
+  int64_t direct = c > 0 && c <= INT64_MAX / 9 ? packedConvFilterFloats(o, c * 9, 1) : -1;
+  int64_t winograd = winogradFilterFloats(o, c, stride);
   if (direct < 0 || winograd < 0 || direct > INT64_MAX / 4 - winograd) return -1;
   return direct + winograd;
 }
 
-void packConvFilterWithWinograd(const float* w, int64_t o, int64_t c, float* out) {
+void packConvFilterWithWinograd(const float* w, int64_t o, int64_t c, int64_t stride, float* out) {
   packConvFilter(w, o, c * 9, 1, out);
-  int64_t follows = 1;
-  std::memcpy(out + 5 * 2, &follows, sizeof follows);  // header slot 5 (int64 in two floats)
-  packWinogradFilter(w, o, c, out + packedConvFilterFloats(o, c * 9, 1));
+  std::memcpy(out + 5 * 2, &stride, sizeof stride);  // header slot 5 (int64 in two floats)
+  packWinogradFilter(w, o, c, stride, out + packedConvFilterFloats(o, c * 9, 1));
 }
 
-const float* winogradFormOf(const float* packed, int64_t o, int64_t c) {
+const float* winogradFormOf(const float* packed, int64_t o, int64_t c, int64_t stride) {
   if (!packed || c <= 0 || c > INT64_MAX / 9 || !packedConvFilterMatches(packed, o, c * 9, 1)) return nullptr;
   int64_t follows = 0;
   std::memcpy(&follows, packed + 5 * 2, sizeof follows);
-  return follows == 1 ? winogradFilters(packed + packedConvFilterFloats(o, c * 9, 1), o, c) : nullptr;
+  return follows == stride ? winogradFilters(packed + packedConvFilterFloats(o, c * 9, 1), o, c, stride) : nullptr;
 }
 
 namespace {
@@ -532,6 +532,17 @@ const float* convFilters(const Conv2dDims& d, const float* w, const float* packe
   return packed;
 }
 
+bool takesWinograd(const Conv2dDims& d, const float* packedW) {
+  if (!winogradApplies(d)) return false;
+  if (winogradFormOf(packedW, d.o, d.c, d.sh)) return true;
+  // Transformed per call: a filter and channel's transform costs about what
+  // 110 tiles save at stride 1 (64 x 56 x 56, 784 tiles: 2.03 ms direct, 1.04
+  // prepared, 1.20 per call); with 256 (model_bench's stride-2 convolution)
+  // per call was no faster than direct on one thread and slower on two.
+  int64_t tiles = 0;
+  return !__builtin_mul_overflow(d.n, ((d.oh + 1) / 2) * ((d.ow + 1) / 2), &tiles) && tiles >= 512;
+}
+
 bool takesRowPath(const Conv2dDims& d) {
   const Isa& cpu = isa();
   return windowsFitInt32(d) && cpu.tile.mr == 8 && cpu.tile.nr == 32 && __builtin_cpu_supports("avx512f") &&
@@ -553,10 +564,18 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
     }
     return;
   }
-  // A stride-2 3x3 convolution whose filters were transformed with the constant
-  // takes a third fewer products (conv2d_winograd.cc).
-  if (d.kh == 3 && d.kw == 3 && d.groups == 1 && winogradApplies(d))
-    if (const float* u = winogradFormOf(packedW, d.o, d.c)) return winogradConv2d(d, x, u, out, post);
+  // A 3x3 convolution of stride 1 or 2 takes fewer products by minimal
+  // filtering (conv2d_winograd.cc), its filters transformed with the constant
+  // or, where that pays, now.
+  if (takesWinograd(d, packedW)) {
+    const float* u = winogradFormOf(packedW, d.o, d.c, d.sh);
+    if (!u) {
+      float* t = scratch(0, static_cast<size_t>(winogradFilterFloats(d.o, d.c, d.sh)));
+      packWinogradFilter(w, d.o, d.c, d.sh, t);
+      u = t + kPackedHeaderFloats;
+    }
+    return winogradConv2d(d, x, u, out, post);
+  }
   const Isa& cpu = isa();
   int64_t nr = cpu.tile.nr, mpad = 0, slice = 0;
   // Filters prepacked once for a constant weight, or packed now.

@@ -59,23 +59,23 @@ int64_t packedConvFilterFloats(int64_t o, int64_t k, int64_t groups);  // -1 on 
 void packConvFilter(const float* w, int64_t o, int64_t k, int64_t groups, float* out);
 bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t groups);
 
-// Filters of one group, 3x3, transformed for the stride-2 minimal-filtering
-// convolution (conv2d_winograd.cc), made once for a constant weight: a header of
-// kPackedHeaderFloats floats (tag, o, c as int64), then 25 transformed values per
-// filter and input channel. sconv2d takes that path where it applies and
-// `packedW` holds this form after the packed filters (packConvFilterWithWinograd).
-int64_t winogradFilterFloats(int64_t o, int64_t c);  // -1 on overflow
-void packWinogradFilter(const float* w, int64_t o, int64_t c, float* out);
-// The transformed values past the header when `packed` holds them for o x c filters, or null.
-const float* winogradFilters(const float* packed, int64_t o, int64_t c);
+// Filters of one group, 3x3, transformed for minimal filtering at stride 1 or
+// 2 (conv2d_winograd.cc), made once for a constant weight (or per call into
+// scratch): a header of kPackedHeaderFloats floats (tag with the stride, o, c as
+// int64), then 16 (stride 1) or 25 (stride 2) transformed values per filter and
+// input channel. sconv2d takes that path where it applies.
+int64_t winogradFilterFloats(int64_t o, int64_t c, int64_t stride);  // -1 on overflow or another stride
+void packWinogradFilter(const float* w, int64_t o, int64_t c, int64_t stride, float* out);
+// The transformed values past the header when `packed` holds them for o x c filters and this stride, or null.
+const float* winogradFilters(const float* packed, int64_t o, int64_t c, int64_t stride);
 
 // Both forms in one buffer: packConvFilter's (groups 1), and the Winograd form
-// after it, which the first's header announces (slot 5 = 1), so that a kernel
-// handed the buffer finds either without knowing its length.
-int64_t packedConvFilterWithWinogradFloats(int64_t o, int64_t c);  // 3x3 filters; -1 on overflow
-void packConvFilterWithWinograd(const float* w, int64_t o, int64_t c, float* out);
-// The Winograd form of `packed` (packed for o x c x 3 x 3 filters), or null.
-const float* winogradFormOf(const float* packed, int64_t o, int64_t c);
+// after it, which the first's header announces (slot 5 = the stride), so that a
+// kernel handed the buffer finds either without knowing its length.
+int64_t packedConvFilterWithWinogradFloats(int64_t o, int64_t c, int64_t stride);  // 3x3 filters; -1 on overflow
+void packConvFilterWithWinograd(const float* w, int64_t o, int64_t c, int64_t stride, float* out);
+// The Winograd form of `packed` (packed for o x c x 3 x 3 filters) for this stride, or null.
+const float* winogradFormOf(const float* packed, int64_t o, int64_t c, int64_t stride);
 
 }  // namespace kiln::jit
 

@@ -59,13 +59,19 @@ bool rowChainApplies(const Conv2dDims& a, const Conv2dDims& b);
 // band, in the padded, phase-split layout the band's copy would have.
 void rowConv2dChained(const RowConv& a, const RowConv& b, float* out);
 
-// Whether the stride-2 minimal-filtering path (conv2d_winograd.cc) takes d: an
-// AVX-512 machine, 3x3 filters of one group, stride 2, no dilation, and output
-// rows whose tiles fill most of their 16-tile strips.
+// Whether the minimal-filtering path (conv2d_winograd.cc) takes d: an AVX-512
+// machine, 3x3 filters of one group, 16 or more channels and 8 or more filters,
+// stride 1 or 2 (both ways), no dilation, and output rows whose tiles fill
+// most of their 16-tile strips.
 bool winogradApplies(const Conv2dDims& d);
 
-// d through that path, with filters transformed by packWinogradFilter (`u`
-// past its header).
+// Whether sconv2d takes that path for d with this `packedW`: where it applies,
+// with filters prepared with their transform, or with enough tiles to pay for
+// transforming them per call.
+bool takesWinograd(const Conv2dDims& d, const float* packedW);
+
+// d through that path, with filters transformed by packWinogradFilter for its
+// stride (`u` past its header).
 void winogradConv2d(const Conv2dDims& d, const float* x, const float* u, float* out, const ConvPostOps& post);
 
 }  // namespace kiln::jit::detail

@@ -54,8 +54,7 @@ void sconv2dPair(const Conv2dDims& a, const float* x, const float* wa, const flo
   };
   // A second convolution that takes the minimal-filtering path saves more
   // than the chaining does (conv2d_winograd.cc): the pair runs as two calls.
-  bool winograd = b.kh == 3 && b.kw == 3 && b.groups == 1 && detail::winogradApplies(b) &&
-                  winogradFormOf(packedB, b.o, b.c) != nullptr;
+  bool winograd = detail::takesWinograd(b, packedB);
   if (winograd || !nonEmpty(a) || !nonEmpty(b) || !detail::rowChainApplies(a, b) || !prepacked(a, packedA) ||
       !prepacked(b, packedB) || !detail::takesRowPath(a) || !detail::takesRowPath(b)) {
     sconv2d(a, x, wa, packedA, between, postA);

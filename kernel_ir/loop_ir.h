@@ -78,11 +78,11 @@ enum class StmtKind : uint8_t { For, Store, Block, If, Gemm, Conv2d };
 // Constant: no packing; marks an input as an executable constant (its own data),
 // for a library kernel that keeps work derived from it (jit/library_kernel.h).
 enum class PreparedLayout : uint8_t { GemmB, ConvFilter, Constant };
-// ConvFilter's param: the groups in bits 0-31; this bit for a convolution that
-// may take the stride-2 minimal-filtering path (3x3 filters of one group, stride
-// 2, no dilation), whose prepared form then holds that transform as well
-// (jit::packConvFilterWithWinograd).
-constexpr int64_t kConvFilterWinograd = int64_t(1) << 32;
+// ConvFilter's param: the groups in bits 0-31, and from this bit on the stride
+// (1 or 2) of a convolution that may take minimal filtering (3x3 filters of one
+// group, equal strides, no dilation), whose prepared form then holds that
+// transform as well (jit::packConvFilterWithWinograd); 0 for none.
+constexpr int kConvFilterWinogradShift = 32;
 
 struct GemmArgs {
   int32_t a = -1, b = -1, c = -1;       // buffers
@@ -153,7 +153,7 @@ struct BufferDecl {
   int32_t preparedFrom = -1;
   PreparedLayout preparedLayout = PreparedLayout::GemmB;
   // GemmB: bit 0 set when B is stored n x k, bits 1-2 the tile; ConvFilter:
-  // groups (bits 0-31), and kConvFilterWinograd.
+  // groups (bits 0-31), and the Winograd stride (kConvFilterWinogradShift).
   int64_t preparedParam = 0;
   bool isScratch() const { return scratchValue >= 0 || !scratchSize.empty(); }
   bool isPrepared() const { return preparedFrom >= 0; }

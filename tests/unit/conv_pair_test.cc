@@ -111,12 +111,15 @@ TEST_CASE("chained convolutions: the first computed band by band into the second
       CHECK(nanWant < static_cast<int64_t>(want.size()));
       bool untouched = std::all_of(between.begin(), between.end(), [&](float v) { return v == sentinel; });
       CHECK(untouched == t.chains);
-      // Filters not prepacked: two calls, the same result.
+      // Filters not prepacked: two calls (either may take minimal filtering), the
+      // same values within the same tolerance.
       std::vector<float> again(want.size(), -7.0f);
       jit::sconv2dPair(a, x.data(), wa.data(), nullptr, {ba.data(), true}, b, wb.data(), nullptr, {bb.data(), true},
                        between.data(), again.data());
       int64_t differ = 0;
-      for (size_t i = 0; i < want.size(); ++i) differ += !(again[i] == out[i] || (std::isnan(again[i]) && std::isnan(out[i])));
+      for (size_t i = 0; i < want.size(); ++i)
+        differ += std::isnan(want[i]) ? !std::isnan(again[i])
+                                      : !(std::fabs(again[i] - want[i]) <= 1e-4 * std::max(1.0, std::fabs(want[i])));
       CHECK(differ == 0);
     }
   }

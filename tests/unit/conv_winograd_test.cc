@@ -1,4 +1,4 @@
-// Stride-2 3x3 convolutions by minimal filtering (jit/conv2d_winograd.cc):
+// 3x3 convolutions of stride 1 and 2 by minimal filtering (jit/conv2d_winograd.cc):
 // against the definition on odd shapes, the packed forms' checks, and through a
 // compiled program whose filters are constants (prepared with the transform)
 // against the same program whose filters are an input (the direct path).
@@ -22,10 +22,14 @@ using namespace kiln;
 
 namespace {
 
-// n images of c x h x w, o filters, padding top/left and bottom/right.
+// n images of c x h x w, o 3x3 filters, padding top/left and bottom/right.
+jit::Conv2dDims conv3x3(int64_t stride, int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t pad,
+                        int64_t padEnd) {
+  return jit::Conv2dDims{n,      c,      h,   w,   o, 3, 3, (h + pad + padEnd - 3) / stride + 1,
+                         (w + pad + padEnd - 3) / stride + 1, stride, stride, pad, pad, 1, 1, 1};
+}
 jit::Conv2dDims stride2(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t pad, int64_t padEnd) {
-  return jit::Conv2dDims{n, c, h, w, o, 3, 3, (h + pad + padEnd - 3) / 2 + 1, (w + pad + padEnd - 3) / 2 + 1,
-                         2, 2, pad, pad, 1, 1, 1};
+  return conv3x3(2, n, c, h, w, o, pad, padEnd);
 }
 
 // The convolution by its definition in double, then bias and ReLU (NaN stays).
@@ -40,7 +44,7 @@ std::vector<double> reference(const jit::Conv2dDims& d, const std::vector<float>
           for (int64_t c = 0; c < d.c; ++c)
             for (int64_t ky = 0; ky < 3; ++ky)
               for (int64_t kx = 0; kx < 3; ++kx) {
-                int64_t iy = oy * 2 + ky - d.ph, ix = ox * 2 + kx - d.pw;
+                int64_t iy = oy * d.sh + ky - d.ph, ix = ox * d.sw + kx - d.pw;
                 if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) continue;
                 s += double(w[static_cast<size_t>(((o * d.c + c) * 3 + ky) * 3 + kx)]) *
                      x[static_cast<size_t>(((n * d.c + c) * d.h + iy) * d.w + ix)];
@@ -58,23 +62,28 @@ float* aligned(std::vector<float>& storage, int64_t floats) {
 
 }  // namespace
 
-TEST_CASE("stride-2 minimal filtering: against the definition on odd shapes, with bias and ReLU") {
+TEST_CASE("minimal filtering: against the definition on odd shapes, strides 1 and 2, with bias and ReLU") {
   if (!__builtin_cpu_supports("avx512f")) return test::skip("the minimal-filtering path needs AVX-512; this CPU lacks it");
   struct Case {
-    int64_t n, c, h, w, o, pad, padEnd;
+    int64_t stride, n, c, h, w, o, pad, padEnd;
   };
   const Case cases[] = {
-      {1, 32, 64, 64, 64, 1, 1},  // model_bench's CNN: 16 tiles a row, one block of strips per 4 tile rows
-      {2, 17, 33, 61, 9, 1, 1},   // 17 x 31 outputs: a half tile at the bottom and the right; 9 filters (a partial group)
-      {3, 70, 30, 56, 13, 1, 0},  // 70 channels: two chunks of V; no padding at the end; 3 images
-      {1, 20, 13, 60, 70, 0, 1},  // 70 filters: two chunks of M; 6 output rows (the block ends early)
-      {1, 16, 29, 61, 8, 2, 2},   // padding 2: windows that start two columns out
-      {1, 16, 64, 128, 8, 1, 1},  // 64 tiles a row: four strips side by side
+      {2, 1, 32, 64, 64, 64, 1, 1},  // model_bench's CNN: 16 tiles a row, one block of strips per 4 tile rows
+      {2, 2, 17, 33, 61, 9, 1, 1},   // 17 x 31 outputs: a half tile at the bottom and the right; 9 filters (a partial group)
+      {2, 3, 70, 30, 56, 13, 1, 0},  // 70 channels: two chunks of V; no padding at the end; 3 images
+      {2, 1, 20, 13, 60, 70, 0, 1},  // 70 filters: two chunks of M; 6 output rows (the block ends early)
+      {2, 1, 16, 29, 61, 8, 2, 2},   // padding 2: windows that start two columns out
+      {2, 1, 16, 64, 128, 8, 1, 1},  // 64 tiles a row: four strips side by side
+      {1, 1, 64, 56, 56, 64, 1, 1},  // kernel_bench's convolution: 28 tiles a row in two strips
+      {1, 2, 19, 27, 27, 10, 1, 1},  // 27 x 27 outputs: half tiles at both ends; 2 images
+      {1, 1, 70, 14, 30, 66, 0, 0},  // no padding (12 x 28); two chunks of V and of M
+      {1, 1, 16, 9, 29, 8, 2, 1},    // padding 2 and 1: 10 x 30 outputs
   };
   std::mt19937 rng(23);
   std::uniform_real_distribution<float> dist(-1, 1);
   for (const Case& t : cases) {
-    jit::Conv2dDims d = stride2(t.n, t.c, t.h, t.w, t.o, t.pad, t.padEnd);
+    jit::Conv2dDims d = conv3x3(t.stride, t.n, t.c, t.h, t.w, t.o, t.pad, t.padEnd);
+    CAPTURE(t.stride);
     CAPTURE(t.n);
     CAPTURE(t.c);
     CAPTURE(t.h);
@@ -89,23 +98,57 @@ TEST_CASE("stride-2 minimal filtering: against the definition on odd shapes, wit
     // A NaN reaches exactly the outputs whose windows read it (the reference's):
     // image 0, channel 1, row 0, column 5.
     x[static_cast<size_t>(d.h * d.w + 5)] = std::numeric_limits<float>::quiet_NaN();
-    std::vector<float> storage, out(static_cast<size_t>(d.n * d.o * d.oh * d.ow), -3.0f);
-    float* packed = aligned(storage, jit::packedConvFilterWithWinogradFloats(d.o, d.c));
-    jit::packConvFilterWithWinograd(w.data(), d.o, d.c, packed);
-    REQUIRE(jit::winogradFormOf(packed, d.o, d.c) != nullptr);
+    std::vector<float> storage, out(static_cast<size_t>(d.n * d.o * d.oh * d.ow), -3.0f), again(out.size(), -3.0f);
+    float* packed = aligned(storage, jit::packedConvFilterWithWinogradFloats(d.o, d.c, d.sh));
+    jit::packConvFilterWithWinograd(w.data(), d.o, d.c, d.sh, packed);
+    REQUIRE(jit::winogradFormOf(packed, d.o, d.c, d.sh) != nullptr);
+    REQUIRE(jit::winogradFormOf(packed, d.o, d.c, 3 - d.sh) == nullptr);  // the other stride's form is another
     jit::sconv2d(d, x.data(), w.data(), packed, out.data(), jit::ConvPostOps{bias.data(), true});
+    // Filters not prepared: transformed per call where that pays (the same
+    // values), else the direct path.
+    jit::sconv2d(d, x.data(), w.data(), nullptr, again.data(), jit::ConvPostOps{bias.data(), true});
+    bool perCall = jit::detail::takesWinograd(d, nullptr);
+    CHECK(perCall == (d.n * ((d.oh + 1) / 2) * ((d.ow + 1) / 2) >= 512));
     std::vector<double> want = reference(d, x, w, bias);
     for (size_t i = 0; i < want.size(); ++i) {
       if (std::isnan(want[i])) {
         REQUIRE(std::isnan(out[i]));
+        REQUIRE(std::isnan(again[i]));
         continue;
       }
       REQUIRE(out[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1.0));
+      if (perCall) REQUIRE(again[i] == out[i]);
+      else REQUIRE(again[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1.0));
     }
   }
 }
 
-TEST_CASE("stride-2 minimal filtering: which convolutions take it, and the packed forms' checks") {
+TEST_CASE("minimal filtering: a chained pair whose second takes it runs as two calls") {
+  if (!__builtin_cpu_supports("avx512f")) return test::skip("the minimal-filtering path needs AVX-512; this CPU lacks it");
+  // model_bench's CNN: 3 -> 32 (stride 1, too few channels for it), then 32 -> 64 at stride 2.
+  jit::Conv2dDims a = conv3x3(1, 1, 3, 64, 64, 32, 1, 1), b = conv3x3(2, 1, 32, 64, 64, 64, 1, 1);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> x(3 * 64 * 64), wa(32 * 27), wb(64 * 32 * 9), ba(32), bb(64);
+  for (auto* v : {&x, &wa, &wb, &ba, &bb})
+    for (float& f : *v) f = dist(rng);
+  std::vector<float> pa, pb, between(32 * 64 * 64, -5.0f), out(64 * 32 * 32, -7.0f);
+  float* packedA = aligned(pa, jit::packedConvFilterFloats(32, 27, 1));
+  jit::packConvFilter(wa.data(), 32, 27, 1, packedA);
+  float* packedB = aligned(pb, jit::packedConvFilterWithWinogradFloats(64, 32, 2));
+  jit::packConvFilterWithWinograd(wb.data(), 64, 32, 2, packedB);
+  REQUIRE(jit::detail::takesWinograd(b, packedB));
+  REQUIRE_FALSE(jit::detail::takesWinograd(a, packedA));
+  jit::sconv2dPair(a, x.data(), wa.data(), packedA, {ba.data(), true}, b, wb.data(), packedB, {bb.data(), true},
+                   between.data(), out.data());
+  std::vector<double> mid = reference(a, x, wa, ba);
+  for (size_t i = 0; i < mid.size(); ++i) REQUIRE(between[i] == doctest::Approx(mid[i]).epsilon(1e-4).scale(1.0));
+  std::vector<float> midFloats(between.begin(), between.end());
+  std::vector<double> want = reference(b, midFloats, wb, bb);
+  for (size_t i = 0; i < want.size(); ++i) REQUIRE(out[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1.0));
+}
+
+TEST_CASE("minimal filtering: which convolutions take it, and the packed forms' checks") {
   jit::Conv2dDims d = stride2(1, 32, 64, 64, 64, 1, 1);
   bool avx512 = __builtin_cpu_supports("avx512f");
   CHECK(jit::detail::winogradApplies(d) == avx512);
@@ -113,38 +156,48 @@ TEST_CASE("stride-2 minimal filtering: which convolutions take it, and the packe
   CHECK_FALSE(jit::detail::winogradApplies(few));
   jit::Conv2dDims narrow = stride2(1, 32, 28, 28, 64, 1, 1);  // 7 tiles a row fill under half a strip
   CHECK_FALSE(jit::detail::winogradApplies(narrow));
-  jit::Conv2dDims stride1 = d;
-  stride1.sh = stride1.sw = 1;
-  stride1.oh = stride1.ow = 64;
-  CHECK_FALSE(jit::detail::winogradApplies(stride1));
+  jit::Conv2dDims stride1 = conv3x3(1, 1, 64, 56, 56, 64, 1, 1);
+  CHECK(jit::detail::winogradApplies(stride1) == avx512);
+  jit::Conv2dDims stride3 = conv3x3(3, 1, 32, 96, 96, 64, 1, 1);
+  CHECK_FALSE(jit::detail::winogradApplies(stride3));
+  jit::Conv2dDims mixed = d;
+  mixed.sw = 1;
+  mixed.ow = 64;
+  CHECK_FALSE(jit::detail::winogradApplies(mixed));
   jit::Conv2dDims dilated = d;
   dilated.dh = 2;
   CHECK_FALSE(jit::detail::winogradApplies(dilated));
 
-  CHECK(jit::winogradFilterFloats(0, 3) == -1);
-  CHECK(jit::winogradFilterFloats(INT64_MAX / 2, 3) == -1);
-  CHECK(jit::packedConvFilterWithWinogradFloats(64, INT64_MAX / 4) == -1);
-  CHECK(jit::winogradFilterFloats(9, 5) == 16 + 25 * 12 * 5);  // 9 filters take three groups of four
+  CHECK(jit::winogradFilterFloats(0, 3, 2) == -1);
+  CHECK(jit::winogradFilterFloats(64, 3, 3) == -1);
+  CHECK(jit::winogradFilterFloats(INT64_MAX / 2, 3, 2) == -1);
+  CHECK(jit::packedConvFilterWithWinogradFloats(64, INT64_MAX / 4, 1) == -1);
+  CHECK(jit::winogradFilterFloats(9, 5, 2) == 16 + 25 * 12 * 5);  // 9 filters take three groups of four
+  CHECK(jit::winogradFilterFloats(9, 5, 1) == 16 + 16 * 12 * 5);
   // The plain packing announces no transform; a combined one for other filters is not taken.
   std::vector<float> w(64 * 32 * 9, 0.5f), plainStorage, bothStorage;
   float* plain = aligned(plainStorage, jit::packedConvFilterFloats(64, 32 * 9, 1));
   jit::packConvFilter(w.data(), 64, 32 * 9, 1, plain);
-  CHECK(jit::winogradFormOf(plain, 64, 32) == nullptr);
-  float* both = aligned(bothStorage, jit::packedConvFilterWithWinogradFloats(64, 32));
-  jit::packConvFilterWithWinograd(w.data(), 64, 32, both);
-  CHECK(jit::winogradFormOf(both, 64, 32) != nullptr);
-  CHECK(jit::winogradFormOf(both, 63, 32) == nullptr);
-  CHECK(jit::winogradFormOf(both, 64, 31) == nullptr);
+  CHECK(jit::winogradFormOf(plain, 64, 32, 2) == nullptr);
+  float* both = aligned(bothStorage, jit::packedConvFilterWithWinogradFloats(64, 32, 2));
+  jit::packConvFilterWithWinograd(w.data(), 64, 32, 2, both);
+  CHECK(jit::winogradFormOf(both, 64, 32, 2) != nullptr);
+  CHECK(jit::winogradFormOf(both, 64, 32, 1) == nullptr);
+  CHECK(jit::winogradFormOf(both, 63, 32, 2) == nullptr);
+  CHECK(jit::winogradFormOf(both, 64, 31, 2) == nullptr);
   CHECK(jit::packedConvFilterMatches(both, 64, 32 * 9, 1));  // the direct path reads its first part
-  CHECK(jit::winogradFormOf(nullptr, 64, 32) == nullptr);
+  CHECK(jit::winogradFormOf(nullptr, 64, 32, 2) == nullptr);
 }
 
-TEST_CASE("stride-2 minimal filtering: a program's constant filters are prepared with the transform") {
-  // Constant filters take the minimal-filtering path; the same filters as an
-  // input take the direct one (nothing is prepared for them). A `?` batch.
+TEST_CASE("minimal filtering: a program's constant filters are prepared with the transform, others transformed per call") {
+  // A stride-2 and a stride-1 convolution, with filters as constants (prepared
+  // with their transforms) and as inputs (transformed per call), both against
+  // the definition. A `?` batch.
   constexpr const char* kProgram = R"(
-def @main(%img: Tensor[(?, 16, 64, 64), float32], %f: Tensor[(24, 16, 3, 3), float32], %b: Tensor[(24,), float32]) {
-  nn.relu(nn.bias_add(nn.conv2d(%img, %f, strides=[2, 2], padding=[1, 1, 1, 1]), %b))
+def @main(%img: Tensor[(?, 16, 64, 64), float32], %f: Tensor[(24, 16, 3, 3), float32], %b: Tensor[(24,), float32],
+          %g: Tensor[(16, 16, 3, 3), float32]) {
+  (nn.relu(nn.bias_add(nn.conv2d(%img, %f, strides=[2, 2], padding=[1, 1, 1, 1]), %b)),
+   nn.conv2d(%img, %g, padding=[1, 1, 1, 1]))
 }
 )";
   auto fill = [](std::initializer_list<int64_t> shape, float scale) {
@@ -152,24 +205,40 @@ def @main(%img: Tensor[(?, 16, 64, 64), float32], %f: Tensor[(24, 16, 3, 3), flo
     for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::sin(static_cast<float>(i) * scale);
     return t;
   };
+  auto floats = [](const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); };
   Tensor img = fill({2, 16, 64, 64}, 0.37f), f = fill({24, 16, 3, 3}, 0.11f), b = fill({24}, 0.7f);
+  Tensor g = fill({16, 16, 3, 3}, 0.23f);
   kiln::CompileOptions constant;
-  constant.params = {{"f", f}, {"b", b}};
+  constant.params = {{"f", f}, {"b", b}, {"g", g}};
   auto prepared = kiln::compile(kProgram, "conv.relay", constant);
-  auto direct = kiln::compile(kProgram, "conv.relay");
+  auto inputs = kiln::compile(kProgram, "conv.relay");
   auto rt = Runtime::create();
   kiln::VMOptions vo;
   vo.runtime = rt;
-  kiln::VirtualMachine vmPrepared(prepared, vo), vmDirect(direct, vo);
-  Tensor got = vmPrepared.invoke("main", {Value(img)}).tensor();
-  Tensor want = vmDirect.invoke("main", {Value(img), Value(f), Value(b)}).tensor();
-  REQUIRE(got.numel() == 2 * 24 * 32 * 32);
-  REQUIRE(want.numel() == got.numel());
-  for (int64_t i = 0; i < got.numel(); ++i)
-    REQUIRE(got.data<float>()[i] == doctest::Approx(want.data<float>()[i]).epsilon(1e-4).scale(1.0));
+  kiln::VirtualMachine vmPrepared(prepared, vo), vmInputs(inputs, vo);
+  Value fromConstants = vmPrepared.invoke("main", {Value(img)});
+  Value fromInputs = vmInputs.invoke("main", {Value(img), Value(f), Value(b), Value(g)});
+  jit::Conv2dDims d2 = conv3x3(2, 2, 16, 64, 64, 24, 1, 1), d1 = conv3x3(1, 2, 16, 64, 64, 16, 1, 1);
+  std::vector<float> noBias(16, 0.0f);
+  std::vector<double> want2 = reference(d2, floats(img), floats(f), floats(b));
+  std::vector<double> want1 = reference(d1, floats(img), floats(g), noBias);  // (the reference's ReLU: below)
+  for (const Value* r : {&fromConstants, &fromInputs}) {
+    Tensor got2 = r->fields()[0].tensor(), got1 = r->fields()[1].tensor();
+    REQUIRE(got2.numel() == 2 * 24 * 32 * 32);
+    REQUIRE(got1.numel() == 2 * 16 * 64 * 64);
+    for (int64_t i = 0; i < got2.numel(); ++i)
+      REQUIRE(got2.data<float>()[i] == doctest::Approx(want2[static_cast<size_t>(i)]).epsilon(1e-4).scale(1.0));
+    // The stride-1 convolution has no ReLU: where the reference clamped, it is <= 0.
+    for (int64_t i = 0; i < got1.numel(); ++i) {
+      double w1 = want1[static_cast<size_t>(i)];
+      if (w1 > 0) REQUIRE(got1.data<float>()[i] == doctest::Approx(w1).epsilon(1e-4).scale(1.0));
+      else REQUIRE(got1.data<float>()[i] <= 1e-4f);
+    }
+  }
   auto stats = rt->kernelTable(prepared)->preparedStats();
-  CHECK(stats.count == 1);
-  // The direct packing and the transform: 25 values per filter and channel beside 9.
-  CHECK(stats.bytes >= static_cast<uint64_t>(24 * 16 * (9 + 25)) * sizeof(float));
-  CHECK(rt->kernelTable(direct)->preparedStats().count == 0);
+  CHECK(stats.count == 2);
+  // Each with the direct packing and the transform: 25 (stride 2) and 16
+  // (stride 1) values per filter and channel beside 9.
+  CHECK(stats.bytes >= static_cast<uint64_t>(24 * 16 * (9 + 25) + 16 * 16 * (9 + 16)) * sizeof(float));
+  CHECK(rt->kernelTable(inputs)->preparedStats().count == 0);
 }
