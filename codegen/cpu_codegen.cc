@@ -449,7 +449,8 @@ class CpuCodegen final : public LoopEmitter {
     auto orNull = [&](int32_t b) {
       return b >= 0 ? static_cast<llvm::Value*>(buffer(b)) : llvm::ConstantPointerNull::get(b_.getPtrTy());
     };
-    int64_t flags = (c.relu ? 1 : 0) | (k_.schedule.parallel ? 0 : 2) | device::grainFlags(k_.schedule.grainShift);
+    int64_t flags = (c.relu ? 1 : 0) | (k_.schedule.parallel ? 0 : 2) | (k_.schedule.convWinograd ? 0 : 8) |
+                    device::grainFlags(k_.schedule.grainShift);
     if (!pair) {
       llvm::FunctionCallee conv = m_->getOrInsertFunction(
           "kiln_sconv2d", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr, ptr, ptr, i64}, false));

@@ -552,7 +552,7 @@ bool takesRowPath(const Conv2dDims& d) {
 }  // namespace detail
 
 void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out,
-             const ConvPostOps& post) {
+             const ConvPostOps& post, bool minimalFiltering) {
   int64_t pixels = d.oh * d.ow;
   if (d.n <= 0 || d.o <= 0 || pixels <= 0) return;
   int64_t cg = d.c / d.groups, og = d.o / d.groups, k = cg * d.kh * d.kw;
@@ -567,7 +567,7 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
   // A 3x3 convolution of stride 1 or 2 takes fewer products by minimal
   // filtering (conv2d_winograd.cc), its filters transformed with the constant
   // or, where that pays, now.
-  if (takesWinograd(d, packedW)) {
+  if (minimalFiltering && takesWinograd(d, packedW)) {
     const float* u = winogradFormOf(packedW, d.o, d.c, d.sh);
     if (!u) {
       float* t = scratch(0, static_cast<size_t>(winogradFilterFloats(d.o, d.c, d.sh)));
@@ -602,7 +602,8 @@ extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w
                              const float* bias, int64_t flags) {
   kiln::jit::Conv2dDims d;
   std::memcpy(&d, dims, sizeof d);
-  // Bit 0 of `flags`: ReLU; bit 1: on the calling thread alone.
-  kiln::device::underScopes((flags & 2) != 0, kiln::device::grainFromFlags(flags) /* bits 25-30 */,
-                            [&] { kiln::jit::sconv2d(d, x, w, packedW, out, kiln::jit::ConvPostOps{bias, (flags & 1) != 0}); });
+  // Bit 0 of `flags`: ReLU; bit 1: on the calling thread alone; bit 3: no minimal filtering.
+  kiln::device::underScopes((flags & 2) != 0, kiln::device::grainFromFlags(flags) /* bits 25-30 */, [&] {
+    kiln::jit::sconv2d(d, x, w, packedW, out, kiln::jit::ConvPostOps{bias, (flags & 1) != 0}, (flags & 8) == 0);
+  });
 }

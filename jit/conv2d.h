@@ -38,8 +38,9 @@ struct ConvPostOps {
 // out[n, o, oh, ow] = sum over the window, then the post-ops; `out` is
 // overwritten. `packedW` is the filters prepacked by packConvFilter, or null
 // (they are packed per call); one made for other filters' shape is ignored.
+// `minimalFiltering` false keeps it off the Winograd path (a schedule's winograd=0).
 void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out,
-             const ConvPostOps& post = {});
+             const ConvPostOps& post = {}, bool minimalFiltering = true);
 
 // b(a(x)), each with its post-ops, b's input the output of a (b.n == a.n, b.c
 // == a.o, b.h == a.oh, b.w == a.ow; otherwise `out` is filled with NaN). Where
@@ -49,7 +50,7 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
 // (n x a.o x a.oh x a.ow floats).
 void sconv2dPair(const Conv2dDims& a, const float* x, const float* wa, const float* packedA, const ConvPostOps& postA,
                  const Conv2dDims& b, const float* wb, const float* packedB, const ConvPostOps& postB, float* between,
-                 float* out);
+                 float* out, bool minimalFiltering = true);
 
 // Prepacked filters: o filters of k = (c / groups) * kh * kw weights each, in
 // the layout sconv2d reads them (per group, KC slices of MR-tall panels), made
@@ -81,13 +82,14 @@ const float* winogradFormOf(const float* packed, int64_t o, int64_t c, int64_t s
 
 // The entry point JIT kernels call: `dims` holds the 16 fields of Conv2dDims;
 // `packedW` and `bias` may be null; `flags` bit 0 is ReLU (ConvPostOps), bit 1
-// runs it on the calling thread alone (loop::Schedule::parallel), bits 25-30 the
-// least work it shares (device::grainFlags, loop::Schedule::grainShift).
+// runs it on the calling thread alone (loop::Schedule::parallel), bit 3 keeps it
+// off minimal filtering (loop::Schedule::convWinograd), bits 25-30 the least
+// work it shares (device::grainFlags, loop::Schedule::grainShift).
 extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out,
                              const float* bias, int64_t flags);
 
 // Two chained convolutions (sconv2dPair): `dims` holds a's 16 fields, then b's;
-// `flags` bit 0 is ReLU after a, bit 1 as kiln_sconv2d's, bit 2 ReLU after b.
+// `flags` bit 0 is ReLU after a, bits 1 and 3 as kiln_sconv2d's, bit 2 ReLU after b.
 extern "C" void kiln_sconv2d_pair(const int64_t* dims, const float* x, const float* wa, const float* packedA,
                                   const float* biasA, const float* wb, const float* packedB, const float* biasB,
                                   float* between, float* out, int64_t flags);

@@ -58,6 +58,7 @@ std::string Schedule::toString() const {
   if (!parallel) add("parallel=0");
   if (grainShift) add("grain=" + std::to_string(grainShift));
   if (!directConv) add("conv=gemm");
+  if (!convWinograd) add("winograd=0");
   if (gemmKC) add("kc=" + std::to_string(gemmKC));
   if (gemmMCTiles) add("mc=" + std::to_string(gemmMCTiles));
   if (gemmTile) add("micro=" + std::to_string(gemmTile));
@@ -124,6 +125,10 @@ std::optional<Schedule> Schedule::parse(std::string_view text, std::string* erro
     } else if (key == "then") {
       ok = value == "threads" || value == "after";
       s.gemmThenInThreads = value == "threads";
+    } else if (key == "winograd") {
+      int v = 0;
+      ok = parseInt(value, v) && (v == 0 || v == 1);
+      s.convWinograd = v == 1;
     } else if (key == "conv") {
       ok = value == "direct" || value == "gemm";
       s.directConv = value == "direct";
@@ -358,7 +363,17 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
       if (!s.gemm.transA && s.gemm.transB && (n.kind != ExprKind::IntConst || n.ival <= kNarrowGemmMostColumns))
         space.hasNarrowGemm = true;
     }
-    if (s.kind == StmtKind::Conv2d) space.hasConv = space.hasParallel = true;
+    if (s.kind == StmtKind::Conv2d) {
+      space.hasConv = space.hasParallel = true;
+      // dims: n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups (jit::Conv2dDims).
+      auto is = [&](size_t i, int64_t v) {
+        const ExprNode& e = k.expr(s.conv.dims[i]);
+        return e.kind == ExprKind::IntConst && e.ival == v;
+      };
+      auto stride = [&](int64_t v) { return is(9, v) && is(10, v); };
+      if (is(5, 3) && is(6, 3) && (stride(1) || stride(2)) && is(13, 1) && is(14, 1) && is(15, 1))
+        space.hasWinogradConv = true;
+    }
     if (s.kind == StmtKind::Block)
       for (size_t i = 0; i + 1 < s.body.size(); ++i)
         if (epilogueColumnGroups(k, k.stmt(s.body[i]), k.stmt(s.body[i + 1]))) space.hasGemmThen = true;
@@ -374,7 +389,8 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
 
 int ScheduleSpace::dimensions() const {
   return (nestDepth > 1 ? 2 : 0) + (nestDepth == 1 ? 1 : 0) + (hasVectorLoops ? 2 : 0) + (hasSerialInner ? 1 : 0) +
-         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasGemm ? 4 : 0) + (hasNarrowGemm ? 1 : 0) +
+         (hasParallel ? 2 : 0) + (hasConv ? 1 : 0) + (hasWinogradConv ? 1 : 0) + (hasGemm ? 4 : 0) +
+         (hasNarrowGemm ? 1 : 0) +
          (hasVectorStores ? 1 : 0) + (hasGemmThen ? 1 : 0);
 }
 
@@ -395,7 +411,7 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
   Schedule out = s;
   // Knobs this space has, drawn until one actually changes the schedule.
   for (int attempt = 0; attempt < 16 && out == s; ++attempt) {
-    switch (std::uniform_int_distribution<int>(0, 14)(rng)) {
+    switch (std::uniform_int_distribution<int>(0, 15)(rng)) {
       case 0:
         if (nestDepth > 1) {
           out.order.resize(static_cast<size_t>(nestDepth));
@@ -454,6 +470,9 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
       case 14:
         if (hasGemmThen) out.gemmThenInThreads = !out.gemmThenInThreads;
         break;
+      case 15:
+        if (hasWinogradConv) out.convWinograd = !out.convWinograd;
+        break;
     }
   }
   return out;
@@ -469,8 +488,12 @@ Schedule ScheduleSpace::sample(std::mt19937_64& rng) const {
 void applySchedule(LoopKernel& k, const Schedule& s) {
   k.schedule = s;
   // The runtime packs a constant B for the tile its kernel runs (bit 0 stays transB).
-  for (BufferDecl& b : k.buffers)
+  for (BufferDecl& b : k.buffers) {
     if (b.isPrepared() && b.preparedLayout == PreparedLayout::GemmB) b.preparedParam = (b.preparedParam & 1) | (s.gemmTile << 1);
+    // Filters of a kernel that never takes minimal filtering are not prepared with its transform.
+    if (b.isPrepared() && b.preparedLayout == PreparedLayout::ConvFilter && !s.convWinograd)
+      b.preparedParam &= (int64_t(1) << kConvFilterWinogradShift) - 1;
+  }
   if (k.body < 0 || (s.order.empty() && s.tile.empty())) return;
   size_t depth = std::max(s.order.size(), s.tile.size());
   std::vector<Nest> nests;

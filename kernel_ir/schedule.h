@@ -48,6 +48,9 @@ struct Schedule {
   // Convolutions: the runtime's direct convolution (true) or an unfold into a
   // column buffer and a GEMM.
   bool directConv = true;
+  // Direct convolutions of 3x3 filters: minimal filtering (jit/conv2d_winograd.cc)
+  // where the runtime finds that it applies and pays (true), or never.
+  bool convWinograd = true;
   // GEMMs of many rows (jit::GemmBlocking): the contraction slice KC (64..1024,
   // where B is prepacked) and the rows each task takes, in micro-kernel tiles
   // (0: the runtime's choice).
@@ -101,6 +104,9 @@ struct ScheduleSpace {
   // transposed, and at most kNarrowGemmMostColumns columns (or `?` of them).
   bool hasNarrowGemm = false;
   bool hasConv = false;
+  // A direct convolution that may take minimal filtering (3x3 filters of one
+  // group, equal strides of 1 or 2, no dilation): the winograd= knob.
+  bool hasWinogradConv = false;
   // Vectorized loops that store (the streaming-stores knob). The tuner offers
   // the knob only for tasks whose outputs are at least kStreamingStoresLeastBytes.
   bool hasVectorStores = false;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -146,6 +147,33 @@ TEST_CASE("minimal filtering: a chained pair whose second takes it runs as two c
   std::vector<float> midFloats(between.begin(), between.end());
   std::vector<double> want = reference(b, midFloats, wb, bb);
   for (size_t i = 0; i < want.size(); ++i) REQUIRE(out[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1.0));
+}
+
+TEST_CASE("minimal filtering: the entry point's flag bit 3 (a schedule's winograd=0) keeps a convolution direct") {
+  if (!__builtin_cpu_supports("avx512f")) return test::skip("the minimal-filtering path needs AVX-512; this CPU lacks it");
+  jit::Conv2dDims d = conv3x3(1, 1, 16, 64, 64, 16, 1, 1);  // 1024 tiles: transformed per call by default
+  REQUIRE(jit::detail::takesWinograd(d, nullptr));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> x(16 * 64 * 64), w(16 * 16 * 9), bias(16), fast(16 * 64 * 64), direct(fast.size()), viaFlag(fast.size());
+  for (auto* v : {&x, &w, &bias})
+    for (float& f : *v) f = dist(rng);
+  int64_t dims[16];
+  std::memcpy(dims, &d, sizeof d);
+  kiln_sconv2d(dims, x.data(), w.data(), nullptr, fast.data(), bias.data(), 0);
+  kiln_sconv2d(dims, x.data(), w.data(), nullptr, viaFlag.data(), bias.data(), 8);
+  jit::sconv2d(d, x.data(), w.data(), nullptr, direct.data(), jit::ConvPostOps{bias.data(), false}, false);
+  std::vector<double> want = reference(d, x, w, bias);
+  int64_t rounded = 0;
+  for (size_t i = 0; i < fast.size(); ++i) {
+    REQUIRE(viaFlag[i] == direct[i]);  // the direct path, bit for bit
+    if (want[i] > 0) {  // (the reference applies ReLU; these calls do not)
+      REQUIRE(fast[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1.0));
+      REQUIRE(direct[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1.0));
+    }
+    rounded += fast[i] != direct[i];
+  }
+  CHECK(rounded > 0);  // the two paths sum in another order: some results round apart
 }
 
 TEST_CASE("minimal filtering: which convolutions take it, and the packed forms' checks") {

@@ -94,6 +94,9 @@ TEST_CASE("a schedule's text names what differs from the default, and reads back
   CHECK_FALSE(parsed("then=after").gemmThenInThreads);
   CHECK(parsed("then=after").toString() == "then=after");
   CHECK(parsed("then=threads").isDefault());
+  CHECK_FALSE(parsed("winograd=0").convWinograd);
+  CHECK(parsed("winograd=0").toString() == "winograd=0");
+  CHECK(parsed("winograd=1").isDefault());
   CHECK(s.gemmKC == 256);
   CHECK(s.gemmMCTiles == 4);
   CHECK(s.gemmTile == 1);
@@ -109,7 +112,7 @@ TEST_CASE("a schedule's text names what differs from the default, and reads back
   CHECK(parsed("order=0:1:2,tile=0:0:0").toString() == "default");
   for (const char* bad : {"", "vec=3", "vec", "order=0:0", "order=1:0,tile=8", "speed=11", "parallel=2", "tile=-4",
                           "interleave=0", "grain=99", "conv=winograd", "kc=100", "kc=2048", "mc=0", "micro=2", "micro=-1",
-                          "pack_a=2", "narrow=1", "narrow=", "narrow=rows"}) {
+                          "pack_a=2", "narrow=1", "narrow=", "narrow=rows", "winograd=2", "winograd="}) {
     std::string why;
     INFO(bad);
     CHECK(!Schedule::parse(bad, &why).has_value());
@@ -205,6 +208,21 @@ TEST_CASE("loop order and tiles are applied where legal, and every schedule comp
   checkSameResult(
       "def @main(%x: Tensor[(1, 3, 20, 20), float32], %w: Tensor[(8, 3, 3, 3), float32]) { nn.conv2d(%x, %w, padding=[1, 1]) }",
       {{1, 3, 20, 20}, {8, 3, 3, 3}}, "conv=gemm,parallel=0");
+  // Minimal filtering or the direct path (the knob exists for 3x3 filters of one
+  // group at stride 1 or 2 only), the same results.
+  const std::string conv3x3 =
+      "def @main(%x: Tensor[(1, 16, 64, 64), float32], %w: Tensor[(16, 16, 3, 3), float32]) { nn.conv2d(%x, %w, padding=[1, 1]) }";
+  auto winogradIn = [](const std::string& src) {
+    return loop::scheduleSpaceOf(kernel_ir::lowerToLoops(test::fusedFrom(src), {.directConv = true, .gemmPostOps = true}))
+        .hasWinogradConv;
+  };
+  CHECK(winogradIn(conv3x3));
+  CHECK_FALSE(winogradIn("def @main(%x: Tensor[(1, 16, 64, 64), float32], %w: Tensor[(16, 16, 5, 5), float32]) {"
+                         " nn.conv2d(%x, %w, padding=[2, 2]) }"));
+  CHECK_FALSE(winogradIn("def @main(%x: Tensor[(1, 16, 64, 64), float32], %w: Tensor[(16, 16, 3, 3), float32]) {"
+                         " nn.conv2d(%x, %w, strides=[3, 3]) }"));
+  for (const char* s : {"winograd=0", "winograd=0,parallel=0", "grain=2"})
+    checkSameResult(conv3x3, {{1, 16, 64, 64}, {16, 16, 3, 3}}, s);
 }
 
 TEST_CASE("a corrupted tuning log is an error naming its line") {
