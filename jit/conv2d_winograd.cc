@@ -106,16 +106,23 @@ __attribute__((target("avx512f"))) StripColumns stripColumns(int64_t first, int6
   return sc;
 }
 
+// N vectors of a row's columns from sc.first on. Columns outside the row are
+// neither read nor faulted on (masked loads, their address formed as an integer).
+template <int N>
+__attribute__((target("avx512f"), always_inline)) inline void loadStrip(const float* row, const StripColumns& sc,
+                                                                      __m512 (&a)[N]) {
+  uintptr_t at = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(sc.first * 4);
+  for (int i = 0; i < N; ++i)
+    a[i] = _mm512_maskz_loadu_ps(sc.inside[i], reinterpret_cast<const float*>(at + static_cast<uintptr_t>(64 * i)));
+}
+
 // A row's columns [first, first + 64] (zero outside it) split by phase: p[q]
 // lane l holds column first + 4l + q, p[4] lane l column first + 4(l + 1): the
-// five columns of 16 tiles' windows. Columns outside the row are neither read
-// nor faulted on (masked loads, their address formed as an integer).
+// five columns of 16 tiles' windows.
 __attribute__((target("avx512f"), always_inline)) inline void phaseColumns(const float* row, const StripColumns& sc,
                                                                          __m512 (&p)[5]) {
   __m512 a[5];
-  uintptr_t at = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(sc.first * 4);
-  for (int i = 0; i < 5; ++i)
-    a[i] = _mm512_maskz_loadu_ps(sc.inside[i], reinterpret_cast<const float*>(at + static_cast<uintptr_t>(64 * i)));
+  loadStrip(row, sc, a);
   const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i next = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
@@ -134,9 +141,7 @@ __attribute__((target("avx512f"), always_inline)) inline void phaseColumns(const
 __attribute__((target("avx512f"), always_inline)) inline void pairColumns(const float* row, const StripColumns& sc,
                                                                         __m512 (&p)[4]) {
   __m512 a[3];
-  uintptr_t at = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(sc.first * 4);
-  for (int i = 0; i < 3; ++i)
-    a[i] = _mm512_maskz_loadu_ps(sc.inside[i], reinterpret_cast<const float*>(at + static_cast<uintptr_t>(64 * i)));
+  loadStrip(row, sc, a);
   const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i nextEven = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);

@@ -10,6 +10,7 @@
 #include "device/thread_pool.h"
 #include <doctest/doctest.h>
 #include "jit/conv2d.h"
+#include "conv_reference.h"
 #include "test_skip.h"
 
 using namespace kiln;
@@ -27,27 +28,9 @@ jit::Conv2dDims dims(int64_t n, int64_t h, int64_t w, const Conv& v) {
   return d;
 }
 
-// The convolution by its definition in double, bias and ReLU after it; NaN in
-// a window gives NaN.
-std::vector<double> reference(const jit::Conv2dDims& d, const std::vector<double>& x, const std::vector<float>& w,
+std::vector<double> reference(const jit::Conv2dDims& d, const auto& x, const std::vector<float>& w,
                               const std::vector<float>& bias) {
-  std::vector<double> out(static_cast<size_t>(d.n * d.o * d.oh * d.ow));
-  for (int64_t n = 0; n < d.n; ++n)
-    for (int64_t o = 0; o < d.o; ++o)
-      for (int64_t oy = 0; oy < d.oh; ++oy)
-        for (int64_t ox = 0; ox < d.ow; ++ox) {
-          double s = bias[static_cast<size_t>(o)];
-          for (int64_t c = 0; c < d.c; ++c)
-            for (int64_t ky = 0; ky < d.kh; ++ky)
-              for (int64_t kx = 0; kx < d.kw; ++kx) {
-                int64_t iy = oy * d.sh + ky * d.dh - d.ph, ix = ox * d.sw + kx * d.dw - d.pw;
-                if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) continue;
-                s += double(w[static_cast<size_t>(((o * d.c + c) * d.kh + ky) * d.kw + kx)]) *
-                     x[static_cast<size_t>(((n * d.c + c) * d.h + iy) * d.w + ix)];
-              }
-          out[static_cast<size_t>(((n * d.o + o) * d.oh + oy) * d.ow + ox)] = std::isnan(s) ? s : std::max(s, 0.0);
-        }
-  return out;
+  return test::convReference(d, x, w, bias);
 }
 
 float* packed(const std::vector<float>& w, const jit::Conv2dDims& d, std::vector<float>& storage) {

@@ -17,6 +17,7 @@
 #include "kiln/runtime.h"
 #include "kiln/vm.h"
 #include "runtime/kernel_table.h"
+#include "conv_reference.h"
 #include "test_skip.h"
 
 using namespace kiln;
@@ -33,26 +34,9 @@ jit::Conv2dDims stride2(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, i
   return conv3x3(2, n, c, h, w, o, pad, padEnd);
 }
 
-// The convolution by its definition in double, then bias and ReLU (NaN stays).
-std::vector<double> reference(const jit::Conv2dDims& d, const std::vector<float>& x, const std::vector<float>& w,
+std::vector<double> reference(const jit::Conv2dDims& d, const auto& x, const std::vector<float>& w,
                               const std::vector<float>& bias) {
-  std::vector<double> out(static_cast<size_t>(d.n * d.o * d.oh * d.ow));
-  for (int64_t n = 0; n < d.n; ++n)
-    for (int64_t o = 0; o < d.o; ++o)
-      for (int64_t oy = 0; oy < d.oh; ++oy)
-        for (int64_t ox = 0; ox < d.ow; ++ox) {
-          double s = bias[static_cast<size_t>(o)];
-          for (int64_t c = 0; c < d.c; ++c)
-            for (int64_t ky = 0; ky < 3; ++ky)
-              for (int64_t kx = 0; kx < 3; ++kx) {
-                int64_t iy = oy * d.sh + ky - d.ph, ix = ox * d.sw + kx - d.pw;
-                if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) continue;
-                s += double(w[static_cast<size_t>(((o * d.c + c) * 3 + ky) * 3 + kx)]) *
-                     x[static_cast<size_t>(((n * d.c + c) * d.h + iy) * d.w + ix)];
-              }
-          out[static_cast<size_t>(((n * d.o + o) * d.oh + oy) * d.ow + ox)] = std::isnan(s) ? s : std::max(s, 0.0);
-        }
-  return out;
+  return test::convReference(d, x, w, bias);
 }
 
 // A 64-byte-aligned buffer of `floats` inside `storage`.
