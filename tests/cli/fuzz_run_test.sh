@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the run fuzzer (programs that compile are run on arguments made from their
 # types, under a time and a memory limit) over every program in the tests and
-# samples and its own seeds (tests/fuzz/run_seeds/run_*.relay: indexing, shapes, lists, loops),
+# samples and its own seeds (tests/fuzz/run_seeds/run_*.relay: indexing, shapes, lists, loops, convolutions),
 # for a bounded time.
 #   fuzz_run_test.sh RUN_FUZZ SRC SECONDS
 set -eu
