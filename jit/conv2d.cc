@@ -492,16 +492,20 @@ int64_t packedConvFilterWithWinogradFloats(int64_t o, int64_t c, int64_t stride)
   return direct + winograd;
 }
 
+// The direct packing's header slot (int64s, two floats each) that holds the
+// stride of the Winograd form after it, or 0.
+constexpr int64_t kWinogradStrideSlot = 5;
+
 void packConvFilterWithWinograd(const float* w, int64_t o, int64_t c, int64_t stride, float* out) {
   packConvFilter(w, o, c * 9, 1, out);
-  std::memcpy(out + 5 * 2, &stride, sizeof stride);  // header slot 5 (int64 in two floats)
+  std::memcpy(out + kWinogradStrideSlot * 2, &stride, sizeof stride);
   packWinogradFilter(w, o, c, stride, out + packedConvFilterFloats(o, c * 9, 1));
 }
 
 const float* winogradFormOf(const float* packed, int64_t o, int64_t c, int64_t stride) {
   if (!packed || c <= 0 || c > INT64_MAX / 9 || !packedConvFilterMatches(packed, o, c * 9, 1)) return nullptr;
   int64_t follows = 0;
-  std::memcpy(&follows, packed + 5 * 2, sizeof follows);
+  std::memcpy(&follows, packed + kWinogradStrideSlot * 2, sizeof follows);
   return follows == stride ? winogradFilters(packed + packedConvFilterFloats(o, c * 9, 1), o, c, stride) : nullptr;
 }
 
@@ -532,15 +536,22 @@ const float* convFilters(const Conv2dDims& d, const float* w, const float* packe
   return packed;
 }
 
-bool takesWinograd(const Conv2dDims& d, const float* packedW) {
-  if (!winogradApplies(d)) return false;
-  if (winogradFormOf(packedW, d.o, d.c, d.sh)) return true;
-  // Transformed per call: a filter and channel's transform costs about what
-  // 110 tiles save at stride 1 (64 x 56 x 56, 784 tiles: 2.03 ms direct, 1.04
-  // prepared, 1.20 per call); with 256 (model_bench's stride-2 convolution)
-  // per call was no faster than direct on one thread and slower on two.
+namespace {
+
+// Whether filters without a prepared transform pay for one per call: a filter
+// and channel's transform costs about what 110 tiles save at stride 1 (64 x 56
+// x 56, 784 tiles: 2.03 ms direct, 1.04 prepared, 1.20 per call); with 256
+// (model_bench's stride-2 convolution) per call was no faster than direct on
+// one thread and slower on two.
+bool transformPaysPerCall(const Conv2dDims& d) {
   int64_t tiles = 0;
   return !__builtin_mul_overflow(d.n, ((d.oh + 1) / 2) * ((d.ow + 1) / 2), &tiles) && tiles >= 512;
+}
+
+}  // namespace
+
+bool takesWinograd(const Conv2dDims& d, const float* packedW) {
+  return winogradApplies(d) && (winogradFormOf(packedW, d.o, d.c, d.sh) || transformPaysPerCall(d));
 }
 
 bool takesRowPath(const Conv2dDims& d) {
@@ -567,14 +578,14 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
   // A 3x3 convolution of stride 1 or 2 takes fewer products by minimal
   // filtering (conv2d_winograd.cc), its filters transformed with the constant
   // or, where that pays, now.
-  if (minimalFiltering && takesWinograd(d, packedW)) {
+  if (minimalFiltering && winogradApplies(d)) {
     const float* u = winogradFormOf(packedW, d.o, d.c, d.sh);
-    if (!u) {
+    if (!u && transformPaysPerCall(d)) {
       float* t = scratch(0, static_cast<size_t>(winogradFilterFloats(d.o, d.c, d.sh)));
       packWinogradFilter(w, d.o, d.c, d.sh, t);
       u = t + kPackedHeaderFloats;
     }
-    return winogradConv2d(d, x, u, out, post);
+    if (u) return winogradConv2d(d, x, u, out, post);
   }
   const Isa& cpu = isa();
   int64_t nr = cpu.tile.nr, mpad = 0, slice = 0;

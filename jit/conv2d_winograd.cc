@@ -44,6 +44,7 @@
 #include "jit/conv2d_internal.h"
 #include "jit/gemm.h"
 #include "jit/gemm_internal.h"
+#include "kernel_ir/loop_ir.h"
 
 namespace kiln::jit {
 
@@ -428,8 +429,7 @@ namespace detail {
 
 bool winogradApplies(const Conv2dDims& d) {
   if (!__builtin_cpu_supports("avx512f")) return false;
-  if (d.kh != 3 || d.kw != 3 || d.sh != d.sw || (d.sh != 1 && d.sh != 2) || d.dh != 1 || d.dw != 1 || d.groups != 1)
-    return false;
+  if (d.kh != 3 || d.kw != 3 || loop::winogradStride(d.sh, d.sw, d.dh, d.dw, d.groups) == 0) return false;
   if (d.n < 1 || d.oh < 1 || d.ow < 1 || d.ph < 0 || d.pw < 0) return false;
   // The transforms cost per input channel and tile, the products per channel
   // pair: with 8 input channels the direct path was 12-14% faster (stride 2,

@@ -83,6 +83,12 @@ enum class PreparedLayout : uint8_t { GemmB, ConvFilter, Constant };
 // group, equal strides, no dilation), whose prepared form then holds that
 // transform as well (jit::packConvFilterWithWinograd); 0 for none.
 constexpr int kConvFilterWinogradShift = 32;
+// That stride for a convolution's window attributes (its filters must also be
+// 3x3, which the packing checks), or 0 where minimal filtering never applies.
+// jit::detail::winogradApplies adds the run-time conditions.
+constexpr int64_t winogradStride(int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t groups) {
+  return groups == 1 && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1 ? sh : 0;
+}
 
 struct GemmArgs {
   int32_t a = -1, b = -1, c = -1;       // buffers

@@ -444,9 +444,7 @@ class Lowering {
               dimOf(value, 3),      k(win.strides[0]),    k(win.strides[1]),    k(win.pad[0]),
               k(win.pad[1]),        k(win.dilation[0]),   k(win.dilation[1]),   k(attrs.getInt("groups", 1))};
     int64_t groups = attrs.getInt("groups", 1);
-    bool winograd = groups == 1 && win.strides[0] == win.strides[1] && (win.strides[0] == 1 || win.strides[0] == 2) &&
-                    win.dilation[0] == 1 && win.dilation[1] == 1;
-    int64_t stride = winograd ? win.strides[0] : 0;
+    int64_t stride = loop::winogradStride(win.strides[0], win.strides[1], win.dilation[0], win.dilation[1], groups);
     c.packedW = preparedBuffer(w, loop::PreparedLayout::ConvFilter, groups | stride << loop::kConvFilterWinogradShift);
     return c;
   }

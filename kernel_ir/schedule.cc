@@ -366,12 +366,11 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
     if (s.kind == StmtKind::Conv2d) {
       space.hasConv = space.hasParallel = true;
       // dims: n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups (jit::Conv2dDims).
-      auto is = [&](size_t i, int64_t v) {
+      auto dim = [&](size_t i) {
         const ExprNode& e = k.expr(s.conv.dims[i]);
-        return e.kind == ExprKind::IntConst && e.ival == v;
+        return e.kind == ExprKind::IntConst ? e.ival : -1;
       };
-      auto stride = [&](int64_t v) { return is(9, v) && is(10, v); };
-      if (is(5, 3) && is(6, 3) && (stride(1) || stride(2)) && is(13, 1) && is(14, 1) && is(15, 1))
+      if (dim(5) == 3 && dim(6) == 3 && winogradStride(dim(9), dim(10), dim(13), dim(14), dim(15)) != 0)
         space.hasWinogradConv = true;
     }
     if (s.kind == StmtKind::Block)
