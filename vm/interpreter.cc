@@ -100,7 +100,7 @@ class ArgBuffer {
   size_t size() const { return size_; }
   Value& operator[](size_t i) { return data_[i]; }
   void clear() {
-    for (size_t i = 0; i < size_; ++i) data_[i] = Value();
+    for (size_t i = 0; i < size_; ++i) data_[i].reset();
     size_ = 0;
   }
 
@@ -261,7 +261,7 @@ Value VirtualMachine::run(uint32_t entry, std::span<const Value> args) {
   auto reenter = [this, &exe, &argTmp](const BytecodeFunction* current, uint32_t currentBase, uint32_t callee) {
     const BytecodeFunction* cf = &exe.functions()[callee];
     Value* r = regs_.data() + currentBase;
-    for (uint32_t i = 0; i < current->frameSize; ++i) r[i] = Value();
+    for (uint32_t i = 0; i < current->frameSize; ++i) r[i].reset();
     if (regs_.size() < size_t(currentBase) + cf->frameSize) {
       regs_.resize((size_t(currentBase) + cf->frameSize) * 2);
       r = regs_.data() + currentBase;
@@ -328,7 +328,7 @@ dispatch:
     // whose last use is right before the return: those are dropped here, and
     // recycled as a release would (vm/memory.h).
     for (uint32_t i = 0; i < fn->frameSize; ++i)
-      if (!R[i].empty() && !memory_->recycle(R[i])) R[i] = Value();
+      if (!R[i].empty() && !memory_->recycle(R[i])) R[i].reset();
     frames_.pop_back();
     if (frames_.empty()) {
       RUN_DEFERRED();  // what the caller gets is computed
@@ -374,7 +374,7 @@ dispatch:
     for (uint32_t i = 0; i < args.size; ++i) argTmp.push_back(TAKE(args[i]));
     if (startFork(callee, std::span<Value>(argTmp.data(), argTmp.size()), base + o.reg<0>(), FORK_SITE())) {
       argTmp.clear();
-      REG(0) = Value();
+      REG(0).reset();
       NEXT();
     } else {
       base = enter(fn, base, callee, pc + o.length(), o.reg<0>());
@@ -749,7 +749,7 @@ dispatch:
   DISPATCH();
   CASE(Release) {
     OPS(Release);
-    if (!memory_->recycle(REG(0))) REG(0) = Value();
+    if (!memory_->recycle(REG(0))) REG(0).reset();
     NEXT();
   }
   DISPATCH();

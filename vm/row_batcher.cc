@@ -59,10 +59,15 @@ bool RowBatcher::deferLooked(uint32_t k, const Value* R, bytecode::RegisterList 
   const std::vector<bool>& rowParam = s.plan->rowParam;
   uint32_t level = 1;
   uint64_t shared = 0xcbf29ce484222325ull;
+  uint64_t queued = 0;  // bit i: input i (of the first 64) is a deferred call's result
   for (uint32_t i = 0; i < ins.size; ++i) {
     const TensorObject* o = fitting(R[ins[i]], f.params[i]);
     if (!o) return false;  // the kernel's own check reports what is wrong, now
-    if (levelCount_) level = std::max(level, levelOf(o) + 1);
+    if (levelCount_) {
+      uint32_t l = levelOf(o);
+      if (l && i < 64) queued |= uint64_t{1} << i;
+      level = std::max(level, l + 1);
+    }
     if (!rowParam[i]) shared = (shared ^ reinterpret_cast<uintptr_t>(o->tensor.data())) * 0x100000001b3ull;
   }
   uint64_t bytes = 0;
@@ -81,7 +86,8 @@ bool RowBatcher::deferLooked(uint32_t k, const Value* R, bytecode::RegisterList 
   for (uint32_t i = 0; i < ins.size; ++i) {
     const Value& v = R[ins[i]];
     if (rowParam[i]) {
-      operands_.push_back(v);
+      if (queued >> i & 1) operands_.emplace_back().view(v);  // its producer's output slot owns it
+      else operands_.push_back(v);
       continue;
     }
     auto held = std::find_if(kept_.begin(), kept_.end(), [&](const Value& k) { return k.asTensorObject() == v.asTensorObject(); });
@@ -107,13 +113,24 @@ void RowBatcher::flush() {
     RowBatcher& b;
     ~Forget() { b.drop(); }
   } forget{*this};
+  // By level first, a counting sort (levels are 1 + the depth of the deferred
+  // dataflow, at most the number of calls): a level reads only results of lower
+  // ones. Then, within a level, calls of one kernel on the same shared inputs
+  // side by side, in the order they were made.
   std::vector<const Call*>& order = order_;
   order.resize(calls_.size());
-  for (size_t i = 0; i < calls_.size(); ++i) order[i] = &calls_[i];
-  // By level first: a level reads only results of lower ones.
-  std::stable_sort(order.begin(), order.end(), [](const Call* a, const Call* b) {
-    return std::tie(a->level, a->kernel, a->shared) < std::tie(b->level, b->kernel, b->shared);
-  });
+  uint32_t deepest = 0;
+  for (const Call& c : calls_) deepest = std::max(deepest, c.level);
+  std::vector<uint32_t>& starts = levelStarts_;
+  starts.assign(deepest + 2, 0);
+  for (const Call& c : calls_) ++starts[c.level + 1];
+  for (uint32_t l = 1; l <= deepest + 1; ++l) starts[l] += starts[l - 1];
+  for (const Call& c : calls_) order[starts[c.level]++] = &c;  // starts[l] now ends level l
+  auto byGroup = [](const Call* a, const Call* b) { return std::tie(a->kernel, a->shared) < std::tie(b->kernel, b->shared); };
+  for (uint32_t l = 1, begin = 0; l <= deepest; begin = starts[l++]) {
+    auto first = order.begin() + begin, last = order.begin() + starts[l];
+    if (!std::is_sorted(first, last, byGroup)) std::stable_sort(first, last, byGroup);
+  }
   auto sameShared = [this](const Call& a, const Call& b) {
     const std::vector<bool>& rowParam = states_[a.kernel].plan->rowParam;
     for (size_t i = 0; i < rowParam.size(); ++i)

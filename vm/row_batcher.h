@@ -110,10 +110,13 @@ class RowBatcher {
   TensorMemory& memory_;
   std::vector<KernelState> states_;
   std::vector<Call> calls_;
-  // Operands: owned references, but for shared inputs seen before in this
-  // queue, which are views of the one reference in kept_: the weights every
-  // call passes then cost no locked add and subtract per call (with two VMs
-  // deferring on two threads, those bounced the weights' counts between cores).
+  // Operands: owned references, but for views where another slot owns the
+  // object until drop(): shared inputs seen before in this queue are views of
+  // the one reference in kept_, and row inputs that are an earlier deferred
+  // call's results views of that call's output slot. The weights every call
+  // passes, and a tree's inner results, then cost no locked add and subtract
+  // per call (with two VMs deferring on two threads, the weights' counts
+  // bounced between cores).
   std::vector<Value> operands_;
   std::vector<Value> kept_;
   // A deferred call's output object -> its level: open addressing (a power of
@@ -127,6 +130,7 @@ class RowBatcher {
   uint32_t levelOf(const void* object) const;  // 0: not a deferred call's
   void setLevel(const void* object, uint32_t level);
   std::vector<const Call*> order_;  // flush's, kept for its capacity
+  std::vector<uint32_t> levelStarts_;  // flush's counting sort by level, likewise
   uint64_t heldBytes_ = 0;
   uint64_t batches_ = 0, batchedCalls_ = 0;
 };

@@ -118,6 +118,10 @@ class Value {
     return *this;
   }
   ~Value() { release(); }
+  // Drops what the value holds (a reference, or nothing for a view or a
+  // scalar), leaving it empty: a register cleared in place, without building an
+  // empty Value and moving it in (an out-of-line assignment and a second release).
+  [[gnu::always_inline]] void reset() { release(); }
 
   // This Value becomes a view of `o`'s object (a copy of `o` when it holds a
   // scalar or nothing): no reference is taken, and the caller guarantees that

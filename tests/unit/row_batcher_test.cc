@@ -59,6 +59,67 @@ TEST_CASE("row batching: a tree's nodes run one batch per level, with the result
   CHECK(single.rowBatchedCalls() == 0);
 }
 
+// Each node's children swap the two weight sets, so every level below the root
+// interleaves calls on w with calls on u: a level's calls are grouped by their
+// shared inputs (two batches a level), each group in the order it was made, and
+// every inner result a batch reads is one a lower level's batch wrote.
+TEST_CASE("row batching: calls of one level on two interleaved weight sets run as two batches") {
+  const char* program = R"(
+type BTree { BLeaf(Tensor[(1, 8), float32]), BNode(BTree, BTree) }
+def @main(%t: BTree, %w: Tensor[(8, 16), float32], %u: Tensor[(8, 16), float32]) -> Tensor[(1, 8), float32] {
+  let %reduce = fn (%n: BTree, %a: Tensor[(8, 16), float32], %o: Tensor[(8, 16), float32]) -> Tensor[(1, 8), float32] {
+    match %n {
+      BLeaf(%v) => %v,
+      BNode(%l, %r) => tanh(nn.dense(concatenate((%reduce(%l, %a, %o), %reduce(%r, %o, %a)), axis=1), %a, units=8)),
+    }
+  };
+  %reduce(%t, %w, %u)
+}
+)";
+  auto exe = kiln::compile(program, "swapped.relay");
+  Tensor w = filled({8, 16}, 0.3f, 1), u = filled({8, 16}, 0.25f, 7);
+  int seed = 3;
+  // The reference: the same recursion in double precision.
+  std::vector<double> leaves;
+  auto leaf = [&] {
+    Tensor t = filled({1, 8}, 1.0f, seed++);
+    leaves.assign(t.data<float>(), t.data<float>() + 8);
+    return t;
+  };
+  struct Node {
+    Value value;
+    std::vector<double> y;
+  };
+  auto build = [&](auto& self, int depth, const Tensor& a, const Tensor& o) -> Node {
+    if (depth == 0) {
+      Tensor t = leaf();
+      return {Value::adt(static_cast<uint32_t>(exe->constructorId("BLeaf")), {Value(t)}), leaves};
+    }
+    Node l = self(self, depth - 1, a, o), r = self(self, depth - 1, o, a);
+    std::vector<double> x(l.y);
+    x.insert(x.end(), r.y.begin(), r.y.end());
+    std::vector<double> y(8);
+    for (int i = 0; i < 8; ++i) {
+      double s = 0;
+      for (int k = 0; k < 16; ++k) s += a.data<float>()[i * 16 + k] * x[static_cast<size_t>(k)];
+      y[static_cast<size_t>(i)] = std::tanh(s);
+    }
+    return {Value::adt(static_cast<uint32_t>(exe->constructorId("BNode")), {l.value, r.value}), y};
+  };
+  Node tree = build(build, 5, w, u);  // 32 leaves; levels of 16, 8, 4, 2 and the root, half on w and half on u
+  kiln::VirtualMachine batched(exe, optionsWith(1, true)), single(exe, optionsWith(1, false));
+  for (int run = 1; run <= 2; ++run) {
+    CAPTURE(run);
+    Tensor y = batched.invoke("main", {tree.value, Value(w), Value(u)}).tensor();
+    checkClose(y, single.invoke("main", {tree.value, Value(w), Value(u)}).tensor());
+    for (int i = 0; i < 8; ++i) CHECK(y.data<float>()[i] == doctest::Approx(tree.y[static_cast<size_t>(i)]).epsilon(1e-5));
+    // Levels of 16, 8 and 4 give two batches each (8 + 8, 4 + 4, 2 + 2 calls);
+    // the level of 2 has one call on each set, and the root one: run as called.
+    CHECK(batched.rowBatches() == 6u * static_cast<uint64_t>(run));
+    CHECK(batched.rowBatchedCalls() == 28u * static_cast<uint64_t>(run));
+  }
+}
+
 TEST_CASE("row batching: constant weights come from the VM's inline cache, not the kernel table, batch after batch") {
   Tensor w = filled({8, 16}, 0.3f, 1), b = filled({8}, 0.1f, 2);
   kiln::CompileOptions co;
