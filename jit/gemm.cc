@@ -362,8 +362,9 @@ float* detail::scratch(int slot, size_t floats) {
 
 namespace {
 
-// One task: rows [i0, i0 + mc) of C over all of n and k.
-void rowBlock(const GemmJob& j, int64_t i0) {
+// One task: rows [i0, i0 + mc) of C by columns [j0, j1) (whole panels, or to
+// n), over all of k.
+void rowBlock(const GemmJob& j, int64_t i0, int64_t j0, int64_t j1) {
   const Isa& cpu = *j.cpu;
   int64_t mr = cpu.tile.mr, nr = cpu.tile.nr;
   int64_t rows = std::min(j.mc, j.m - i0);
@@ -376,7 +377,7 @@ void rowBlock(const GemmJob& j, int64_t i0) {
     int64_t kc = std::min(j.kc, j.k - p0);
     if (!inPlace) packA(j.a, j.lda, j.transA, i0, rows, p0, kc, mr, ap);
     bool add = j.accumulate || p0 > 0, last = p0 + kc == j.k && hasPost(j.post);
-    for (int64_t jr = 0; jr < j.n; jr += nr) {
+    for (int64_t jr = j0; jr < j1; jr += nr) {
       const float* bp = j.packedB + j.layout.block(jr / nr, p0);
       MicroPost post = tilePost(j.post, jr);
       for (int64_t ir = 0; ir < rows; ir += mr) {
@@ -410,7 +411,14 @@ void packBTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
 
 void rowBlockTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
   const GemmJob& j = *reinterpret_cast<const GemmJob*>(ctx);
-  for (int64_t blk = begin; blk < end; ++blk) rowBlock(j, blk * j.mc);
+  for (int64_t blk = begin; blk < end; ++blk) rowBlock(j, blk * j.mc, 0, j.n);
+}
+
+// One task: all rows by the panels [begin, end).
+void panelRangeTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {
+  const GemmJob& j = *reinterpret_cast<const GemmJob*>(ctx);
+  int64_t nr = j.cpu->tile.nr;
+  rowBlock(j, 0, begin * nr, std::min(j.n, end * nr));
 }
 
 // A short, wide product (m <= kWideRows: a convolution's filters times its
@@ -595,8 +603,18 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   // written back once per 128-deep slice (a batch-64 layer of 784 inputs: 61 to
   // 70 GFLOP/s on one AVX2 core, 113 to 127 on two); deeper ones keep kKC.
   constexpr int64_t kWholeDepthBytes = 256 * 1024;
+  // Few rows on several threads: each thread takes all rows by its own range
+  // of panels (one range a thread, the same one every call), not a share of the
+  // rows by all of B. It then streams 1/threads of the weights, not all of them,
+  // and that part stays in its own core's L2 from call to call (a batch-64
+  // layer's 1.6 MB of weights fits no one core's L2; half of it does).
+  int64_t panelCount = npad / nr;
+  bool byPanels = blocking.mcTiles == 0 && currentThreads() > 1 && m <= kWideRows && panelCount >= 2 * currentThreads();
+  if (byPanels) job.mc = m;
   if (blocking.kc > 0) job.kc = blocking.kc;
   else if ((job.mc + mr - 1) / mr * mr * k <= kWholeDepthBytes / 4) job.kc = k;
+  if (byPanels)
+    return parallelFor(panelCount, m * n * k / 64, panelRangeTask, reinterpret_cast<void* const*>(&job), nullptr, true);
   parallelFor((m + job.mc - 1) / job.mc, m * n * k / 64, rowBlockTask, reinterpret_cast<void* const*>(&job), nullptr);
 }
 
