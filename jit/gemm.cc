@@ -132,6 +132,15 @@ __attribute__((target("avx512f,fma"), always_inline)) inline void finishTile512(
   }
 }
 
+// B's rows are prefetched this many steps ahead. A panel deeper than L1
+// holds (a whole-depth slice of 784 rows is 100 KB at NR = 32) comes from L2
+// at every row tile, and the hardware's streams did not keep up with eight
+// broadcast streams of A beside it: prefetched, a batch-64 layer of 784 inputs
+// ran 7-9% faster (in-process A/B on this Xeon), one 128 deep (its panel stays
+// in L1) the same. Past the panel's end the prefetches touch only addresses,
+// which never fault.
+constexpr int64_t kPrefetchSteps = 16;
+
 // R x 16V tile: R * V zmm accumulators; per step V vector loads of B and R
 // broadcasts of A feed R * V independent FMAs. `at(r, p)` reads A's element for
 // tile row r at depth p: from a packed panel, or in place. 8 x 32 (the default)
@@ -147,6 +156,8 @@ __attribute__((target("avx512f,fma"), always_inline)) inline void tile512(int64_
     for (auto& x : row) x = _mm512_setzero_ps();
   for (int64_t p = 0; p < kc; ++p, bp += 16 * V) {
     __m512 b[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm_prefetch(reinterpret_cast<const char*>(bp + kPrefetchSteps * 16 * V + 16 * v), _MM_HINT_T0);
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(bp + 16 * v);
 #pragma GCC unroll 8
