@@ -36,9 +36,12 @@ struct MicroPost {
 using MicroKernel = void (*)(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t h, int64_t w,
                              bool add, const MicroPost* post);
 
-// The same with A read in place, row-major: tile row r at a + r * lda.
+// The same with A read in place, row-major: tile row r at a + r * lda. While
+// it runs it brings `nextLines` cache lines from `nextB` on into L2 (one a
+// step; null: none): the B panel the tiles after it read, so that a panel
+// streamed from L3 is there before the first of them starts on it.
 using MicroRowsKernel = void (*)(int64_t kc, const float* a, int64_t lda, const float* bp, float* c, int64_t ldc, int64_t h,
-                                 int64_t w, bool add, const MicroPost* post);
+                                 int64_t w, bool add, const MicroPost* post, const float* nextB, int64_t nextLines);
 
 struct Isa {
   MicroKernel micro;
