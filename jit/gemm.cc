@@ -624,7 +624,6 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   GemmJob job{m, n, k, lda, ldb, ldc, a, b, c, transA, transB, accumulate, panels, 0, {true, k, npad, nr}, post};
   job.cpu = &cpu;
   job.packA = blocking.packA;
-  job.mc = rowsPerTask(m, mr, blocking);
   // Panel-major panels are all k deep: any contraction slice reads them. By
   // default the whole depth when a task's rows of A, k deep, fit in a quarter of
   // L2: each C tile is then written once, post-ops included, instead of read and
@@ -637,8 +636,9 @@ void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, b
   // and that part stays in its own core's L2 from call to call (a batch-64
   // layer's 1.6 MB of weights fits no one core's L2; half of it does).
   int64_t panelCount = npad / nr;
-  bool byPanels = blocking.mcTiles == 0 && currentThreads() > 1 && m <= kWideRows && panelCount >= 2 * currentThreads();
-  if (byPanels) job.mc = m;
+  int threads = currentThreads();
+  bool byPanels = blocking.mcTiles == 0 && threads > 1 && m <= kWideRows && panelCount >= 2 * threads;
+  job.mc = byPanels ? m : rowsPerTask(m, mr, blocking);
   if (blocking.kc > 0) job.kc = blocking.kc;
   else if ((job.mc + mr - 1) / mr * mr * k <= kWholeDepthBytes / 4) job.kc = k;
   if (byPanels)

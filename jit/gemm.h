@@ -77,10 +77,10 @@ void packGemmB(const float* b, int64_t ldb, bool transB, int64_t k, int64_t n, f
 bool packedBMatches(const float* packed, int64_t k, int64_t n, int tile = 0);
 
 // sgemm with B prepacked; `packed` null, or made for another shape, falls back to B itself.
-// Threads: up to 128 rows (without a schedule's rows per task), each thread
-// takes all rows by its own range of panels, the same range every call, so that
-// its part of a constant weight stays in its own core's L2; more rows are split
-// by rows.
+// Threads: up to 128 rows and at least two panels a thread (without a
+// schedule's rows per task), each thread takes all rows by its own range of
+// panels, the same range every call, so that its part of a constant weight
+// stays in its own core's L2; otherwise the rows are split.
 void sgemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool transA, const float* b, int64_t ldb,
                  bool transB, const float* packed, float* c, int64_t ldc, bool accumulate, const GemmPost& post = {},
                  const GemmBlocking& blocking = {});
