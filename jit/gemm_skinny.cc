@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
 #include "device/thread_pool.h"
 #include "jit/gemm.h"
 #include "jit/gemm_internal.h"
+#include "jit/host_cpu.h"
 
 namespace kiln::jit {
 
@@ -333,9 +335,10 @@ void runPanels(const SkinnyJob& j, int64_t begin, int64_t end) {
   Fn f = kByRows[j.m - 1];
   // Each thread's part, known by its first panel: the same part comes back to
   // the same thread call after call (an affine loop). Only the AVX-512 kernel
-  // prefetches (the one measured), so only it keeps the records.
+  // prefetches (the one measured), on Intel cores (farStreamPrefetch), so only
+  // it keeps the records.
   int64_t panelFloats = isa().tile.nr * j.k;
-  bool prefetch = j.packed && isa().vectorBits == 512 && farStream(j.packed + begin * panelFloats,
+  bool prefetch = j.packed && isa().vectorBits == 512 && farStreamPrefetch() && farStream(j.packed + begin * panelFloats,
                                         (end - begin) * panelFloats * static_cast<int64_t>(sizeof(float)));
   if (j.backward)
     for (int64_t q = end; q-- > begin;) f(j, q, prefetch);
@@ -430,6 +433,13 @@ uint64_t detail::farStreamBytes() {
   }();
   return kFar;
 }
+
+namespace {
+std::atomic<bool> gFarStreamPrefetch{hostCpuIsIntel()};
+}  // namespace
+
+bool detail::farStreamPrefetch() { return gFarStreamPrefetch.load(std::memory_order_relaxed); }
+void detail::setFarStreamPrefetch(bool on) { gFarStreamPrefetch.store(on, std::memory_order_relaxed); }
 
 bool detail::farStream(const float* b, int64_t bytes) {
   StreamRecords& r = streamRecords();

@@ -50,7 +50,17 @@ std::string fingerprint() {
                 static_cast<unsigned long long>(xcr0));
   return buf;
 }
+bool isIntel() {
+  unsigned maxLeaf = 0, b = 0, c = 0, d = 0;
+  __cpuid(0, maxLeaf, b, c, d);
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  return std::strcmp(vendor, "GenuineIntel") == 0;
+}
 #else
+bool isIntel() { return false; }
 std::string fingerprint() {
   utsname u{};
   uname(&u);
@@ -62,6 +72,11 @@ std::string fingerprint() {
 const std::string& hostCpuFingerprint() {
   static const std::string f = fingerprint();
   return f;
+}
+
+bool hostCpuIsIntel() {
+  static const bool intel = isIntel();
+  return intel;
 }
 
 }  // namespace kiln::jit

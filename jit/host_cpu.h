@@ -15,4 +15,9 @@ namespace kiln::jit {
 // e.g. "x86_64|AuthenticAMD|f25m97s2|<hex words>|xcr0=e7"; computed once.
 const std::string& hostCpuFingerprint();
 
+// Whether the host CPU is Intel's (cpuid vendor "GenuineIntel"): for the kernel
+// choices that were measured to go opposite ways on Intel and AMD cores (see
+// jit/gemm_skinny.cc's farStream). Computed once.
+bool hostCpuIsIntel();
+
 }  // namespace kiln::jit
