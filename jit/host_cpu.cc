@@ -22,13 +22,25 @@ Regs cpuid(unsigned leaf, unsigned sub, unsigned maxLeaf) {
   if (leaf <= maxLeaf) __cpuid_count(leaf, sub, r.a, r.b, r.c, r.d);
   return r;
 }
+// cpuid leaf 0: the vendor string ("GenuineIntel", "AuthenticAMD") and the
+// highest standard leaf.
+struct Vendor {
+  char name[13] = {};
+  unsigned maxLeaf = 0;
+};
+Vendor vendorOf() {
+  Vendor v;
+  unsigned b = 0, c = 0, d = 0;
+  __cpuid(0, v.maxLeaf, b, c, d);
+  std::memcpy(v.name, &b, 4);
+  std::memcpy(v.name + 4, &d, 4);
+  std::memcpy(v.name + 8, &c, 4);
+  return v;
+}
 std::string fingerprint() {
-  unsigned maxLeaf = 0, b = 0, c = 0, d = 0;
-  __cpuid(0, maxLeaf, b, c, d);
-  char vendor[13] = {};
-  std::memcpy(vendor, &b, 4);
-  std::memcpy(vendor + 4, &d, 4);
-  std::memcpy(vendor + 8, &c, 4);
+  Vendor v = vendorOf();
+  const char* vendor = v.name;
+  unsigned maxLeaf = v.maxLeaf;
   unsigned maxExt = 0, eb = 0, ec = 0, ed = 0;
   __cpuid(0x80000000u, maxExt, eb, ec, ed);
   Regs l1 = cpuid(1, 0, maxLeaf), l7 = cpuid(7, 0, maxLeaf), l71 = cpuid(7, 1, maxLeaf), ld = cpuid(0xd, 1, maxLeaf);
@@ -50,15 +62,7 @@ std::string fingerprint() {
                 static_cast<unsigned long long>(xcr0));
   return buf;
 }
-bool isIntel() {
-  unsigned maxLeaf = 0, b = 0, c = 0, d = 0;
-  __cpuid(0, maxLeaf, b, c, d);
-  char vendor[13] = {};
-  std::memcpy(vendor, &b, 4);
-  std::memcpy(vendor + 4, &d, 4);
-  std::memcpy(vendor + 8, &c, 4);
-  return std::strcmp(vendor, "GenuineIntel") == 0;
-}
+bool isIntel() { return std::strcmp(vendorOf().name, "GenuineIntel") == 0; }
 #else
 bool isIntel() { return false; }
 std::string fingerprint() {
