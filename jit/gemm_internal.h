@@ -159,7 +159,7 @@ uint64_t farStreamBytes();
 // batch-1 MLP's 2.7 MB of layers on one thread 1.03-1.06x a plain read loop's
 // time, against 1.12-1.16x without (a Sapphire Rapids-class Xeon); on an AMD
 // EPYC guest (AVX-512, 1 MiB L2) the same layers took 1.30-1.43x with them, in
-// T0, T1 and NTA and at 1-8 KB ahead alike, and 1.19-1.22x without. Tests set
+// T0, T1 and NTA and at 1-8 KB ahead alike, and 1.17-1.22x without. Tests set
 // it to run the prefetched path on any machine.
 bool farStreamPrefetch();
 void setFarStreamPrefetch(bool on);

@@ -38,9 +38,8 @@ Vendor vendorOf() {
   return v;
 }
 std::string fingerprint() {
-  Vendor v = vendorOf();
-  const char* vendor = v.name;
-  unsigned maxLeaf = v.maxLeaf;
+  const Vendor v = vendorOf();
+  const unsigned maxLeaf = v.maxLeaf;
   unsigned maxExt = 0, eb = 0, ec = 0, ed = 0;
   __cpuid(0x80000000u, maxExt, eb, ec, ed);
   Regs l1 = cpuid(1, 0, maxLeaf), l7 = cpuid(7, 0, maxLeaf), l71 = cpuid(7, 1, maxLeaf), ld = cpuid(0xd, 1, maxLeaf);
@@ -57,7 +56,7 @@ std::string fingerprint() {
   // Leaf 1 ebx holds the APIC id and leaf 1 ecx/edx bits that differ between
   // cores are none; the words below are per-model constants.
   char buf[256];
-  std::snprintf(buf, sizeof buf, "x86_64|%s|f%um%us%u|%08x.%08x.%08x.%08x.%08x.%08x.%08x.%08x.%08x|xcr0=%llx", vendor,
+  std::snprintf(buf, sizeof buf, "x86_64|%s|f%um%us%u|%08x.%08x.%08x.%08x.%08x.%08x.%08x.%08x.%08x|xcr0=%llx", v.name,
                 family, model, stepping, l1.c & ~(1u << 27), l1.d, l7.b, l7.c, l7.d, l71.a, ld.a, e1.c, e1.d,
                 static_cast<unsigned long long>(xcr0));
   return buf;
