@@ -41,6 +41,8 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 panelLoad512(con
 // so every address is a register plus an offset. `Prefetch` (contiguous only)
 // asks for the panel's lines kPrefetchFloats ahead of the reads: see farStream.
 constexpr int64_t kPrefetchFloats = 256;
+// Accumulator sets of one whole row (skinnyPanel512<1, false>, skinnyFourPanels512).
+constexpr int kFourPanelSets = 2;
 template <int M, bool Half, int kSets, bool Contiguous, bool Prefetch = false>
 __attribute__((target("avx512f,fma"), always_inline)) inline void skinnySteps512(__m512 (&acc)[kSets][M][2], const float* row,
                                                                                 int64_t stride, const float* ap, int64_t aRow,
@@ -109,6 +111,31 @@ __attribute__((target("avx512f,fma"), always_inline)) inline void skinnySteps512
   }
 }
 
+// Row i of panel q's results from the registers: plus what C holds when
+// accumulating, plus the bias, then ReLU (v <= 0 becomes +0, NaN stays), stored
+// masked to the panel's valid columns (a half panel has no second vector).
+template <bool Half>
+__attribute__((target("avx512f"), always_inline)) inline void storePanelRow512(const SkinnyJob& j, int64_t i, int64_t q,
+                                                                              __m512 v0, __m512 v1, __mmask16 m0,
+                                                                              __mmask16 m1) {
+  float* out = j.c + i * j.ldc + q * 32;
+  if (j.accumulate) {
+    v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
+    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
+  }
+  if (j.post.bias) {
+    v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, j.post.bias + q * 32));
+    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, j.post.bias + q * 32 + 16));
+  }
+  if (j.post.relu) {
+    __m512 zero = _mm512_setzero_ps();
+    v0 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v0, zero, _CMP_LE_OQ), v0, zero);
+    v1 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v1, zero, _CMP_LE_OQ), v1, zero);
+  }
+  _mm512_mask_storeu_ps(out, m0, v0);
+  if constexpr (!Half) _mm512_mask_storeu_ps(out + 16, m1, v1);
+}
+
 // One 32-column panel for M rows. Accumulator sets take turns at the steps of
 // the contraction, so that consecutive FMAs into one accumulator do not wait on
 // each other's latency: eight independent chains at least where the rows allow
@@ -117,7 +144,11 @@ __attribute__((target("avx512f,fma"), always_inline)) inline void skinnySteps512
 template <int M, bool Half>
 __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, int64_t q, bool prefetch) {
   constexpr int kChains = M * (Half ? 1 : 2);
-  constexpr int kSets = kChains >= 8 ? 1 : 8 / kChains;
+  // One whole row: two sets, as skinnyFourPanels512 has, so that a panel's
+  // columns are summed in the same order by either kernel (a result never
+  // depends on how the panels were grouped: by thread count or by part). Four
+  // chains were as fast as eight from L2 (1.09 against 1.10x a read loop).
+  constexpr int kSets = M == 1 && !Half ? kFourPanelSets : kChains >= 8 ? 1 : 8 / kChains;
   int64_t w = std::min<int64_t>(32, j.n - q * 32);
   __mmask16 m0 = w >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << w) - 1);
   __mmask16 m1 = w >= 32 ? 0xFFFF : w > 16 ? static_cast<__mmask16>((1u << (w - 16)) - 1) : 0;
@@ -142,22 +173,61 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
       v0 = _mm512_add_ps(v0, acc[s][i][0]);
       if constexpr (!Half) v1 = _mm512_add_ps(v1, acc[s][i][1]);
     }
-    float* out = j.c + i * j.ldc + q * 32;
-    if (j.accumulate) {
-      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
-      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
+    storePanelRow512<Half>(j, i, q, v0, v1, m0, m1);
+  }
+}
+
+// One row (whole panels, contiguous A) of four 32-column panels at a time: each
+// broadcast of A feeds eight FMAs, not two, so the permutes leave port 5 to the
+// FMAs. Panels held in this core's L2 (an LSTM step's or a two-thread MLP's part,
+// a Sapphire Rapids-class Xeon) were read at 1.05-1.07x the time of a plain read
+// loop over them, against 1.09-1.18x a panel at a time (k = 512 and 784), and
+// about the same at k = 256. Each panel's columns are summed exactly as
+// skinnyPanel512<1, false> sums them (kFourPanelSets sets taking the steps in
+// turn, the same remainder, the same epilogue), so the grouping changes no bit.
+__attribute__((target("avx512f,fma"), always_inline)) inline void fourPanelStep(__m512 (&acc)[4][2], const float* const (&row)[4],
+                                                                               int64_t offset, __m512 x) {
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    acc[i][0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(row[i] + offset), acc[i][0]);
+    acc[i][1] = _mm512_fmadd_ps(x, _mm512_loadu_ps(row[i] + offset + 16), acc[i][1]);
+  }
+}
+inline void advanceRows(const float* (&row)[4], int64_t steps) {
+#pragma GCC unroll 4
+  for (auto& r : row) r += steps * 32;
+}
+__attribute__((target("avx512f,fma"))) void skinnyFourPanels512(const SkinnyJob& j, int64_t q) {
+  constexpr int kPanels = 4, kSets = kFourPanelSets;
+  const float* row[kPanels];
+#pragma GCC unroll 4
+  for (int i = 0; i < kPanels; ++i) row[i] = j.packed + panelBlock(q + i, 0, j.k, 32);
+  __m512 acc[kSets][kPanels][2];
+#pragma GCC unroll 4
+  for (auto& set : acc)
+#pragma GCC unroll 4
+    for (auto& panel : set) panel[0] = panel[1] = _mm512_setzero_ps();
+  const float* ap = j.a;
+  int64_t p = 0;
+  for (; p + 16 <= j.k; p += 16, ap += 16, advanceRows(row, 16)) {
+    __m512 av = _mm512_loadu_ps(ap);
+#pragma GCC unroll 16
+    for (int s = 0; s < 16; ++s)
+      fourPanelStep(acc[s % kSets], row, s * 32, _mm512_maskz_permutexvar_ps(0xFFFF, _mm512_set1_epi32(s), av));
+  }
+  for (; p + kSets <= j.k; p += kSets, ap += kSets, advanceRows(row, kSets))
+#pragma GCC unroll 2
+    for (int s = 0; s < kSets; ++s) fourPanelStep(acc[s], row, s * 32, _mm512_set1_ps(ap[s]));
+  for (; p < j.k; ++p, ++ap, advanceRows(row, 1)) fourPanelStep(acc[0], row, 0, _mm512_set1_ps(*ap));
+#pragma GCC unroll 4
+  for (int i = 0; i < kPanels; ++i) {
+    __m512 v0 = acc[0][i][0], v1 = acc[0][i][1];
+#pragma GCC unroll 2
+    for (int s = 1; s < kSets; ++s) {
+      v0 = _mm512_add_ps(v0, acc[s][i][0]);
+      v1 = _mm512_add_ps(v1, acc[s][i][1]);
     }
-    if (j.post.bias) {
-      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, j.post.bias + q * 32));
-      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, j.post.bias + q * 32 + 16));
-    }
-    if (j.post.relu) {
-      __m512 zero = _mm512_setzero_ps();
-      v0 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v0, zero, _CMP_LE_OQ), v0, zero);
-      v1 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v1, zero, _CMP_LE_OQ), v1, zero);
-    }
-    _mm512_mask_storeu_ps(out, m0, v0);
-    if constexpr (!Half) _mm512_mask_storeu_ps(out + 16, m1, v1);
+    storePanelRow512<false>(j, 0, q + i, v0, v1, 0xFFFF, 0xFFFF);
   }
 }
 
@@ -340,10 +410,28 @@ void runPanels(const SkinnyJob& j, int64_t begin, int64_t end) {
   int64_t panelFloats = isa().tile.nr * j.k;
   bool prefetch = j.packed && isa().vectorBits == 512 && farStreamPrefetch() && farStream(j.packed + begin * panelFloats,
                                         (end - begin) * panelFloats * static_cast<int64_t>(sizeof(float)));
-  if (j.backward)
-    for (int64_t q = end; q-- > begin;) f(j, q, prefetch);
-  else
-    for (int64_t q = begin; q < end; ++q) f(j, q, prefetch);
+  // A's rows are asked for at once: a layer's input, made by another thread's
+  // part of the last product, comes line by line from that core otherwise, one
+  // miss every sixteen steps (the second layer of a two-thread batch-1 MLP, 512
+  // inputs, 5.97-6.35 us a part without, 5.42-5.67 with).
+  if (j.aCol == 1)
+    for (int64_t i = 0; i < j.m; ++i)
+      for (int64_t p = 0; p < j.k; p += 16) _mm_prefetch(reinterpret_cast<const char*>(j.a + i * j.aRow + p), _MM_HINT_T0);
+  // One row from near panels: four whole panels at a time (skinnyFourPanels512),
+  // the rest one at a time. A far stream keeps the single-panel kernel, whose
+  // prefetches were measured with it.
+  int64_t fourEnd = begin;
+  if (j.m == 1 && j.packed && j.aCol == 1 && !prefetch && isa().vectorBits == 512 && isa().tile.nr == 32) {
+    int64_t whole = std::clamp<int64_t>(j.n / 32, begin, end);  // panels below it are 32 columns wide
+    fourEnd = begin + (whole - begin) / 4 * 4;
+  }
+  if (j.backward) {
+    for (int64_t q = end; q-- > fourEnd;) f(j, q, prefetch);
+    for (int64_t q = fourEnd; q > begin;) skinnyFourPanels512(j, q -= 4);
+  } else {
+    for (int64_t q = begin; q < fourEnd; q += 4) skinnyFourPanels512(j, q);
+    for (int64_t q = fourEnd; q < end; ++q) f(j, q, prefetch);
+  }
 }
 
 void skinnyTask(void* const* ctx, const int64_t*, int64_t begin, int64_t end) {

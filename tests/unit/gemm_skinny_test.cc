@@ -1,5 +1,6 @@
-// The skinny GEMM's far-stream prefetching: when it turns on, and that products
-// streamed with it give the result they give without it.
+// The skinny GEMM: far-stream prefetching (when it turns on, and that products
+// streamed with it give the result they give without it) and the one-row kernel
+// that takes four panels at a time.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -93,6 +94,52 @@ TEST_CASE("skinny GEMM: prepacked weights streamed far (prefetched) give the sam
           }
         }
     }
+  device::setNumThreads(threadsBefore);
+  jit::detail::setFarStreamPrefetch(prefetchBefore);
+}
+
+TEST_CASE("skinny GEMM: one row by four whole panels at a time, with the tail panels, both ways, on 1 and 2 threads") {
+  // Prepacked, near (not prefetched) and one row: runPanels takes whole 32-wide
+  // panels four at a time (skinnyFourPanels512 on AVX-512) and the rest one at a
+  // time, in each thread's part. n = 128 is one group; 160 a group and a panel;
+  // 300 ends in a partial panel; 517 gives each of two threads groups and tails.
+  // k = 1 and 15 have no 16-step block, 37 a remainder. Each product is called
+  // three times (its panels forwards, backwards, forwards: turnAround), each
+  // against the double-precision reference, C accumulated or not, with bias and
+  // ReLU in turns.
+  std::mt19937 rng(46);
+  std::uniform_real_distribution<float> d(-1, 1);
+  int threadsBefore = device::numThreads();
+  bool prefetchBefore = jit::detail::farStreamPrefetch();
+  jit::detail::setFarStreamPrefetch(false);
+  int cases = 0;
+  for (int threads : {1, 2})
+    for (int64_t n : {128, 160, 300, 517})
+      for (int64_t k : {1, 15, 16, 37, 256}) {
+        device::setNumThreads(threads);
+        ++cases;
+        bool acc = cases % 3 == 0, relu = cases % 2 == 0;
+        CAPTURE(threads);
+        CAPTURE(n);
+        CAPTURE(k);
+        CAPTURE(acc);
+        CAPTURE(relu);
+        std::vector<float> a(static_cast<size_t>(k)), b(static_cast<size_t>(k * n)), bias(static_cast<size_t>(n)),
+            c0(static_cast<size_t>(n));
+        for (float& v : a) v = d(rng);
+        for (float& v : b) v = d(rng);
+        for (float& v : bias) v = d(rng);
+        for (float& v : c0) v = d(rng);
+        std::vector<float> packed(static_cast<size_t>(jit::packedBFloats(k, n)));
+        jit::packGemmB(b.data(), n, false, k, n, packed.data());
+        for (int call = 0; call < 3; ++call) {
+          CAPTURE(call);
+          std::vector<float> c = c0;
+          jit::sgemmPacked(1, n, k, a.data(), k, false, b.data(), n, false, packed.data(), c.data(), n, acc,
+                           jit::GemmPost{cases % 4 != 1 ? bias.data() : nullptr, relu});
+          checkGemm(c, c0, a, b, 1, n, k, false, false, acc, cases % 4 != 1 ? bias.data() : nullptr, relu);
+        }
+      }
   device::setNumThreads(threadsBefore);
   jit::detail::setFarStreamPrefetch(prefetchBefore);
 }
