@@ -275,24 +275,34 @@ class Workers {
     }
   }
 
+  // Laid out by who writes what (64-byte lines): a job's round trip should move
+  // as few lines between cores as it can. The caller's own state and the
+  // sleepers' machinery first; then busy_, which callers take; then the job
+  // line, written by the caller at publish and read (its claim word CAS'd) by
+  // the workers; then the done count, written by the workers and read by the
+  // waiting caller. Against the same members unaligned (they spread over lines
+  // the job and the done count shared), an empty two-thread affine loop went
+  // from 0.51-0.62 to 0.40-0.46 us on a Sapphire Rapids-class Xeon guest, and
+  // a worker started its piece 0.30 us after the call instead of 0.37.
   std::vector<std::thread> workers_;
   int size_ = 1;
   std::vector<int> cpus_;   // the CPUs this process may use
   int pinnedAround_ = -2;   // the caller CPU the workers were last pinned around (-2: never)
-  std::atomic<bool> busy_{false};  // one job at a time (acquire)
   uint32_t started_gen_ = 0;        // the job start() published, for join()
   std::mutex mu_;     // for the condition variables (sleepers and their wakers only)
   std::condition_variable wake_, done_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<uint64_t> claim_{0};  // (generation << 32) | next piece
-  std::atomic<int64_t> donePieces_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int> started_{0};
+  std::atomic<int> sleepers_{0};         // workers asleep on wake_ (or about to be)
+  alignas(64) std::atomic<bool> busy_{false};  // one job at a time (acquire)
+  alignas(64) std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> claim_{0};  // (generation << 32) | next piece
   std::atomic<int64_t> pieces_{0};
   std::atomic<bool> affine_{false};  // the job's pieces are one per thread, offered to their own thread first
   Job job_;
-  std::atomic<int> sleepers_{0};         // workers asleep on wake_ (or about to be)
+  alignas(64) std::atomic<int64_t> donePieces_{0};
   std::atomic<bool> callerAsleep_{false};  // a caller asleep on done_ (or about to be)
+  // (The alignment rounds the object up to whole lines: nothing after it shares the done line.)
 };
 
 // Read once: hardware_concurrency() is a system call, and kernels ask per call.
