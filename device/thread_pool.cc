@@ -282,7 +282,7 @@ class Workers {
   // the workers; then the done count, written by the workers and read by the
   // waiting caller. Against the same members unaligned (they spread over lines
   // the job and the done count shared), an empty two-thread affine loop went
-  // from 0.51-0.62 to 0.40-0.46 us on a Sapphire Rapids-class Xeon guest, and
+  // from 0.51-0.62 to 0.40-0.46 us on an Emerald Rapids Xeon guest (2 vCPUs), and
   // a worker started its piece 0.30 us after the call instead of 0.37.
   std::vector<std::thread> workers_;
   int size_ = 1;

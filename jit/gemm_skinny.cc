@@ -179,12 +179,13 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
 
 // One row (whole panels, contiguous A) of four 32-column panels at a time: each
 // broadcast of A feeds eight FMAs, not two, so the permutes leave port 5 to the
-// FMAs. Panels held in this core's L2 (an LSTM step's or a two-thread MLP's part,
-// a Sapphire Rapids-class Xeon) were read at 1.05-1.07x the time of a plain read
-// loop over them, against 1.09-1.18x a panel at a time (k = 512 and 784), and
-// about the same at k = 256. Each panel's columns are summed exactly as
+// FMAs. Panels held in this core's L2 (an LSTM step's or a two-thread MLP's
+// part; an Emerald Rapids Xeon, 2 MiB L2) were read at 1.05-1.07x the time of a
+// plain read loop over them, against 1.09-1.18x a panel at a time (k = 512 and
+// 784), and about the same at k = 256. Each panel's columns are summed exactly as
 // skinnyPanel512<1, false> sums them (kFourPanelSets sets taking the steps in
 // turn, the same remainder, the same epilogue), so the grouping changes no bit.
+// One contraction step of the four panels: B's rows at `offset` in each, times x.
 __attribute__((target("avx512f,fma"), always_inline)) inline void fourPanelStep(__m512 (&acc)[4][2], const float* const (&row)[4],
                                                                                int64_t offset, __m512 x) {
 #pragma GCC unroll 4
