@@ -111,6 +111,20 @@ __attribute__((target("avx512f,fma"), always_inline)) inline void skinnySteps512
   }
 }
 
+// Accumulators [.][i] summed over the sets, in set order (the order both
+// one-row kernels keep, so that a panel's result has the same bits from either).
+template <bool Half, int kSets, int R>
+__attribute__((target("avx512f"), always_inline)) inline void sumSets512(const __m512 (&acc)[kSets][R][2], int i, __m512& v0,
+                                                                        __m512& v1) {
+  v0 = acc[0][i][0];
+  v1 = acc[0][i][1];
+#pragma GCC unroll 8
+  for (int s = 1; s < kSets; ++s) {
+    v0 = _mm512_add_ps(v0, acc[s][i][0]);
+    if constexpr (!Half) v1 = _mm512_add_ps(v1, acc[s][i][1]);
+  }
+}
+
 // Row i of panel q's results from the registers: plus what C holds when
 // accumulating, plus the bias, then ReLU (v <= 0 becomes +0, NaN stays), stored
 // masked to the panel's valid columns (a half panel has no second vector).
@@ -167,12 +181,8 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
   else skinnySteps512<M, Half, kSets, false>(acc, row, stride, j.a, j.aRow, j.aCol, j.k, m0, m1);
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
-    __m512 v0 = acc[0][i][0], v1 = acc[0][i][1];
-#pragma GCC unroll 8
-    for (int s = 1; s < kSets; ++s) {
-      v0 = _mm512_add_ps(v0, acc[s][i][0]);
-      if constexpr (!Half) v1 = _mm512_add_ps(v1, acc[s][i][1]);
-    }
+    __m512 v0, v1;
+    sumSets512<Half>(acc, i, v0, v1);
     storePanelRow512<Half>(j, i, q, v0, v1, m0, m1);
   }
 }
@@ -222,12 +232,8 @@ __attribute__((target("avx512f,fma"))) void skinnyFourPanels512(const SkinnyJob&
   for (; p < j.k; ++p, ++ap, advanceRows(row, 1)) fourPanelStep(acc[0], row, 0, _mm512_set1_ps(*ap));
 #pragma GCC unroll 4
   for (int i = 0; i < kPanels; ++i) {
-    __m512 v0 = acc[0][i][0], v1 = acc[0][i][1];
-#pragma GCC unroll 2
-    for (int s = 1; s < kSets; ++s) {
-      v0 = _mm512_add_ps(v0, acc[s][i][0]);
-      v1 = _mm512_add_ps(v1, acc[s][i][1]);
-    }
+    __m512 v0, v1;
+    sumSets512<false>(acc, i, v0, v1);
     storePanelRow512<false>(j, 0, q + i, v0, v1, 0xFFFF, 0xFFFF);
   }
 }
