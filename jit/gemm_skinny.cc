@@ -43,6 +43,9 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 panelLoad512(con
 constexpr int64_t kPrefetchFloats = 256;
 // Accumulator sets of one whole row (skinnyPanel512<1, false>, skinnyFourPanels512).
 constexpr int kFourPanelSets = 2;
+// Floats of A that runPanels asks for ahead of the steps: 16 KB, a third of this
+// project's Xeon's L1.
+constexpr int64_t kPrefetchAFloats = 4096;
 template <int M, bool Half, int kSets, bool Contiguous, bool Prefetch = false>
 __attribute__((target("avx512f,fma"), always_inline)) inline void skinnySteps512(__m512 (&acc)[kSets][M][2], const float* row,
                                                                                 int64_t stride, const float* ap, int64_t aRow,
@@ -187,6 +190,23 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
   }
 }
 
+constexpr int kFourPanels = 4;  // panels skinnyFourPanels512 takes at once
+
+// One contraction step of the four panels: B's rows at `offset` in each, times x.
+__attribute__((target("avx512f,fma"), always_inline)) inline void fourPanelStep(__m512 (&acc)[kFourPanels][2],
+                                                                               const float* const (&row)[kFourPanels],
+                                                                               int64_t offset, __m512 x) {
+#pragma GCC unroll 4
+  for (int i = 0; i < kFourPanels; ++i) {
+    acc[i][0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(row[i] + offset), acc[i][0]);
+    acc[i][1] = _mm512_fmadd_ps(x, _mm512_loadu_ps(row[i] + offset + 16), acc[i][1]);
+  }
+}
+inline void advanceRows(const float* (&row)[kFourPanels], int64_t steps) {
+#pragma GCC unroll 4
+  for (auto& r : row) r += steps * 32;
+}
+
 // One row (whole panels, contiguous A) of four 32-column panels at a time: each
 // broadcast of A feeds eight FMAs, not two, so the permutes leave port 5 to the
 // FMAs. Panels held in this core's L2 (an LSTM step's or a two-thread MLP's
@@ -195,21 +215,8 @@ __attribute__((target("avx512f,fma"))) void skinnyPanel512(const SkinnyJob& j, i
 // 784), and about the same at k = 256. Each panel's columns are summed exactly as
 // skinnyPanel512<1, false> sums them (kFourPanelSets sets taking the steps in
 // turn, the same remainder, the same epilogue), so the grouping changes no bit.
-// One contraction step of the four panels: B's rows at `offset` in each, times x.
-__attribute__((target("avx512f,fma"), always_inline)) inline void fourPanelStep(__m512 (&acc)[4][2], const float* const (&row)[4],
-                                                                               int64_t offset, __m512 x) {
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    acc[i][0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(row[i] + offset), acc[i][0]);
-    acc[i][1] = _mm512_fmadd_ps(x, _mm512_loadu_ps(row[i] + offset + 16), acc[i][1]);
-  }
-}
-inline void advanceRows(const float* (&row)[4], int64_t steps) {
-#pragma GCC unroll 4
-  for (auto& r : row) r += steps * 32;
-}
 __attribute__((target("avx512f,fma"))) void skinnyFourPanels512(const SkinnyJob& j, int64_t q) {
-  constexpr int kPanels = 4, kSets = kFourPanelSets;
+  constexpr int kPanels = kFourPanels, kSets = kFourPanelSets;
   const float* row[kPanels];
 #pragma GCC unroll 4
   for (int i = 0; i < kPanels; ++i) row[i] = j.packed + panelBlock(q + i, 0, j.k, 32);
@@ -421,22 +428,24 @@ void runPanels(const SkinnyJob& j, int64_t begin, int64_t end) {
   // part of the last product, comes line by line from that core otherwise, one
   // miss every sixteen steps (the second layer of a two-thread batch-1 MLP, 512
   // inputs, 5.97-6.35 us a part without, 5.42-5.67 with).
+  // At most kPrefetchAFloats in all: a longer A would only evict its own
+  // first lines from L1 before the steps reach them.
   if (j.aCol == 1)
-    for (int64_t i = 0; i < j.m; ++i)
-      for (int64_t p = 0; p < j.k; p += 16) _mm_prefetch(reinterpret_cast<const char*>(j.a + i * j.aRow + p), _MM_HINT_T0);
+    for (int64_t i = 0, ahead = std::min(j.k, kPrefetchAFloats / j.m); i < j.m; ++i)
+      for (int64_t p = 0; p < ahead; p += 16) _mm_prefetch(reinterpret_cast<const char*>(j.a + i * j.aRow + p), _MM_HINT_T0);
   // One row from near panels: four whole panels at a time (skinnyFourPanels512),
   // the rest one at a time. A far stream keeps the single-panel kernel, whose
   // prefetches were measured with it.
   int64_t fourEnd = begin;
   if (j.m == 1 && j.packed && j.aCol == 1 && !prefetch && isa().vectorBits == 512 && isa().tile.nr == 32) {
     int64_t whole = std::clamp<int64_t>(j.n / 32, begin, end);  // panels below it are 32 columns wide
-    fourEnd = begin + (whole - begin) / 4 * 4;
+    fourEnd = begin + (whole - begin) / kFourPanels * kFourPanels;
   }
   if (j.backward) {
     for (int64_t q = end; q-- > fourEnd;) f(j, q, prefetch);
-    for (int64_t q = fourEnd; q > begin;) skinnyFourPanels512(j, q -= 4);
+    for (int64_t q = fourEnd; q > begin;) skinnyFourPanels512(j, q -= kFourPanels);
   } else {
-    for (int64_t q = begin; q < fourEnd; q += 4) skinnyFourPanels512(j, q);
+    for (int64_t q = begin; q < fourEnd; q += kFourPanels) skinnyFourPanels512(j, q);
     for (int64_t q = fourEnd; q < end; ++q) f(j, q, prefetch);
   }
 }

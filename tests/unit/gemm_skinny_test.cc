@@ -15,6 +15,25 @@
 using namespace kiln;
 using kiln::test::checkGemm;
 
+namespace {
+
+// Sets farStreamPrefetch for a test case; puts it and the thread count back at
+// the end, even when a REQUIRE leaves early.
+struct PrefetchAndThreads {
+  explicit PrefetchAndThreads(bool prefetch)
+      : threads(device::numThreads()), prefetchBefore(jit::detail::farStreamPrefetch()) {
+    jit::detail::setFarStreamPrefetch(prefetch);
+  }
+  ~PrefetchAndThreads() {
+    device::setNumThreads(threads);
+    jit::detail::setFarStreamPrefetch(prefetchBefore);
+  }
+  int threads;
+  bool prefetchBefore;
+};
+
+}  // namespace
+
 TEST_CASE("skinny GEMM: a weight is far when over twice the L2 was streamed since its last stream began") {
   // farStream only records addresses and byte counts (nothing is read), so
   // three addresses stand for three weights: lines of one array, in slots of
@@ -57,9 +76,7 @@ TEST_CASE("skinny GEMM: prepacked weights streamed far (prefetched) give the sam
   // n = 517 ends in a partial panel; k = 1001 is not a multiple of the slice.
   std::mt19937 rng(45);
   std::uniform_real_distribution<float> d(-1, 1);
-  int threadsBefore = device::numThreads();
-  bool prefetchBefore = jit::detail::farStreamPrefetch();
-  jit::detail::setFarStreamPrefetch(true);
+  PrefetchAndThreads restore(true);
   const int64_t n = 517, k = 1001;
   const int64_t weightBytes = n * k * 4;
   const int weights = static_cast<int>(static_cast<int64_t>(jit::detail::farStreamBytes()) / (weightBytes / 2) + 2);
@@ -94,8 +111,6 @@ TEST_CASE("skinny GEMM: prepacked weights streamed far (prefetched) give the sam
           }
         }
     }
-  device::setNumThreads(threadsBefore);
-  jit::detail::setFarStreamPrefetch(prefetchBefore);
 }
 
 TEST_CASE("skinny GEMM: one row by four whole panels at a time, with the tail panels, both ways, on 1 and 2 threads") {
@@ -109,9 +124,7 @@ TEST_CASE("skinny GEMM: one row by four whole panels at a time, with the tail pa
   // ReLU in turns.
   std::mt19937 rng(46);
   std::uniform_real_distribution<float> d(-1, 1);
-  int threadsBefore = device::numThreads();
-  bool prefetchBefore = jit::detail::farStreamPrefetch();
-  jit::detail::setFarStreamPrefetch(false);
+  PrefetchAndThreads restore(false);
   int cases = 0;
   for (int threads : {1, 2})
     for (int64_t n : {128, 160, 300, 517})
@@ -140,6 +153,4 @@ TEST_CASE("skinny GEMM: one row by four whole panels at a time, with the tail pa
           checkGemm(c, c0, a, b, 1, n, k, false, false, acc, cases % 4 != 1 ? bias.data() : nullptr, relu);
         }
       }
-  device::setNumThreads(threadsBefore);
-  jit::detail::setFarStreamPrefetch(prefetchBefore);
 }
