@@ -178,6 +178,19 @@ double stealPercent(const CpuTimes& a, const CpuTimes& b) {
   return total > 0 ? 100.0 * (b.steal - a.steal) / total : NAN;
 }
 
+// Whether this guest's two vCPUs run on one physical core just now (SMT
+// siblings): two threads of FMAs then go no faster than one. The hypervisor of
+// this project's 2-vCPU guest moves them between one core and two every few
+// seconds (2-thread FMAs at 0.98-1.05x one thread for stretches, 1.9-2.0x for
+// others; a fork-join's worker start 0.07-0.12 us against 0.23-0.28), so a
+// two-thread figure is a mix of both machines; the bench counts its rounds of each.
+bool vcpusShareACore() {
+  constexpr double kFlops = 4e6;  // about 25 us on one core
+  double one = median(kiln::device::timedFmas(kFlops, 1, 5));
+  double two = median(kiln::device::timedFmas(kFlops, 2, 5));
+  return two > one / 1.4;
+}
+
 struct KilnModel {
   std::shared_ptr<kiln::Runtime> runtime;
   std::shared_ptr<const kiln::Executable> exe;
@@ -409,7 +422,8 @@ int main(int argc, char** argv) {
   double peak = fp32Peak();
   std::printf("FP32 peak %.0f GFLOP/s per core at the start; medians of %d rounds, Kiln and ORT alternating, %d ms idle before "
               "each block; the floors are timed in the same rounds; steal%%: the share of this machine's CPU time its "
-              "hypervisor gave to others during the workload's rounds\n",
+              "hypervisor gave to others during the workload's rounds; smt%%: the share of its rounds in which two "
+              "threads of FMAs ran no faster than one (the two CPUs were one physical core's hyperthreads)\n",
               peak / 1e9, rounds, gQuiesceMillis);
   std::printf("a two-thread parallel loop costs %.0f ns beyond its work (its start and finish: paid by every loop step "
               "split over the threads, by none of the floors)\n\n",
@@ -420,8 +434,9 @@ int main(int argc, char** argv) {
   if (!dnnl) std::printf("oneDNN: not run (this Kiln is built without it)\n");
   // tuned: the Relay program with the schedules of --tuning-log (kiln-tune), beside the default's.
   if (!tuningLog.empty()) std::printf("tuned: kernels compiled with the schedules of %s\n", tuningLog.c_str());
-  std::printf("%-10s %3s %10s %10s %7s %10s %7s %10s %7s %10s %7s %10s %8s %6s  %s\n", "workload", "thr", "kiln us", "ort us",
-              "k/ort", "k-onnx us", "ko/ort", "dnnl us", "d/ort", "tuned us", "t/k", "floor us", "k/floor", "steal%", "floor is");
+  std::printf("%-10s %3s %10s %10s %7s %10s %7s %10s %7s %10s %7s %10s %8s %6s %5s  %s\n", "workload", "thr", "kiln us", "ort us",
+              "k/ort", "k-onnx us", "ko/ort", "dnnl us", "d/ort", "tuned us", "t/k", "floor us", "k/floor", "steal%", "smt%",
+              "floor is");
   std::vector<FastRow> fastest;
   for (const Workload& w : all) {
     std::string dir = ort.unavailable().empty() && !w.onnxKind.empty() ? prepareOnnx(w, ort, root) : "";
@@ -477,7 +492,9 @@ int main(int argc, char** argv) {
       ComputeFloor computeFloor(w.flops, threads);
       std::vector<double> computeRuns;
       CpuTimes before = cpuTimes();
+      int sharedRounds = 0;
       for (int r = 0; r < rounds; ++r) {
+        sharedRounds += vcpusShareACore() ? 1 : 0;
         timeBlock(&m, per, kiln);
         streamFloor.timeBlock(per, floorRuns);
         computeFloor.timeBlock(per, computeRuns);
@@ -518,9 +535,9 @@ int main(int argc, char** argv) {
         std::snprintf(onnxCol, sizeof onnxCol, "%.1f", median(kilnOnnx));
         if (!onnx.empty()) std::snprintf(onnxRatio, sizeof onnxRatio, "%.2f", median(kilnOnnx) / o);
       }
-      std::printf("%-10s %3d %10.1f %10s %7s %10s %7s %10s %7s %10s %7s %10.1f %8.2f %6.1f  %s\n", w.name.c_str(), threads, k,
-                  ortCol, ratio, onnxCol, onnxRatio, dnnlCol, dnnlRatio, tunedCol, tunedRatio, floor.seconds * 1e6,
-                  k / (floor.seconds * 1e6), steal, floor.what);
+      std::printf("%-10s %3d %10.1f %10s %7s %10s %7s %10s %7s %10s %7s %10.1f %8.2f %6.1f %5.0f  %s\n", w.name.c_str(), threads,
+                  k, ortCol, ratio, onnxCol, onnxRatio, dnnlCol, dnnlRatio, tunedCol, tunedRatio, floor.seconds * 1e6,
+                  k / (floor.seconds * 1e6), steal, 100.0 * sharedRounds / rounds, floor.what);
       std::fflush(stdout);
       fastest.push_back({w.name, threads, tenthPercentile(kiln), tenthPercentile(onnx),
                          floorOf(tenthPercentile(floorRuns), tenthPercentile(computeRuns)).seconds * 1e6});
