@@ -163,6 +163,18 @@ uint64_t farStreamBytes();
 // it to run the prefetched path on any machine.
 bool farStreamPrefetch();
 void setFarStreamPrefetch(bool on);
+// Whether the one-row kernel of four whole panels (skinnyFourPanels512) asks
+// for each panel's next 16 steps (2 KB) while it reads the current ones: by
+// default on AMD Zen 5 (cpuid family 0x1a) only, where the core's own
+// prefetchers leave four interleaved streams well short of one: in one process,
+// by turns against a read loop over the same bytes (AVX-512 Zen 5 guest, 1 MiB
+// L2), 256 x 512 from L2 took 1.17x the read loop's time with them against
+// 1.28x without, 512 x 512 0.83x against 1.03x, 784 x 512 from L3 0.75x against
+// 0.98x, and a two-thread 256 x 1024 (an LSTM step) 1.22x against 1.34x. They
+// are unmeasured with this kernel elsewhere (on a Zen 4 the far-stream
+// prefetches above cost time). Tests set it to run both paths on any machine.
+bool fourPanelPrefetch();
+void setFourPanelPrefetch(bool on);
 constexpr size_t kFarStreamSlots = 16;
 
 // A direct-mapped slot for a weight among `slots` (a power of two): the

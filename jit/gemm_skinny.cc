@@ -215,6 +215,11 @@ inline void advanceRows(const float* (&row)[kFourPanels], int64_t steps) {
 // 784), and about the same at k = 256. Each panel's columns are summed exactly as
 // skinnyPanel512<1, false> sums them (kFourPanelSets sets taking the steps in
 // turn, the same remainder, the same epilogue), so the grouping changes no bit.
+// `Prefetch`: each 16 steps ask for the panels' next 16 rows (fourPanelPrefetch).
+// Past a panel's last rows they reach the next panel's first, which is either
+// one of the four (already streaming) or the next call's; past the buffer's end
+// a prefetch never faults.
+template <bool Prefetch>
 __attribute__((target("avx512f,fma"))) void skinnyFourPanels512(const SkinnyJob& j, int64_t q) {
   constexpr int kPanels = kFourPanels, kSets = kFourPanelSets;
   const float* row[kPanels];
@@ -229,6 +234,11 @@ __attribute__((target("avx512f,fma"))) void skinnyFourPanels512(const SkinnyJob&
   int64_t p = 0;
   for (; p + 16 <= j.k; p += 16, ap += 16, advanceRows(row, 16)) {
     __m512 av = _mm512_loadu_ps(ap);
+    if constexpr (Prefetch)
+#pragma GCC unroll 4
+      for (int i = 0; i < kPanels; ++i)
+#pragma GCC unroll 32
+        for (int l = 0; l < 32; ++l) _mm_prefetch(reinterpret_cast<const char*>(row[i] + 16 * 32 + 16 * l), _MM_HINT_T0);
 #pragma GCC unroll 16
     for (int s = 0; s < 16; ++s)
       fourPanelStep(acc[s % kSets], row, s * 32, _mm512_maskz_permutexvar_ps(0xFFFF, _mm512_set1_epi32(s), av));
@@ -441,11 +451,12 @@ void runPanels(const SkinnyJob& j, int64_t begin, int64_t end) {
     int64_t whole = std::clamp<int64_t>(j.n / 32, begin, end);  // panels below it are 32 columns wide
     fourEnd = begin + (whole - begin) / kFourPanels * kFourPanels;
   }
+  auto four = fourPanelPrefetch() ? skinnyFourPanels512<true> : skinnyFourPanels512<false>;
   if (j.backward) {
     for (int64_t q = end; q-- > fourEnd;) f(j, q, prefetch);
-    for (int64_t q = fourEnd; q > begin;) skinnyFourPanels512(j, q -= kFourPanels);
+    for (int64_t q = fourEnd; q > begin;) four(j, q -= kFourPanels);
   } else {
-    for (int64_t q = begin; q < fourEnd; q += kFourPanels) skinnyFourPanels512(j, q);
+    for (int64_t q = begin; q < fourEnd; q += kFourPanels) four(j, q);
     for (int64_t q = fourEnd; q < end; ++q) f(j, q, prefetch);
   }
 }
@@ -544,6 +555,13 @@ std::atomic<bool> gFarStreamPrefetch{hostCpuIsIntel()};
 
 bool detail::farStreamPrefetch() { return gFarStreamPrefetch.load(std::memory_order_relaxed); }
 void detail::setFarStreamPrefetch(bool on) { gFarStreamPrefetch.store(on, std::memory_order_relaxed); }
+
+namespace {
+std::atomic<bool> gFourPanelPrefetch{hostCpuAmdFamily() >= 0x1a};
+}  // namespace
+
+bool detail::fourPanelPrefetch() { return gFourPanelPrefetch.load(std::memory_order_relaxed); }
+void detail::setFourPanelPrefetch(bool on) { gFourPanelPrefetch.store(on, std::memory_order_relaxed); }
 
 bool detail::farStream(const float* b, int64_t bytes) {
   StreamRecords& r = streamRecords();

@@ -62,8 +62,15 @@ std::string fingerprint() {
   return buf;
 }
 bool isIntel() { return std::strcmp(vendorOf().name, "GenuineIntel") == 0; }
+unsigned amdFamily() {
+  const Vendor v = vendorOf();
+  if (std::strcmp(v.name, "AuthenticAMD") != 0) return 0;
+  unsigned a = cpuid(1, 0, v.maxLeaf).a, family = (a >> 8) & 0xf;
+  return family == 0xf ? family + ((a >> 20) & 0xff) : family;
+}
 #else
 bool isIntel() { return false; }
+unsigned amdFamily() { return 0; }
 std::string fingerprint() {
   utsname u{};
   uname(&u);
@@ -80,6 +87,11 @@ const std::string& hostCpuFingerprint() {
 bool hostCpuIsIntel() {
   static const bool intel = isIntel();
   return intel;
+}
+
+unsigned hostCpuAmdFamily() {
+  static const unsigned family = amdFamily();
+  return family;
 }
 
 }  // namespace kiln::jit

@@ -20,4 +20,9 @@ const std::string& hostCpuFingerprint();
 // jit/gemm_skinny.cc's farStream). Computed once.
 bool hostCpuIsIntel();
 
+// The cpuid family of an AMD host CPU (0x19: Zen 3 and 4, 0x1a: Zen 5), or 0
+// on any other vendor: for the choices measured on one AMD generation only (see
+// jit/gemm_skinny.cc's fourPanelPrefetch). Computed once.
+unsigned hostCpuAmdFamily();
+
 }  // namespace kiln::jit

@@ -1,6 +1,6 @@
 // The skinny GEMM: far-stream prefetching (when it turns on, and that products
 // streamed with it give the result they give without it) and the one-row kernel
-// that takes four panels at a time.
+// that takes four panels at a time, with and without its own prefetches.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -17,19 +17,22 @@ using kiln::test::checkGemm;
 
 namespace {
 
-// Sets farStreamPrefetch for a test case; puts it and the thread count back at
-// the end, even when a REQUIRE leaves early.
+// Sets farStreamPrefetch for a test case; puts it, fourPanelPrefetch and the
+// thread count back at the end, even when a REQUIRE leaves early.
 struct PrefetchAndThreads {
   explicit PrefetchAndThreads(bool prefetch)
-      : threads(device::numThreads()), prefetchBefore(jit::detail::farStreamPrefetch()) {
+      : threads(device::numThreads()),
+        prefetchBefore(jit::detail::farStreamPrefetch()),
+        fourPanelBefore(jit::detail::fourPanelPrefetch()) {
     jit::detail::setFarStreamPrefetch(prefetch);
   }
   ~PrefetchAndThreads() {
     device::setNumThreads(threads);
     jit::detail::setFarStreamPrefetch(prefetchBefore);
+    jit::detail::setFourPanelPrefetch(fourPanelBefore);
   }
   int threads;
-  bool prefetchBefore;
+  bool prefetchBefore, fourPanelBefore;
 };
 
 }  // namespace
@@ -121,7 +124,8 @@ TEST_CASE("skinny GEMM: one row by four whole panels at a time, with the tail pa
   // k = 1 and 15 have no 16-step block, 37 a remainder. Each product is called
   // three times (its panels forwards, backwards, forwards: turnAround), each
   // against the double-precision reference, C accumulated or not, with bias and
-  // ReLU in turns.
+  // ReLU in turns. The four-panel kernel's own prefetches (fourPanelPrefetch)
+  // change no bit: each call runs with them and without, and the two agree.
   std::mt19937 rng(46);
   std::uniform_real_distribution<float> d(-1, 1);
   PrefetchAndThreads restore(false);
@@ -147,10 +151,16 @@ TEST_CASE("skinny GEMM: one row by four whole panels at a time, with the tail pa
         jit::packGemmB(b.data(), n, false, k, n, packed.data());
         for (int call = 0; call < 3; ++call) {
           CAPTURE(call);
-          std::vector<float> c = c0;
-          jit::sgemmPacked(1, n, k, a.data(), k, false, b.data(), n, false, packed.data(), c.data(), n, acc,
-                           jit::GemmPost{cases % 4 != 1 ? bias.data() : nullptr, relu});
-          checkGemm(c, c0, a, b, 1, n, k, false, false, acc, cases % 4 != 1 ? bias.data() : nullptr, relu);
+          std::vector<float> results[2];
+          // Calls alternate direction (turnAround): the two settings take turns going first.
+          for (bool prefetchFour : {call % 2 == 1, call % 2 == 0}) {
+            jit::detail::setFourPanelPrefetch(prefetchFour);
+            std::vector<float>& c = results[prefetchFour] = c0;
+            jit::sgemmPacked(1, n, k, a.data(), k, false, b.data(), n, false, packed.data(), c.data(), n, acc,
+                             jit::GemmPost{cases % 4 != 1 ? bias.data() : nullptr, relu});
+            checkGemm(c, c0, a, b, 1, n, k, false, false, acc, cases % 4 != 1 ? bias.data() : nullptr, relu);
+          }
+          CHECK(results[0] == results[1]);
         }
       }
 }
