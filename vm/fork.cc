@@ -13,8 +13,11 @@ namespace kiln {
 namespace {
 
 // A forked call shorter than this did not pay for the fork (a pool hand-off
-// and a second VM's entry, a few microseconds): the next calls there run inline.
-constexpr uint64_t kWorthForkingNanos = 20'000;
+// and a second VM's entry, 1-2 us): the next calls there run inline. At 20 us,
+// the bar of a slower host, model_bench's 64-leaf tree on an AVX-512 Zen 5
+// guest, whose halves take 15-18 us there, forked once in 65 runs and took a
+// median of 36.3 us on two threads (35.9 on one); at 5 us, 21.9 us.
+constexpr uint64_t kWorthForkingNanos = 5'000;
 // How many calls at such a site run inline before one is forked again.
 constexpr uint32_t kInlineAfterShortFork = 64;
 
