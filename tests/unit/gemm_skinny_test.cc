@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "device/thread_pool.h"
 #include "gemm_reference.h"
 #include "jit/gemm.h"
 #include "jit/gemm_internal.h"
+#include "jit/host_cpu.h"
 
 using namespace kiln;
 using kiln::test::checkGemm;
@@ -163,4 +165,18 @@ TEST_CASE("skinny GEMM: one row by four whole panels at a time, with the tail pa
           CHECK(results[0] == results[1]);
         }
       }
+}
+
+TEST_CASE("skinny GEMM: the four-panel prefetches are on by default on AMD family 0x1a (Zen 5) alone") {
+  // hostCpuAmdFamily reads cpuid as the fingerprint does: a family there only
+  // where the vendor is AMD, and the same number.
+  const std::string& cpu = jit::hostCpuFingerprint();
+  unsigned family = jit::hostCpuAmdFamily();
+  size_t at = cpu.find("|AuthenticAMD|f");
+  if (at == std::string::npos) {
+    CHECK(family == 0);
+  } else {
+    CHECK(family == std::stoul(cpu.substr(at + 15)));
+  }
+  CHECK(jit::detail::fourPanelPrefetch() == (family >= 0x1a));
 }
