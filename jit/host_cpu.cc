@@ -37,6 +37,12 @@ Vendor vendorOf() {
   std::memcpy(v.name + 8, &c, 4);
   return v;
 }
+// The family of cpuid leaf 1's eax: the base family, plus the extended family
+// where the base is 0xf (every AMD Zen; Intel's are 6).
+unsigned familyOf(unsigned eax) {
+  unsigned family = (eax >> 8) & 0xf;
+  return family == 0xf ? family + ((eax >> 20) & 0xff) : family;
+}
 std::string fingerprint() {
   const Vendor v = vendorOf();
   const unsigned maxLeaf = v.maxLeaf;
@@ -44,8 +50,7 @@ std::string fingerprint() {
   __cpuid(0x80000000u, maxExt, eb, ec, ed);
   Regs l1 = cpuid(1, 0, maxLeaf), l7 = cpuid(7, 0, maxLeaf), l71 = cpuid(7, 1, maxLeaf), ld = cpuid(0xd, 1, maxLeaf);
   Regs e1 = cpuid(0x80000001u, 0, maxExt);
-  unsigned family = (l1.a >> 8) & 0xf, model = (l1.a >> 4) & 0xf, stepping = l1.a & 0xf;
-  if (family == 0xf) family += (l1.a >> 20) & 0xff;
+  unsigned family = familyOf(l1.a), model = (l1.a >> 4) & 0xf, stepping = l1.a & 0xf;
   if (family == 0x6 || family >= 0xf) model |= ((l1.a >> 16) & 0xf) << 4;
   uint64_t xcr0 = 0;
   if (l1.c & (1u << 27)) {  // OSXSAVE: xgetbv is available
@@ -65,8 +70,7 @@ bool isIntel() { return std::strcmp(vendorOf().name, "GenuineIntel") == 0; }
 unsigned amdFamily() {
   const Vendor v = vendorOf();
   if (std::strcmp(v.name, "AuthenticAMD") != 0) return 0;
-  unsigned a = cpuid(1, 0, v.maxLeaf).a, family = (a >> 8) & 0xf;
-  return family == 0xf ? family + ((a >> 20) & 0xff) : family;
+  return familyOf(cpuid(1, 0, v.maxLeaf).a);
 }
 #else
 bool isIntel() { return false; }
