@@ -29,6 +29,7 @@ __attribute__((target("avx512f"))) float readOnce512(const float* p, size_t n) {
     c = _mm512_add_ps(c, _mm512_loadu_ps(p + i + 32));
     d = _mm512_add_ps(d, _mm512_loadu_ps(p + i + 48));
   }
+  for (; i + 16 <= n; i += 16) a = _mm512_add_ps(a, _mm512_loadu_ps(p + i));
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
   float s = 0;
@@ -44,6 +45,7 @@ __attribute__((target("avx2"))) float readOnce256(const float* p, size_t n) {
   for (; i + 64 <= n; i += 64)
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) acc[q] = _mm256_add_ps(acc[q], _mm256_loadu_ps(p + i + 8 * q));
+  for (; i + 8 <= n; i += 8) acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(p + i));
   for (int q = 1; q < 8; ++q) acc[0] = _mm256_add_ps(acc[0], acc[q]);
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, acc[0]);
@@ -170,6 +172,12 @@ double fmaScalar(long iters) {
 constexpr double kLargestBuffer = 256.0 * 1024 * 1024;
 constexpr size_t kBlockFloats = 4096;  // 16 KiB
 
+// Passes over a small buffer timed together, so that a timed stretch covers at
+// least 64 KiB: alone, a pass over a few KB is shorter than the clock's reads
+// around it (a 2.5 KB read timed at 130 ns on a KVM guest, where kernels that
+// read as much took 70), and the floor would not bound the kernel.
+int repeatsFor(double bytes) { return bytes >= 65536 ? 1 : static_cast<int>(std::min(65536.0 / std::max(bytes, 1.0), 1024.0)); }
+
 }  // namespace
 
 float readOnce(const float* p, size_t n) {
@@ -236,8 +244,9 @@ double readSeconds(double bytes, int threads, int reps) {
   AlignedFloats buf = alignedFloats(floats);
   std::fill(buf.get(), buf.get() + floats, 1.0f);
   // Read 0 brings the buffer into cache; the best of the rest.
-  std::vector<double> reads = timedReads(buf.get(), floats, threads, std::max(reps, 1) + 1, 1, true);
-  return *std::min_element(reads.begin() + 1, reads.end()) * scale;
+  int times = repeatsFor(bytes);
+  std::vector<double> reads = timedReads(buf.get(), floats, threads, std::max(reps, 1) + 1, times, true);
+  return *std::min_element(reads.begin() + 1, reads.end()) * scale / times;
 }
 
 double writeSeconds(double bytes, int threads, int reps) {
@@ -247,16 +256,17 @@ double writeSeconds(double bytes, int threads, int reps) {
   AlignedFloats buf = alignedFloats(floats);
   std::memset(buf.get(), 0, floats * sizeof(float));
   double best = 0;
+  int times = repeatsFor(bytes);
   for (bool streaming : {false, true}) {
     // Pass 0 warms the buffer (and its pages); the best of the rest.
     std::vector<double> writes = timedSplit(floats, threads, static_cast<size_t>(std::max(reps, 1)) + 1, 16,
                                             [&](size_t, size_t begin, size_t end, size_t) {
-                                              writeOnce(buf.get() + begin, end - begin, streaming);
+                                              for (int k = 0; k < times; ++k) writeOnce(buf.get() + begin, end - begin, streaming);
                                             });
     double w = *std::min_element(writes.begin() + 1, writes.end());
     best = best == 0 ? w : std::min(best, w);
   }
-  return best * scale;
+  return best * scale / times;
 }
 
 AlignedFloats alignedFloats(size_t n) {
@@ -269,11 +279,13 @@ double readWriteSeconds(double readBytes, double writeBytes, int threads, int re
   double scale = total > kLargestBuffer ? total / kLargestBuffer : 1.0;
   // Blocks of at most about kWriteBlock floats written (whole vectors) and
   // kBlockFloats read, as readSeconds reads (so that a small result leaves the
-  // pass a plain read), at least a few per thread.
+  // pass a plain read), at least a few per thread where each then still reads
+  // a few vectors (a block's call costs more than a vector's read).
   constexpr size_t kWriteBlock = 1024, kVector = 16;
   size_t writeFloats = (static_cast<size_t>(writeBytes / scale / sizeof(float)) + kVector - 1) / kVector * kVector;
   size_t readFloats = std::max<size_t>(1, static_cast<size_t>(readBytes / scale / sizeof(float)));
-  size_t blocks = std::max({writeFloats / kWriteBlock, readFloats / kBlockFloats, static_cast<size_t>(std::clamp(threads, 1, 256)) * 4});
+  size_t fewBlocks = std::min<size_t>(static_cast<size_t>(std::clamp(threads, 1, 256)) * 4, std::max<size_t>(readFloats / (4 * kVector), 1));
+  size_t blocks = std::max({writeFloats / kWriteBlock, readFloats / kBlockFloats, fewBlocks});
   // Every block's part of each buffer starts on a whole vector (alignedFloats).
   AlignedFloats in = alignedFloats(readFloats), out = alignedFloats(writeFloats);
   std::fill(in.get(), in.get() + readFloats, 1.0f);
@@ -288,16 +300,19 @@ double readWriteSeconds(double readBytes, double writeBytes, int threads, int re
     return s;
   };
   double best = 0;
+  int times = repeatsFor(total);
   for (bool streaming : {false, true}) {
     // Every other pass goes backwards by blocks, as readSeconds does: what the
     // last pass left in cache comes first.
     std::vector<double> passes = timedSplit(blocks, threads, static_cast<size_t>(std::max(reps, 1)) + 1, 1,
                                             [&](size_t t, size_t begin, size_t end, size_t r) {
                                               float s = 0;
-                                              if (r % 2 == 0)
-                                                for (size_t b = begin; b < end; ++b) s += block(b, streaming);
-                                              else
-                                                for (size_t b = end; b-- > begin;) s += block(b, streaming);
+                                              for (int k = 0; k < times; ++k) {
+                                                if (r % 2 == 0)
+                                                  for (size_t b = begin; b < end; ++b) s += block(b, streaming);
+                                                else
+                                                  for (size_t b = end; b-- > begin;) s += block(b, streaming);
+                                              }
                                               sums[t] += s;
                                             });
     double p = *std::min_element(passes.begin() + 1, passes.end());
@@ -305,7 +320,7 @@ double readWriteSeconds(double readBytes, double writeBytes, int threads, int re
   }
   volatile float sink = 0;
   for (float v : sums) sink = sink + v;
-  return best * scale;
+  return best * scale / times;
 }
 
 }  // namespace kiln::device

@@ -59,7 +59,10 @@ std::vector<double> timedReads(const float* buf, size_t floats, int threads, int
 // allow, not with every line evicted before its turn); split over `threads`
 // threads that start each read together, each reading its own contiguous part
 // (a read takes as long as its slowest part). Buffers over 256 MiB are not
-// allocated: the time for 256 MiB is scaled (they stream from memory).
+// allocated: the time for 256 MiB is scaled (they stream from memory). Under 64
+// KiB (here and below), each timed stretch passes over the buffer enough times
+// to cover 64 KiB and counts its time per pass: one pass alone is shorter than
+// the clock reads around it.
 double readSeconds(double bytes, int threads, int reps = 20);
 
 // The same for writing a `bytes`-byte buffer once, warm: the faster of plain

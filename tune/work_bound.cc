@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "device/cpu_limits.h"
+#include "kernel_ir/loop_ir.h"
+#include "kernel_ir/shape_util.h"
 
 namespace kiln::tune {
 
@@ -33,7 +35,22 @@ double depthOf(const kernel_ir::FusedNode& n, const std::vector<Shape>& shapes) 
     std::string layout = attrs.getString("kernel_layout", "OIHW");
     size_t o = layout.find('O');
     if (w.empty() || o == std::string::npos || o >= w.size() || w[o] <= 0) return 0;
-    return elementsOf(w) / static_cast<double>(w[o]);
+    double depth = elementsOf(w) / static_cast<double>(w[o]);
+    // A 3x3 filter that minimal filtering may take (Schedule::convWinograd)
+    // costs its products, not the direct form's nine a channel: per 2x2 output
+    // tile 16 (stride 1) or 25 (stride 2) against 36 (jit/conv2d_winograd.cc).
+    // Counted low (their transforms add none) wherever the runtime might take
+    // that path (its conditions that shapes alone decide: 16 or more channels,
+    // 8 or more filters), so that the floor bounds both algorithms.
+    size_t h = layout.find('H'), wd = layout.find('W'), i = layout.find('I');
+    if (w.size() == 4 && h < w.size() && wd < w.size() && i < w.size() && w[i] >= 16 && w[o] >= 8) {
+      int64_t kh = w[h], kw = w[wd];
+      ops::Window2d win = ops::windowAttrs(attrs);
+      int64_t stride = loop::winogradStride(win.strides[0], win.strides[1], win.dilation[0], win.dilation[1],
+                                            attrs.getInt("groups", 1));
+      if (kh == 3 && kw == 3 && stride != 0) depth *= (stride == 1 ? 16.0 : 25.0) / 36.0;
+    }
+    return depth;
   }
   return 1;
 }

@@ -448,6 +448,22 @@ TEST_CASE("a task's floor: its FLOPs counted low, its operands and results once,
       {{1, 3, 20, 20}, {8, 3, 3, 3}, {8}});
   CHECK(conv.flops == 2.0 * 8 * 400 * 27 + 2 * 8 * 400);
   CHECK(conv.bytes == 4.0 * (1200 + 216 + 8 + 3200));
+  // One that minimal filtering may take (3x3 filters, 16 or more channels, 8 or
+  // more filters, stride 1 or 2): its products, 16 (stride 1) or 25 (stride 2)
+  // a 2x2 output tile and channel pair against the direct form's 36.
+  const char* winograd = "def @main(%x: Tensor[(1, 16, 20, 20), float32], %w: Tensor[(8, 16, 3, 3), float32]) "
+                         "{ nn.conv2d(%x, %w, strides=[STRIDE, STRIDE], padding=[1, 1]) }";
+  auto withStride = [&](const char* stride) {
+    std::string src = winograd;
+    src.replace(src.find("STRIDE"), 6, stride);
+    src.replace(src.find("STRIDE"), 6, stride);
+    return test::fusedFrom(src);
+  };
+  CHECK(tune::workBound(withStride("1"), {{1, 16, 20, 20}, {8, 16, 3, 3}}).flops ==
+        doctest::Approx(2.0 * 8 * 400 * 16 * 9 * 16 / 36));
+  CHECK(tune::workBound(withStride("2"), {{1, 16, 20, 20}, {8, 16, 3, 3}}).flops ==
+        doctest::Approx(2.0 * 8 * 100 * 16 * 9 * 25 / 36));
+  CHECK(tune::workBound(withStride("3"), {{1, 16, 20, 20}, {8, 16, 3, 3}}).flops == 2.0 * 8 * 49 * 16 * 9);
   // Element-wise: one operation an element each; a reduction: one an input
   // element; data movement: none. A `?` kernel at its concrete shapes.
   CHECK(tune::workBound(test::fusedFrom("def @main(%x: Tensor[(?, 20), float32]) { tanh(%x) * %x }"), {{33, 20}}).flops ==
@@ -494,6 +510,15 @@ TEST_CASE("a task's floor: its FLOPs counted low, its operands and results once,
   CHECK(device::writeSeconds(4096, 2, 3) > 0);
   // 40 bytes: one thread writes the one whole line there is.
   CHECK(device::writeSeconds(40, 2, 3) > 0);
+  // A small buffer's floor is its time per pass over many passes, not one pass
+  // and the clock reads around it: per byte, 1 KiB (in L1) reads and writes
+  // no slower than 64 KiB does, within a shared host's swings.
+  {
+    const int reps = 5;
+    CHECK(device::readSeconds(1024, 1, reps) * 64 < device::readSeconds(65536, 1, reps) * 3);
+    CHECK(device::writeSeconds(1024, 1, reps) * 64 < device::writeSeconds(65536, 1, reps) * 3);
+    CHECK(device::readWriteSeconds(512, 512, 1, reps) * 64 < device::readWriteSeconds(32768, 32768, 1, reps) * 3);
+  }
 }
 
 TEST_CASE("timed FMAs: each run does its FLOPs at no more than the peak, split over the threads asked for") {
