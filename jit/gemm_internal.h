@@ -170,9 +170,11 @@ void setFarStreamPrefetch(bool on);
 // by turns against a read loop over the same bytes (AVX-512 Zen 5 guest, 1 MiB
 // L2), 256 x 512 from L2 took 1.17x the read loop's time with them against
 // 1.28x without, 512 x 512 0.83x against 1.03x, 784 x 512 from L3 0.75x against
-// 0.98x, and a two-thread 256 x 1024 (an LSTM step) 1.22x against 1.34x. They
-// are unmeasured with this kernel elsewhere (on a Zen 4 the far-stream
-// prefetches above cost time). Tests set it to run both paths on any machine.
+// 0.98x, and a two-thread 256 x 1024 (an LSTM step) 1.22x against 1.34x. On a
+// Zen 4 guest (family 0x19, 1 MiB L2) they cost time: by turns in one process,
+// 128 KB to 1.5 MB of panels took 1.02-1.09x as long with them as without, on
+// one thread and on two. Unmeasured on Intel. Tests set it to run both paths
+// on any machine.
 bool fourPanelPrefetch();
 void setFourPanelPrefetch(bool on);
 constexpr size_t kFarStreamSlots = 16;
