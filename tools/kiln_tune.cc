@@ -213,7 +213,8 @@ int run(int argc, char** argv) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // Beside each result its floor (the least time any schedule can take: FLOPs at
-  // peak or operands read once, tune/work_bound.h) and the room it leaves; with
+  // peak or operands read once, tune/work_bound.h) and the room it leaves (the
+  // default's fastest time in the search over the floor); with
   // --inputs, the tuned schedule's time over the default's in the program.
   std::printf("\n%-18s %-28s %-30s %10s %10s %8s %9s %7s %10s %7s  %s\n", "task", "shapes", "schedule", "default us",
               "tuned us", "speedup", "in prog", "trials", "floor us", "room", "floor is");

@@ -115,6 +115,10 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
     std::vector<std::pair<double, loop::Schedule>> scored;  // (speedup, schedule), best first
     double defaultMicros = 0;
     int stale = 0;
+    auto noteDefault = [&](const Measurement& m) {
+      if (m.ok && m.defaultMicros > 0 && (r.fastestDefaultMicros <= 0 || m.defaultMicros < r.fastestDefaultMicros))
+        r.fastestDefaultMicros = m.defaultMicros;
+    };
     auto budgetLeft = [&] {
       return secondsSince(taskStart) < options.taskBudgetSeconds && secondsSince(start) < options.totalBudgetSeconds;
     };
@@ -142,6 +146,7 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
         continue;
       }
       defaultMicros = m.defaultMicros;
+      noteDefault(m);
       scored.emplace_back(m.speedup(), s);
       std::stable_sort(scored.begin(), scored.end(), [](auto& a, auto& b) { return a.first > b.first; });
       say(head + ": trial " + std::to_string(r.trials) + " " + fmt("%.2fx", m.speedup()) + " " +
@@ -156,6 +161,7 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
     if (!scored.empty() && scored.front().first > 1.0) {
       Measurement m = measureInWorker(options.worker, options.exePath, task.kernel, task.shapes, scored.front().second,
                                       confirm, options.timeoutSeconds);
+      noteDefault(m);
       if (m.ok && m.speedup() >= options.acceptSpeedup) {
         r.best = scored.front().second;
         r.micros = m.micros;
@@ -176,6 +182,7 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
           continue;
         }
         defaultMicros = m.defaultMicros;
+        noteDefault(m);
       }
       r.micros = r.defaultMicros = defaultMicros;
     }

@@ -58,8 +58,15 @@ struct TaskResult {
   // What applying the log gains: nothing where the schedule lost in its program
   // (the JIT keeps the default there).
   double appliedSpeedup() const { return lostInProgram() ? 1.0 : speedup(); }
+  // The default's fastest time among this search's measurements (0: none, a
+  // resumed task): a shared host's slow stretch can double one measurement, and
+  // the floor is its fastest too.
+  double fastestDefaultMicros = 0;
   // How much faster than the default the floor is: a schedule can gain at most this.
-  double room() const { return floorMicros > 0 ? defaultMicros / floorMicros : 0; }
+  double room() const {
+    double d = fastestDefaultMicros > 0 ? fastestDefaultMicros : defaultMicros;
+    return floorMicros > 0 ? d / floorMicros : 0;
+  }
 };
 
 // The log record of a result, measured on this machine (its host name and CPU fingerprint).

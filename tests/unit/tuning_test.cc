@@ -558,6 +558,12 @@ TEST_CASE("a prod reduction tunes, and the log it writes is read back and applie
   CHECK(results[0].failed == 0);
   CHECK(results[0].micros > 0);
   CHECK(results[0].micros <= results[0].defaultMicros);  // never slower: the default is recorded otherwise
+  // The room is read against the default's fastest measurement of the search
+  // (a slow stretch of the host raises one measurement, not the floor).
+  CHECK(results[0].fastestDefaultMicros > 0);
+  CHECK(results[0].fastestDefaultMicros <= results[0].defaultMicros);
+  CHECK(results[0].floorMicros > 0);
+  CHECK(results[0].room() == doctest::Approx(results[0].fastestDefaultMicros / results[0].floorMicros));
   jit::TuningLog log = jit::TuningLog::load(logPath);
   CHECK(log.size() == 1);
   CHECK(log.find(list.tasks[0].task, list.tasks[0].shapes) != nullptr);
@@ -565,6 +571,7 @@ TEST_CASE("a prod reduction tunes, and the log it writes is read back and applie
   std::vector<tune::TaskResult> again = tune::tuneTasks(*exe, list, o);
   REQUIRE(again.size() == 1);
   CHECK(again[0].resumed);
+  CHECK(again[0].fastestDefaultMicros == 0);  // nothing measured: the log's default time stands
   CHECK(jit::TuningLog::load(logPath).size() == 1);
   std::filesystem::remove(exePath);
   std::filesystem::remove(logPath);
