@@ -55,6 +55,7 @@ template <int Stride>
 constexpr int64_t kAxis = Stride == 2 ? 5 : 4;
 template <int Stride>
 constexpr int64_t kPositions = kAxis<Stride> * kAxis<Stride>;
+static_assert(kPositions<1> == loop::winogradTileProducts(1) && kPositions<2> == loop::winogradTileProducts(2));
 constexpr int64_t kStripTiles = 16;
 constexpr int64_t kBlockStrips = 4;
 constexpr int64_t kBlockTiles = kStripTiles * kBlockStrips;  // 64
@@ -447,7 +448,7 @@ bool winogradApplies(const Conv2dDims& d) {
   // pair: with 8 input channels the direct path was 12-14% faster (stride 2,
   // 64x64 images, 16 and 64 filters), with 16 this one 7-14%; 8 filters of 32
   // channels, 9%.
-  if (d.c < 16 || d.o < 8) return false;
+  if (!loop::winogradChannelsPay(d.c, d.o)) return false;
   // Strips never cross tile rows: a tile row of ceil(ow / 2) tiles takes
   // ceil(tiles / 16) strips; at least 80% of their lanes used, as the row path asks.
   int64_t tilesX = (d.ow + 1) / 2, strips = (tilesX + kStripTiles - 1) / kStripTiles;

@@ -89,6 +89,12 @@ constexpr int kConvFilterWinogradShift = 32;
 constexpr int64_t winogradStride(int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t groups) {
   return groups == 1 && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1 ? sh : 0;
 }
+// Of the runtime's conditions for minimal filtering, those the channel counts
+// decide (its transforms cost per input channel, its products per channel pair:
+// jit/conv2d_winograd.cc measured where it pays), and the products it takes per
+// 2x2 output tile and channel pair at that stride (the direct form takes 36).
+constexpr bool winogradChannelsPay(int64_t channels, int64_t filters) { return channels >= 16 && filters >= 8; }
+constexpr int64_t winogradTileProducts(int64_t stride) { return stride == 2 ? 25 : 16; }
 
 struct GemmArgs {
   int32_t a = -1, b = -1, c = -1;       // buffers

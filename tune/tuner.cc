@@ -115,8 +115,10 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
     std::vector<std::pair<double, loop::Schedule>> scored;  // (speedup, schedule), best first
     double defaultMicros = 0;
     int stale = 0;
-    auto noteDefault = [&](const Measurement& m) {
-      if (m.ok && m.defaultMicros > 0 && (r.fastestDefaultMicros <= 0 || m.defaultMicros < r.fastestDefaultMicros))
+    // The default's latest time (what the log records when nothing wins) and its fastest (the room's).
+    auto heardDefault = [&](const Measurement& m) {
+      defaultMicros = m.defaultMicros;
+      if (m.defaultMicros > 0 && (r.fastestDefaultMicros <= 0 || m.defaultMicros < r.fastestDefaultMicros))
         r.fastestDefaultMicros = m.defaultMicros;
     };
     auto budgetLeft = [&] {
@@ -145,8 +147,7 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
         say(head + ": trial " + std::to_string(r.trials) + " " + s.toString() + " failed: " + m.error);
         continue;
       }
-      defaultMicros = m.defaultMicros;
-      noteDefault(m);
+      heardDefault(m);
       scored.emplace_back(m.speedup(), s);
       std::stable_sort(scored.begin(), scored.end(), [](auto& a, auto& b) { return a.first > b.first; });
       say(head + ": trial " + std::to_string(r.trials) + " " + fmt("%.2fx", m.speedup()) + " " +
@@ -161,13 +162,11 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
     if (!scored.empty() && scored.front().first > 1.0) {
       Measurement m = measureInWorker(options.worker, options.exePath, task.kernel, task.shapes, scored.front().second,
                                       confirm, options.timeoutSeconds);
-      noteDefault(m);
+      if (m.ok) heardDefault(m);
       if (m.ok && m.speedup() >= options.acceptSpeedup) {
         r.best = scored.front().second;
         r.micros = m.micros;
         r.defaultMicros = m.defaultMicros;
-      } else if (m.ok) {
-        defaultMicros = m.defaultMicros;
       }
     }
     if (r.best.isDefault()) {
@@ -181,8 +180,7 @@ std::vector<TaskResult> tuneTasks(const Executable& exe, const TaskList& tasks, 
           results.push_back(std::move(r));
           continue;
         }
-        defaultMicros = m.defaultMicros;
-        noteDefault(m);
+        heardDefault(m);
       }
       r.micros = r.defaultMicros = defaultMicros;
     }

@@ -43,12 +43,12 @@ double depthOf(const kernel_ir::FusedNode& n, const std::vector<Shape>& shapes) 
     // that path (its conditions that shapes alone decide: 16 or more channels,
     // 8 or more filters), so that the floor bounds both algorithms.
     size_t h = layout.find('H'), wd = layout.find('W'), i = layout.find('I');
-    if (w.size() == 4 && h < w.size() && wd < w.size() && i < w.size() && w[i] >= 16 && w[o] >= 8) {
-      int64_t kh = w[h], kw = w[wd];
+    if (w.size() == 4 && h < w.size() && wd < w.size() && i < w.size() && w[h] == 3 && w[wd] == 3 &&
+        loop::winogradChannelsPay(w[i], w[o])) {
       ops::Window2d win = ops::windowAttrs(attrs);
       int64_t stride = loop::winogradStride(win.strides[0], win.strides[1], win.dilation[0], win.dilation[1],
                                             attrs.getInt("groups", 1));
-      if (kh == 3 && kw == 3 && stride != 0) depth *= (stride == 1 ? 16.0 : 25.0) / 36.0;
+      if (stride != 0) depth *= static_cast<double>(loop::winogradTileProducts(stride)) / 36.0;
     }
     return depth;
   }
