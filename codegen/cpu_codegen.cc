@@ -11,6 +11,7 @@
 #include "codegen/loop_emitter.h"
 #include "codegen/streaming_stores.h"
 #include "device/thread_pool.h"
+#include "jit/conv2d.h"
 #include "jit/gemm.h"
 #include "kernel_ir/gemm_epilogue.h"
 
@@ -449,7 +450,11 @@ class CpuCodegen final : public LoopEmitter {
     auto orNull = [&](int32_t b) {
       return b >= 0 ? static_cast<llvm::Value*>(buffer(b)) : llvm::ConstantPointerNull::get(b_.getPtrTy());
     };
-    int64_t flags = (c.relu ? 1 : 0) | (k_.schedule.parallel ? 0 : 2) | (k_.schedule.convWinograd ? 0 : 8) |
+    const int32_t tiles = k_.schedule.convWinograd;  // 0, 2 or 4 (loop::Schedule)
+    auto minimal = tiles == 0   ? jit::MinimalFiltering::Off
+                   : tiles == 4 ? jit::MinimalFiltering::Tiles4x4
+                                : jit::MinimalFiltering::Tiles2x2;
+    int64_t flags = (c.relu ? 1 : 0) | (k_.schedule.parallel ? 0 : 2) | jit::minimalFilteringFlags(minimal) |
                     device::grainFlags(k_.schedule.grainShift);
     if (!pair) {
       llvm::FunctionCallee conv = m_->getOrInsertFunction(

@@ -12,6 +12,7 @@
 #include "jit/conv2d_internal.h"
 #include "jit/gemm.h"
 #include "jit/gemm_internal.h"
+#include "kernel_ir/loop_ir.h"
 
 namespace kiln::jit {
 
@@ -485,28 +486,28 @@ bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t 
          header[4] == convSlice(k, isa().tile.nr);
 }
 
-int64_t packedConvFilterWithWinogradFloats(int64_t o, int64_t c, int64_t stride) {
+int64_t packedConvFilterWithWinogradFloats(int64_t o, int64_t c, int64_t form) {
   int64_t direct = c > 0 && c <= INT64_MAX / 9 ? packedConvFilterFloats(o, c * 9, 1) : -1;
-  int64_t winograd = winogradFilterFloats(o, c, stride);
+  int64_t winograd = winogradFilterFloats(o, c, form);
   if (direct < 0 || winograd < 0 || direct > INT64_MAX / 4 - winograd) return -1;
   return direct + winograd;
 }
 
 // The direct packing's header slot (int64s, two floats each) that holds the
-// stride of the Winograd form after it, or 0.
-constexpr int64_t kWinogradStrideSlot = 5;
+// form (loop::winogradForm) of the Winograd transform after it, or 0.
+constexpr int64_t kWinogradFormSlot = 5;
 
-void packConvFilterWithWinograd(const float* w, int64_t o, int64_t c, int64_t stride, float* out) {
+void packConvFilterWithWinograd(const float* w, int64_t o, int64_t c, int64_t form, float* out) {
   packConvFilter(w, o, c * 9, 1, out);
-  std::memcpy(out + kWinogradStrideSlot * 2, &stride, sizeof stride);
-  packWinogradFilter(w, o, c, stride, out + packedConvFilterFloats(o, c * 9, 1));
+  std::memcpy(out + kWinogradFormSlot * 2, &form, sizeof form);
+  packWinogradFilter(w, o, c, form, out + packedConvFilterFloats(o, c * 9, 1));
 }
 
-const float* winogradFormOf(const float* packed, int64_t o, int64_t c, int64_t stride) {
+const float* winogradFormOf(const float* packed, int64_t o, int64_t c, int64_t form) {
   if (!packed || c <= 0 || c > INT64_MAX / 9 || !packedConvFilterMatches(packed, o, c * 9, 1)) return nullptr;
   int64_t follows = 0;
-  std::memcpy(&follows, packed + kWinogradStrideSlot * 2, sizeof follows);
-  return follows == stride ? winogradFilters(packed + packedConvFilterFloats(o, c * 9, 1), o, c, stride) : nullptr;
+  std::memcpy(&follows, packed + kWinogradFormSlot * 2, sizeof follows);
+  return follows == form ? winogradFilters(packed + packedConvFilterFloats(o, c * 9, 1), o, c, form) : nullptr;
 }
 
 namespace {
@@ -543,6 +544,8 @@ namespace {
 // x 56, 784 tiles: 2.03 ms direct, 1.04 prepared, 1.20 per call); with 256
 // (model_bench's stride-2 convolution) per call was no faster than direct on
 // one thread and slower on two.
+// (Counted in 2x2 tiles for every form: a 4x4 tile saves about four 2x2 ones'
+// products, and its filter transform costs about twice as much.)
 bool transformPaysPerCall(const Conv2dDims& d) {
   int64_t tiles = 0;
   return !__builtin_mul_overflow(d.n, ((d.oh + 1) / 2) * ((d.ow + 1) / 2), &tiles) && tiles >= 512;
@@ -550,8 +553,16 @@ bool transformPaysPerCall(const Conv2dDims& d) {
 
 }  // namespace
 
-bool takesWinograd(const Conv2dDims& d, const float* packedW) {
-  return winogradApplies(d) && (winogradFormOf(packedW, d.o, d.c, d.sh) || transformPaysPerCall(d));
+int64_t winogradFormFor(const Conv2dDims& d, MinimalFiltering minimal) {
+  if (minimal == MinimalFiltering::Off) return 0;
+  if (minimal == MinimalFiltering::Tiles4x4 && winogradApplies(d, loop::kWinogradF4)) return loop::kWinogradF4;
+  int64_t form = loop::winogradForm(d.sh, 2);
+  return form != 0 && winogradApplies(d, form) ? form : 0;
+}
+
+bool takesWinograd(const Conv2dDims& d, const float* packedW, MinimalFiltering minimal) {
+  int64_t form = winogradFormFor(d, minimal);
+  return form != 0 && (winogradFormOf(packedW, d.o, d.c, form) || transformPaysPerCall(d));
 }
 
 bool takesRowPath(const Conv2dDims& d) {
@@ -563,7 +574,7 @@ bool takesRowPath(const Conv2dDims& d) {
 }  // namespace detail
 
 void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out,
-             const ConvPostOps& post, bool minimalFiltering) {
+             const ConvPostOps& post, MinimalFiltering minimal) {
   int64_t pixels = d.oh * d.ow;
   if (d.n <= 0 || d.o <= 0 || pixels <= 0) return;
   int64_t cg = d.c / d.groups, og = d.o / d.groups, k = cg * d.kh * d.kw;
@@ -578,14 +589,14 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
   // A 3x3 convolution of stride 1 or 2 takes fewer products by minimal
   // filtering (conv2d_winograd.cc), its filters transformed with the constant
   // or, where that pays, now.
-  if (minimalFiltering && winogradApplies(d)) {
-    const float* u = winogradFormOf(packedW, d.o, d.c, d.sh);
+  if (int64_t form = winogradFormFor(d, minimal)) {
+    const float* u = winogradFormOf(packedW, d.o, d.c, form);
     if (!u && transformPaysPerCall(d)) {
-      float* t = scratch(0, static_cast<size_t>(winogradFilterFloats(d.o, d.c, d.sh)));
-      packWinogradFilter(w, d.o, d.c, d.sh, t);
+      float* t = scratch(0, static_cast<size_t>(winogradFilterFloats(d.o, d.c, form)));
+      packWinogradFilter(w, d.o, d.c, form, t);
       u = t + kPackedHeaderFloats;
     }
-    if (u) return winogradConv2d(d, x, u, out, post);
+    if (u) return winogradConv2d(d, x, u, out, post, form);
   }
   const Isa& cpu = isa();
   int64_t nr = cpu.tile.nr, mpad = 0, slice = 0;
@@ -613,8 +624,9 @@ extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w
                              const float* bias, int64_t flags) {
   kiln::jit::Conv2dDims d;
   std::memcpy(&d, dims, sizeof d);
-  // Bit 0 of `flags`: ReLU; bit 1: on the calling thread alone; bit 3: no minimal filtering.
+  // Bit 0 of `flags`: ReLU; bit 1: on the calling thread alone; bits 3 and 4: minimal filtering.
   kiln::device::underScopes((flags & 2) != 0, kiln::device::grainFromFlags(flags) /* bits 25-30 */, [&] {
-    kiln::jit::sconv2d(d, x, w, packedW, out, kiln::jit::ConvPostOps{bias, (flags & 1) != 0}, (flags & 8) == 0);
+    kiln::jit::sconv2d(d, x, w, packedW, out, kiln::jit::ConvPostOps{bias, (flags & 1) != 0},
+                       kiln::jit::minimalFilteringFromFlags(flags));
   });
 }

@@ -35,12 +35,27 @@ struct ConvPostOps {
   bool relu = false;
 };
 
+// Which minimal filtering (conv2d_winograd.cc) a convolution may take where it
+// applies: none (a schedule's winograd=0), 2x2 output tiles (the default), or
+// 4x4 tiles at stride 1 where they apply and 2x2 otherwise (winograd=4).
+enum class MinimalFiltering : uint8_t { Off, Tiles2x2, Tiles4x4 };
+
+// kiln_sconv2d's flag bits for it: bit 3 none, bit 4 4x4 tiles; neither, the default.
+constexpr int64_t kMinimalFilteringOffFlag = 8, kMinimalTiles4x4Flag = 16;
+constexpr int64_t minimalFilteringFlags(MinimalFiltering m) {
+  return m == MinimalFiltering::Off ? kMinimalFilteringOffFlag : m == MinimalFiltering::Tiles4x4 ? kMinimalTiles4x4Flag : 0;
+}
+constexpr MinimalFiltering minimalFilteringFromFlags(int64_t flags) {
+  return (flags & kMinimalFilteringOffFlag) ? MinimalFiltering::Off
+         : (flags & kMinimalTiles4x4Flag)   ? MinimalFiltering::Tiles4x4
+                                            : MinimalFiltering::Tiles2x2;
+}
+
 // out[n, o, oh, ow] = sum over the window, then the post-ops; `out` is
 // overwritten. `packedW` is the filters prepacked by packConvFilter, or null
 // (they are packed per call); one made for other filters' shape is ignored.
-// `minimalFiltering` false keeps it off the Winograd path (a schedule's winograd=0).
 void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* packedW, float* out,
-             const ConvPostOps& post = {}, bool minimalFiltering = true);
+             const ConvPostOps& post = {}, MinimalFiltering minimal = MinimalFiltering::Tiles2x2);
 
 // b(a(x)), each with its post-ops, b's input the output of a (b.n == a.n, b.c
 // == a.o, b.h == a.oh, b.w == a.ow; otherwise `out` is filled with NaN). Where
@@ -50,7 +65,7 @@ void sconv2d(const Conv2dDims& d, const float* x, const float* w, const float* p
 // (n x a.o x a.oh x a.ow floats).
 void sconv2dPair(const Conv2dDims& a, const float* x, const float* wa, const float* packedA, const ConvPostOps& postA,
                  const Conv2dDims& b, const float* wb, const float* packedB, const ConvPostOps& postB, float* between,
-                 float* out, bool minimalFiltering = true);
+                 float* out, MinimalFiltering minimal = MinimalFiltering::Tiles2x2);
 
 // Prepacked filters: o filters of k = (c / groups) * kh * kw weights each, in
 // the layout sconv2d reads them (per group, KC slices of MR-tall panels), made
@@ -60,36 +75,37 @@ int64_t packedConvFilterFloats(int64_t o, int64_t k, int64_t groups);  // -1 on 
 void packConvFilter(const float* w, int64_t o, int64_t k, int64_t groups, float* out);
 bool packedConvFilterMatches(const float* packed, int64_t o, int64_t k, int64_t groups);
 
-// Filters of one group, 3x3, transformed for minimal filtering at stride 1 or
-// 2 (conv2d_winograd.cc), made once for a constant weight (or per call into
-// scratch): a header of kPackedHeaderFloats floats (tag with the stride, o, c as
-// int64), then 16 (stride 1) or 25 (stride 2) transformed values per filter and
-// input channel. sconv2d takes that path where it applies.
-int64_t winogradFilterFloats(int64_t o, int64_t c, int64_t stride);  // -1 on overflow or another stride
-void packWinogradFilter(const float* w, int64_t o, int64_t c, int64_t stride, float* out);
-// The transformed values past the header when `packed` holds them for o x c filters and this stride, or null.
-const float* winogradFilters(const float* packed, int64_t o, int64_t c, int64_t stride);
+// Filters of one group, 3x3, transformed for a form of minimal filtering
+// (loop::winogradForm: 2x2 tiles at stride 1 or 2, 4x4 at stride 1;
+// conv2d_winograd.cc), made once for a constant weight (or per call into
+// scratch): a header of kPackedHeaderFloats floats (tag with the form, o, c as
+// int64), then 16, 25 or 36 (loop::winogradTileProducts) transformed values per
+// filter and input channel. sconv2d takes that path where it applies.
+int64_t winogradFilterFloats(int64_t o, int64_t c, int64_t form);  // -1 on overflow or no such form
+void packWinogradFilter(const float* w, int64_t o, int64_t c, int64_t form, float* out);
+// The transformed values past the header when `packed` holds them for o x c filters and this form, or null.
+const float* winogradFilters(const float* packed, int64_t o, int64_t c, int64_t form);
 
 // Both forms in one buffer: packConvFilter's (groups 1), and the Winograd form
-// after it, which the first's header announces (slot 5 = the stride), so that a
+// after it, which the first's header announces (slot 5 = the form), so that a
 // kernel handed the buffer finds either without knowing its length.
-int64_t packedConvFilterWithWinogradFloats(int64_t o, int64_t c, int64_t stride);  // 3x3 filters; -1 on overflow
-void packConvFilterWithWinograd(const float* w, int64_t o, int64_t c, int64_t stride, float* out);
-// The Winograd form of `packed` (packed for o x c x 3 x 3 filters) for this stride, or null.
-const float* winogradFormOf(const float* packed, int64_t o, int64_t c, int64_t stride);
+int64_t packedConvFilterWithWinogradFloats(int64_t o, int64_t c, int64_t form);  // 3x3 filters; -1 on overflow
+void packConvFilterWithWinograd(const float* w, int64_t o, int64_t c, int64_t form, float* out);
+// The Winograd form of `packed` (packed for o x c x 3 x 3 filters) of this form, or null.
+const float* winogradFormOf(const float* packed, int64_t o, int64_t c, int64_t form);
 
 }  // namespace kiln::jit
 
 // The entry point JIT kernels call: `dims` holds the 16 fields of Conv2dDims;
 // `packedW` and `bias` may be null; `flags` bit 0 is ReLU (ConvPostOps), bit 1
 // runs it on the calling thread alone (loop::Schedule::parallel), bit 3 keeps it
-// off minimal filtering (loop::Schedule::convWinograd), bits 25-30 the least
+// off minimal filtering and bit 4 asks for its 4x4 tiles (loop::Schedule::convWinograd), bits 25-30 the least
 // work it shares (device::grainFlags, loop::Schedule::grainShift).
 extern "C" void kiln_sconv2d(const int64_t* dims, const float* x, const float* w, const float* packedW, float* out,
                              const float* bias, int64_t flags);
 
 // Two chained convolutions (sconv2dPair): `dims` holds a's 16 fields, then b's;
-// `flags` bit 0 is ReLU after a, bits 1 and 3 as kiln_sconv2d's, bit 2 ReLU after b.
+// `flags` bit 0 is ReLU after a, bits 1, 3 and 4 as kiln_sconv2d's, bit 2 ReLU after b.
 extern "C" void kiln_sconv2d_pair(const int64_t* dims, const float* x, const float* wa, const float* packedA,
                                   const float* biasA, const float* wb, const float* packedB, const float* biasB,
                                   float* between, float* out, int64_t flags);

@@ -59,19 +59,24 @@ bool rowChainApplies(const Conv2dDims& a, const Conv2dDims& b);
 // band, in the padded, phase-split layout the band's copy would have.
 void rowConv2dChained(const RowConv& a, const RowConv& b, float* out);
 
-// Whether the minimal-filtering path (conv2d_winograd.cc) takes d: an AVX-512
-// machine, 3x3 filters of one group, 16 or more channels and 8 or more filters,
-// stride 1 or 2 (both ways), no dilation, and output rows whose tiles fill
-// most of their 16-tile strips.
-bool winogradApplies(const Conv2dDims& d);
+// Whether the minimal-filtering path (conv2d_winograd.cc) takes d in this form
+// (loop::winogradForm): an AVX-512 machine, 3x3 filters of one group, 16 or
+// more channels and 8 or more filters, the form's stride both ways, no
+// dilation, and output rows whose tiles fill most of their 16-tile strips.
+bool winogradApplies(const Conv2dDims& d, int64_t form);
 
-// Whether sconv2d takes that path for d with this `packedW`: where it applies,
-// with filters prepared with their transform, or with enough tiles to pay for
-// transforming them per call.
-bool takesWinograd(const Conv2dDims& d, const float* packedW);
+// The form sconv2d takes for d where minimal filtering may be `minimal`, or 0
+// for none: 4x4 tiles where asked for and they apply, else 2x2 where they apply.
+int64_t winogradFormFor(const Conv2dDims& d, MinimalFiltering minimal);
 
-// d through that path, with filters transformed by packWinogradFilter for its
-// stride (`u` past its header).
-void winogradConv2d(const Conv2dDims& d, const float* x, const float* u, float* out, const ConvPostOps& post);
+// Whether sconv2d takes that path for d with this `packedW`: where a form
+// applies, with filters prepared with its transform, or with enough tiles to
+// pay for transforming them per call.
+bool takesWinograd(const Conv2dDims& d, const float* packedW, MinimalFiltering minimal = MinimalFiltering::Tiles2x2);
+
+// d through that path in a form that applies, with filters transformed by
+// packWinogradFilter for it (`u` past its header).
+void winogradConv2d(const Conv2dDims& d, const float* x, const float* u, float* out, const ConvPostOps& post,
+                    int64_t form);
 
 }  // namespace kiln::jit::detail

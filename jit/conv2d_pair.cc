@@ -36,7 +36,7 @@ bool nonEmpty(const Conv2dDims& d) {
 
 void sconv2dPair(const Conv2dDims& a, const float* x, const float* wa, const float* packedA, const ConvPostOps& postA,
                  const Conv2dDims& b, const float* wb, const float* packedB, const ConvPostOps& postB, float* between,
-                 float* out, bool minimalFiltering) {
+                 float* out, MinimalFiltering minimal) {
   if (!chained(a, b)) {
     // The kernel computes both from one value's shape: never met. Nothing is read
     // past either tensor; the output says something went wrong.
@@ -54,11 +54,11 @@ void sconv2dPair(const Conv2dDims& a, const float* x, const float* wa, const flo
   };
   // A second convolution that takes the minimal-filtering path saves more
   // than the chaining does (conv2d_winograd.cc): the pair runs as two calls.
-  bool winograd = minimalFiltering && detail::takesWinograd(b, packedB);
+  bool winograd = detail::takesWinograd(b, packedB, minimal);
   if (winograd || !nonEmpty(a) || !nonEmpty(b) || !detail::rowChainApplies(a, b) || !prepacked(a, packedA) ||
       !prepacked(b, packedB) || !detail::takesRowPath(a) || !detail::takesRowPath(b)) {
-    sconv2d(a, x, wa, packedA, between, postA, minimalFiltering);
-    sconv2d(b, between, wb, packedB, out, postB, minimalFiltering);
+    sconv2d(a, x, wa, packedA, between, postA, minimal);
+    sconv2d(b, between, wb, packedB, out, postB, minimal);
     return;
   }
   detail::RowConv first{a, x, nullptr, 0, 0, postA}, second{b, nullptr, nullptr, 0, 0, postB};
@@ -76,9 +76,9 @@ extern "C" void kiln_sconv2d_pair(const int64_t* dims, const float* x, const flo
   std::memcpy(&a, dims, sizeof a);
   std::memcpy(&b, dims + 16, sizeof b);
   // Bit 0: ReLU after the first; bit 1: on the calling thread alone; bit 2: ReLU
-  // after the second; bit 3: no minimal filtering.
+  // after the second; bits 3 and 4: minimal filtering (kiln_sconv2d's).
   kiln::device::underScopes((flags & 2) != 0, kiln::device::grainFromFlags(flags) /* bits 25-30 */, [&] {
     kiln::jit::sconv2dPair(a, x, wa, packedA, kiln::jit::ConvPostOps{biasA, (flags & 1) != 0}, b, wb, packedB,
-                           kiln::jit::ConvPostOps{biasB, (flags & 4) != 0}, between, out, (flags & 8) == 0);
+                           kiln::jit::ConvPostOps{biasB, (flags & 4) != 0}, between, out, kiln::jit::minimalFilteringFromFlags(flags));
   });
 }

@@ -78,10 +78,10 @@ enum class StmtKind : uint8_t { For, Store, Block, If, Gemm, Conv2d };
 // Constant: no packing; marks an input as an executable constant (its own data),
 // for a library kernel that keeps work derived from it (jit/library_kernel.h).
 enum class PreparedLayout : uint8_t { GemmB, ConvFilter, Constant };
-// ConvFilter's param: the groups in bits 0-31, and from this bit on the stride
-// (1 or 2) of a convolution that may take minimal filtering (3x3 filters of one
-// group, equal strides, no dilation), whose prepared form then holds that
-// transform as well (jit::packConvFilterWithWinograd); 0 for none.
+// ConvFilter's param: the groups in bits 0-31, and from this bit on the
+// minimal-filtering form (winogradForm below) of a convolution that may take it
+// (3x3 filters of one group, equal strides, no dilation), whose prepared form
+// then holds that transform as well (jit::packConvFilterWithWinograd); 0 for none.
 constexpr int kConvFilterWinogradShift = 32;
 // That stride for a convolution's window attributes (its filters must also be
 // 3x3, which the packing checks), or 0 where minimal filtering never applies.
@@ -89,12 +89,26 @@ constexpr int kConvFilterWinogradShift = 32;
 constexpr int64_t winogradStride(int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t groups) {
   return groups == 1 && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1 ? sh : 0;
 }
+// The forms of minimal filtering (jit/conv2d_winograd.cc), as prepared filters,
+// their headers and the kernels name them: 1 stride 1 with 2x2 output tiles
+// (F(2x2, 3x3)), 2 stride 2 with 2x2 tiles, 3 stride 1 with 4x4 tiles
+// (F(4x4, 3x3), a schedule's winograd=4). The 2x2 forms are the code of their stride.
+constexpr int64_t kWinogradF4 = 3;
+constexpr bool isWinogradForm(int64_t form) { return form >= 1 && form <= 3; }
+constexpr int64_t winogradFormStride(int64_t form) { return form == kWinogradF4 ? 1 : form; }
+constexpr int64_t winogradFormTile(int64_t form) { return form == kWinogradF4 ? 4 : 2; }
+// The form a convolution of this stride takes with output tiles `tile` on a
+// side (2 or 4; 4x4 tiles at stride 1 only), or 0 for none.
+constexpr int64_t winogradForm(int64_t stride, int64_t tile) {
+  return stride == 1 && tile == 4 ? kWinogradF4 : (stride == 1 || stride == 2) && tile == 2 ? stride : 0;
+}
 // Of the runtime's conditions for minimal filtering, those the channel counts
 // decide (its transforms cost per input channel, its products per channel pair:
-// jit/conv2d_winograd.cc measured where it pays), and the products it takes per
-// 2x2 output tile and channel pair at that stride (the direct form takes 36).
+// jit/conv2d_winograd.cc measured where it pays), and the products a form
+// takes per output tile and channel pair: 4 x 4 (stride 1), 5 x 5 (stride 2)
+// and 6 x 6 (4x4 tiles), where the direct form takes 9 an output.
 constexpr bool winogradChannelsPay(int64_t channels, int64_t filters) { return channels >= 16 && filters >= 8; }
-constexpr int64_t winogradTileProducts(int64_t stride) { return stride == 2 ? 25 : 16; }
+constexpr int64_t winogradTileProducts(int64_t form) { return form == 2 ? 25 : form == kWinogradF4 ? 36 : 16; }
 
 struct GemmArgs {
   int32_t a = -1, b = -1, c = -1;       // buffers
@@ -165,7 +179,7 @@ struct BufferDecl {
   int32_t preparedFrom = -1;
   PreparedLayout preparedLayout = PreparedLayout::GemmB;
   // GemmB: bit 0 set when B is stored n x k, bits 1-2 the tile; ConvFilter:
-  // groups (bits 0-31), and the Winograd stride (kConvFilterWinogradShift).
+  // groups (bits 0-31), and the Winograd form (kConvFilterWinogradShift).
   int64_t preparedParam = 0;
   bool isScratch() const { return scratchValue >= 0 || !scratchSize.empty(); }
   bool isPrepared() const { return preparedFrom >= 0; }

@@ -58,7 +58,7 @@ std::string Schedule::toString() const {
   if (!parallel) add("parallel=0");
   if (grainShift) add("grain=" + std::to_string(grainShift));
   if (!directConv) add("conv=gemm");
-  if (!convWinograd) add("winograd=0");
+  if (convWinograd != 2) add("winograd=" + std::to_string(convWinograd));
   if (gemmKC) add("kc=" + std::to_string(gemmKC));
   if (gemmMCTiles) add("mc=" + std::to_string(gemmMCTiles));
   if (gemmTile) add("micro=" + std::to_string(gemmTile));
@@ -127,8 +127,9 @@ std::optional<Schedule> Schedule::parse(std::string_view text, std::string* erro
       s.gemmThenInThreads = value == "threads";
     } else if (key == "winograd") {
       int v = 0;
-      ok = parseInt(value, v) && (v == 0 || v == 1);
-      s.convWinograd = v == 1;
+      // (1, "on", is what logs before the 4x4 tiles wrote for the default.)
+      ok = parseInt(value, v) && (v == 0 || v == 1 || v == 2 || v == 4);
+      s.convWinograd = v == 1 ? 2 : v;
     } else if (key == "conv") {
       ok = value == "direct" || value == "gemm";
       s.directConv = value == "direct";
@@ -370,8 +371,9 @@ ScheduleSpace scheduleSpaceOf(const LoopKernel& k) {
         const ExprNode& e = k.expr(s.conv.dims[i]);
         return e.kind == ExprKind::IntConst ? e.ival : -1;
       };
-      if (dim(5) == 3 && dim(6) == 3 && winogradStride(dim(9), dim(10), dim(13), dim(14), dim(15)) != 0)
-        space.hasWinogradConv = true;
+      int64_t stride = dim(5) == 3 && dim(6) == 3 ? winogradStride(dim(9), dim(10), dim(13), dim(14), dim(15)) : 0;
+      space.hasWinogradConv |= stride != 0;
+      space.hasWinogradTiles4x4 |= stride == 1;
     }
     if (s.kind == StmtKind::Block)
       for (size_t i = 0; i + 1 < s.body.size(); ++i)
@@ -470,7 +472,8 @@ Schedule ScheduleSpace::mutate(const Schedule& s, std::mt19937_64& rng) const {
         if (hasGemmThen) out.gemmThenInThreads = !out.gemmThenInThreads;
         break;
       case 15:
-        if (hasWinogradConv) out.convWinograd = !out.convWinograd;
+        if (hasWinogradTiles4x4) out.convWinograd = pick<int32_t>(rng, {0, 2, 4});
+        else if (hasWinogradConv) out.convWinograd = out.convWinograd ? 0 : 2;
         break;
     }
   }
@@ -489,9 +492,18 @@ void applySchedule(LoopKernel& k, const Schedule& s) {
   // The runtime packs a constant B for the tile its kernel runs (bit 0 stays transB).
   for (BufferDecl& b : k.buffers) {
     if (b.isPrepared() && b.preparedLayout == PreparedLayout::GemmB) b.preparedParam = (b.preparedParam & 1) | (s.gemmTile << 1);
-    // Filters of a kernel that never takes minimal filtering are not prepared with its transform.
-    if (b.isPrepared() && b.preparedLayout == PreparedLayout::ConvFilter && !s.convWinograd)
-      b.preparedParam &= (int64_t(1) << kConvFilterWinogradShift) - 1;
+    // Filters of a kernel that never takes minimal filtering are not prepared
+    // with its transform; those of one that takes 4x4 tiles at stride 1, with theirs.
+    if (b.isPrepared() && b.preparedLayout == PreparedLayout::ConvFilter) {
+      int64_t groups = b.preparedParam & ((int64_t(1) << kConvFilterWinogradShift) - 1);
+      int64_t form = b.preparedParam >> kConvFilterWinogradShift;
+      if (s.convWinograd == 0) form = 0;
+      else if (form != 0) {  // (stride 2 keeps 2x2 tiles)
+        int64_t stride = winogradFormStride(form), wanted = s.convWinograd == 4 ? winogradForm(stride, 4) : 0;
+        form = wanted != 0 ? wanted : winogradForm(stride, 2);
+      }
+      b.preparedParam = groups | form << kConvFilterWinogradShift;
+    }
   }
   if (k.body < 0 || (s.order.empty() && s.tile.empty())) return;
   size_t depth = std::max(s.order.size(), s.tile.size());

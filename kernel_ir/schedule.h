@@ -49,8 +49,11 @@ struct Schedule {
   // column buffer and a GEMM.
   bool directConv = true;
   // Direct convolutions of 3x3 filters: minimal filtering (jit/conv2d_winograd.cc)
-  // where the runtime finds that it applies and pays (true), or never.
-  bool convWinograd = true;
+  // where the runtime finds that it applies and pays, with output tiles 2 (the
+  // default) or 4 (stride 1 only; 2 at stride 2) on a side, or never (0). 4x4
+  // tiles take 36 products where 2x2 take 64, but round ten times as far from
+  // the direct sum, and spread a NaN input across their tile.
+  int32_t convWinograd = 2;
   // GEMMs of many rows (jit::GemmBlocking): the contraction slice KC (64..1024,
   // where B is prepacked) and the rows each task takes, in micro-kernel tiles
   // (0: the runtime's choice).
@@ -107,6 +110,8 @@ struct ScheduleSpace {
   // A direct convolution that may take minimal filtering (3x3 filters of one
   // group, equal strides of 1 or 2, no dilation): the winograd= knob.
   bool hasWinogradConv = false;
+  // One of them at stride 1, which 4x4 output tiles may take (winograd=4).
+  bool hasWinogradTiles4x4 = false;
   // Vectorized loops that store (the streaming-stores knob). The tuner offers
   // the knob only for tasks whose outputs are at least kStreamingStoresLeastBytes.
   bool hasVectorStores = false;

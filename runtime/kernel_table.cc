@@ -173,20 +173,20 @@ Tensor packWeight(const Tensor& c, loop::PreparedLayout layout, int64_t param, P
     d1 = transB ? s[0] : s[1];
     floats = jit::packedBFloats(d0, d1, tile);
   }
-  // ConvFilter: the groups, and the stride of the Winograd form wanted too (3x3
-  // filters of one group; others take the plain packing); other bits are refused.
-  int64_t groups = param & 0xFFFFFFFF, stride = param >> loop::kConvFilterWinogradShift;
-  bool winograd = !gemm && (stride == 1 || stride == 2) && groups == 1 && s.size() == 4 && s[2] == 3 && s[3] == 3;
-  if (!gemm && s.size() == 4 && param >= 0 && stride <= 2) {
+  // ConvFilter: the groups, and the Winograd form wanted too (3x3 filters of
+  // one group; others take the plain packing); other bits are refused.
+  int64_t groups = param & 0xFFFFFFFF, form = param >> loop::kConvFilterWinogradShift;
+  bool winograd = !gemm && loop::isWinogradForm(form) && groups == 1 && s.size() == 4 && s[2] == 3 && s[3] == 3;
+  if (!gemm && s.size() == 4 && param >= 0 && (form == 0 || loop::isWinogradForm(form))) {
     d0 = s[0];
     d1 = s[1] * s[2] * s[3];
-    floats = winograd ? jit::packedConvFilterWithWinogradFloats(d0, s[1], stride) : jit::packedConvFilterFloats(d0, d1, groups);
+    floats = winograd ? jit::packedConvFilterWithWinogradFloats(d0, s[1], form) : jit::packedConvFilterFloats(d0, d1, groups);
   }
   if (floats < 0) return Tensor();
   std::array<int64_t, 1> shape{floats};
   Tensor packed = allocateTensor(pool, DType::Float32, shape);
   if (gemm) jit::packGemmB(c.data<float>(), s[1], transB, d0, d1, packed.data<float>(), tile);
-  else if (winograd) jit::packConvFilterWithWinograd(c.data<float>(), d0, s[1], stride, packed.data<float>());
+  else if (winograd) jit::packConvFilterWithWinograd(c.data<float>(), d0, s[1], form, packed.data<float>());
   else jit::packConvFilter(c.data<float>(), d0, d1, groups, packed.data<float>());
   return packed;
 }

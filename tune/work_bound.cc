@@ -37,18 +37,23 @@ double depthOf(const kernel_ir::FusedNode& n, const std::vector<Shape>& shapes) 
     if (w.empty() || o == std::string::npos || o >= w.size() || w[o] <= 0) return 0;
     double depth = elementsOf(w) / static_cast<double>(w[o]);
     // A 3x3 filter that minimal filtering may take (Schedule::convWinograd)
-    // costs its products, not the direct form's nine a channel: per 2x2 output
-    // tile 16 (stride 1) or 25 (stride 2) against 36 (jit/conv2d_winograd.cc).
-    // Counted low (their transforms add none) wherever the runtime might take
-    // that path (its conditions that shapes alone decide: 16 or more channels,
-    // 8 or more filters), so that the floor bounds both algorithms.
+    // costs its products, not the direct form's nine a channel and output: its
+    // fewest, 36 per 4x4 output tile at stride 1 (winograd=4) and 25 per 2x2
+    // tile at stride 2 (jit/conv2d_winograd.cc). Counted low (their transforms
+    // add none) wherever the runtime might take that path (its conditions that
+    // shapes alone decide: 16 or more channels, 8 or more filters), so that the
+    // floor bounds every algorithm.
     size_t h = layout.find('H'), wd = layout.find('W'), i = layout.find('I');
     if (w.size() == 4 && h < w.size() && wd < w.size() && i < w.size() && w[h] == 3 && w[wd] == 3 &&
         loop::winogradChannelsPay(w[i], w[o])) {
       ops::Window2d win = ops::windowAttrs(attrs);
       int64_t stride = loop::winogradStride(win.strides[0], win.strides[1], win.dilation[0], win.dilation[1],
                                             attrs.getInt("groups", 1));
-      if (stride != 0) depth *= static_cast<double>(loop::winogradTileProducts(stride)) / 36.0;
+      int64_t form = stride == 1 ? loop::winogradForm(1, 4) : loop::winogradForm(stride, 2);
+      if (form != 0) {
+        double tile = static_cast<double>(loop::winogradFormTile(form));
+        depth *= static_cast<double>(loop::winogradTileProducts(form)) / (9.0 * tile * tile);
+      }
     }
     return depth;
   }

@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 #include "jit/conv2d.h"
 #include "jit/conv2d_internal.h"
+#include "kernel_ir/loop_ir.h"
 #include "kiln/compile.h"
 #include "kiln/runtime.h"
 #include "kiln/vm.h"
@@ -47,10 +48,10 @@ float* aligned(std::vector<float>& storage, int64_t floats) {
 
 }  // namespace
 
-TEST_CASE("minimal filtering: against the definition on odd shapes, strides 1 and 2, with bias and ReLU") {
+TEST_CASE("minimal filtering: against the definition on odd shapes, strides 1 and 2, 2x2 and 4x4 tiles, with bias and ReLU") {
   if (!__builtin_cpu_supports("avx512f")) return test::skip("the minimal-filtering path needs AVX-512; this CPU lacks it");
   struct Case {
-    int64_t stride, n, c, h, w, o, pad, padEnd;
+    int64_t form, n, c, h, w, o, pad, padEnd;  // form: loop::winogradForm (1 and 2 the stride, 3 for 4x4 tiles)
   };
   const Case cases[] = {
       {2, 1, 32, 64, 64, 64, 1, 1},  // model_bench's CNN: 16 tiles a row, one block of strips per 4 tile rows
@@ -63,49 +64,79 @@ TEST_CASE("minimal filtering: against the definition on odd shapes, strides 1 an
       {1, 2, 19, 27, 27, 10, 1, 1},  // 27 x 27 outputs: half tiles at both ends; 2 images
       {1, 1, 70, 14, 30, 66, 0, 0},  // no padding (12 x 28); two chunks of V and of M
       {1, 1, 16, 9, 29, 8, 2, 1},    // padding 2 and 1: 10 x 30 outputs
+      {3, 1, 64, 56, 56, 64, 1, 1},  // 4x4 tiles: kernel_bench's convolution, 14 tiles a row, 7 blocks of two strips
+      {3, 2, 19, 27, 63, 10, 1, 1},  // 27 x 63 outputs: partial tiles at the bottom and the right; a block of one strip
+      {3, 1, 70, 14, 64, 66, 0, 0},  // no padding (12 x 62); two chunks of V and of M; 17 filter groups (one left alone)
+      {3, 1, 16, 9, 61, 8, 2, 1},    // padding 2 and 1: 10 x 62 outputs
+      {3, 1, 16, 20, 128, 9, 1, 1},  // 32 tiles a row: two strips side by side; 3 filter groups
   };
   std::mt19937 rng(23);
   std::uniform_real_distribution<float> dist(-1, 1);
+  double worst[4] = {};  // per form: the largest error over the sum of the terms' magnitudes
   for (const Case& t : cases) {
-    jit::Conv2dDims d = conv3x3(t.stride, t.n, t.c, t.h, t.w, t.o, t.pad, t.padEnd);
-    CAPTURE(t.stride);
+    const int64_t stride = loop::winogradFormStride(t.form), tile = loop::winogradFormTile(t.form);
+    const auto minimal = tile == 4 ? jit::MinimalFiltering::Tiles4x4 : jit::MinimalFiltering::Tiles2x2;
+    jit::Conv2dDims d = conv3x3(stride, t.n, t.c, t.h, t.w, t.o, t.pad, t.padEnd);
+    CAPTURE(t.form);
     CAPTURE(t.n);
     CAPTURE(t.c);
     CAPTURE(t.h);
     CAPTURE(t.w);
     CAPTURE(t.o);
-    REQUIRE(jit::detail::winogradApplies(d));  // else this test would check the direct path
+    REQUIRE(jit::detail::winogradApplies(d, t.form));  // else this test would check the direct path
+    REQUIRE(jit::detail::winogradFormFor(d, minimal) == t.form);
     std::vector<float> x(static_cast<size_t>(d.n * d.c * d.h * d.w)), w(static_cast<size_t>(d.o * d.c * 9)),
         bias(static_cast<size_t>(d.o));
     for (float& v : x) v = dist(rng);
     for (float& v : w) v = dist(rng);
     for (float& v : bias) v = dist(rng);
     // A NaN reaches exactly the outputs whose windows read it (the reference's):
-    // image 0, channel 1, row 0, column 5.
-    x[static_cast<size_t>(d.h * d.w + 5)] = std::numeric_limits<float>::quiet_NaN();
+    // image 0, channel 1, row 0, column 5. (With 4x4 tiles it reaches the whole
+    // tile: F(4,3)'s transforms mix the six inputs of an axis into every output.)
+    if (tile == 2) x[static_cast<size_t>(d.h * d.w + 5)] = std::numeric_limits<float>::quiet_NaN();
     std::vector<float> storage, out(static_cast<size_t>(d.n * d.o * d.oh * d.ow), -3.0f), again(out.size(), -3.0f);
-    float* packed = aligned(storage, jit::packedConvFilterWithWinogradFloats(d.o, d.c, d.sh));
-    jit::packConvFilterWithWinograd(w.data(), d.o, d.c, d.sh, packed);
-    REQUIRE(jit::winogradFormOf(packed, d.o, d.c, d.sh) != nullptr);
-    REQUIRE(jit::winogradFormOf(packed, d.o, d.c, 3 - d.sh) == nullptr);  // the other stride's form is another
-    jit::sconv2d(d, x.data(), w.data(), packed, out.data(), jit::ConvPostOps{bias.data(), true});
+    float* packed = aligned(storage, jit::packedConvFilterWithWinogradFloats(d.o, d.c, t.form));
+    jit::packConvFilterWithWinograd(w.data(), d.o, d.c, t.form, packed);
+    REQUIRE(jit::winogradFormOf(packed, d.o, d.c, t.form) != nullptr);
+    for (int64_t other = 1; other <= 3; ++other)  // the other forms are others
+      if (other != t.form) REQUIRE(jit::winogradFormOf(packed, d.o, d.c, other) == nullptr);
+    jit::sconv2d(d, x.data(), w.data(), packed, out.data(), jit::ConvPostOps{bias.data(), true}, minimal);
     // Filters not prepared: transformed per call where that pays (the same
     // values), else the direct path.
-    jit::sconv2d(d, x.data(), w.data(), nullptr, again.data(), jit::ConvPostOps{bias.data(), true});
-    bool perCall = jit::detail::takesWinograd(d, nullptr);
+    jit::sconv2d(d, x.data(), w.data(), nullptr, again.data(), jit::ConvPostOps{bias.data(), true}, minimal);
+    bool perCall = jit::detail::takesWinograd(d, nullptr, minimal);
     CHECK(perCall == (d.n * ((d.oh + 1) / 2) * ((d.ow + 1) / 2) >= 512));
     std::vector<double> want = reference(d, x, w, bias);
+    // The sum of the terms' magnitudes, per output (bias and ReLU aside): what
+    // a reassociated float sum's rounding scales with.
+    std::vector<float> absX(x.size()), absW(w.size());
+    std::transform(x.begin(), x.end(), absX.begin(), [](float v) { return std::isnan(v) ? 0.0f : std::fabs(v); });
+    std::transform(w.begin(), w.end(), absW.begin(), [](float v) { return std::fabs(v); });
+    std::vector<double> magnitude = reference(d, absX, absW, std::vector<float>(bias.size(), 0.0f));
     for (size_t i = 0; i < want.size(); ++i) {
+      if (!std::isnan(want[i]) && want[i] > 0)
+        worst[t.form] = std::max(worst[t.form], std::fabs(out[i] - want[i]) / std::max(1.0, magnitude[i]));
       if (std::isnan(want[i])) {
         REQUIRE(std::isnan(out[i]));
         REQUIRE(std::isnan(again[i]));
         continue;
       }
-      REQUIRE(out[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1.0));
+      // 4x4 tiles' rounding, up to about 2e-4 here, scales with the terms'
+      // magnitudes (bounded below, with the worst of them).
+      if (tile == 4) REQUIRE(std::fabs(out[i] - want[i]) <= 1e-5 * std::max(1.0, magnitude[i]));
+      else REQUIRE(out[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1.0));
       if (perCall) REQUIRE(again[i] == out[i]);
       else REQUIRE(again[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1.0));
     }
   }
+  // Relative to the terms' magnitudes, the 2x2 forms round as a float sum
+  // does; 4x4 tiles further (their transforms scale by up to 8, their filters
+  // by sixths), still well inside the checks above.
+  MESSAGE("largest error over the terms' magnitudes: 2x2 tiles stride 1 ", worst[1], ", stride 2 ", worst[2],
+          ", 4x4 tiles ", worst[3]);
+  CHECK(worst[1] < 1e-6);
+  CHECK(worst[2] < 1e-6);
+  CHECK(worst[3] < 1e-5);
 }
 
 TEST_CASE("minimal filtering: a chained pair whose second takes it runs as two calls") {
@@ -146,7 +177,8 @@ TEST_CASE("minimal filtering: the entry point's flag bit 3 (a schedule's winogra
   std::memcpy(dims, &d, sizeof d);
   kiln_sconv2d(dims, x.data(), w.data(), nullptr, fast.data(), bias.data(), 0);
   kiln_sconv2d(dims, x.data(), w.data(), nullptr, viaFlag.data(), bias.data(), 8);
-  jit::sconv2d(d, x.data(), w.data(), nullptr, direct.data(), jit::ConvPostOps{bias.data(), false}, false);
+  jit::sconv2d(d, x.data(), w.data(), nullptr, direct.data(), jit::ConvPostOps{bias.data(), false},
+               jit::MinimalFiltering::Off);
   std::vector<double> want = reference(d, x, w, bias);
   int64_t rounded = 0;
   for (size_t i = 0; i < fast.size(); ++i) {
@@ -163,25 +195,25 @@ TEST_CASE("minimal filtering: the entry point's flag bit 3 (a schedule's winogra
 TEST_CASE("minimal filtering: which convolutions take it, and the packed forms' checks") {
   jit::Conv2dDims d = stride2(1, 32, 64, 64, 64, 1, 1);
   bool avx512 = __builtin_cpu_supports("avx512f");
-  CHECK(jit::detail::winogradApplies(d) == avx512);
+  CHECK(jit::detail::winogradApplies(d, 2) == avx512);
   jit::Conv2dDims few = stride2(1, 8, 64, 64, 64, 1, 1);  // 8 channels: the direct path is faster
-  CHECK_FALSE(jit::detail::winogradApplies(few));
+  CHECK_FALSE(jit::detail::winogradApplies(few, 2));
   jit::Conv2dDims narrow = stride2(1, 32, 28, 28, 64, 1, 1);  // 7 tiles a row fill under half a strip
-  CHECK_FALSE(jit::detail::winogradApplies(narrow));
+  CHECK_FALSE(jit::detail::winogradApplies(narrow, 2));
   jit::Conv2dDims stride1 = conv3x3(1, 1, 64, 56, 56, 64, 1, 1);
-  CHECK(jit::detail::winogradApplies(stride1) == avx512);
+  CHECK(jit::detail::winogradApplies(stride1, 1) == avx512);
   jit::Conv2dDims stride3 = conv3x3(3, 1, 32, 96, 96, 64, 1, 1);
-  CHECK_FALSE(jit::detail::winogradApplies(stride3));
+  CHECK_FALSE(jit::detail::winogradApplies(stride3, 1));
   jit::Conv2dDims mixed = d;
   mixed.sw = 1;
   mixed.ow = 64;
-  CHECK_FALSE(jit::detail::winogradApplies(mixed));
+  CHECK_FALSE(jit::detail::winogradApplies(mixed, 2));
   jit::Conv2dDims dilated = d;
   dilated.dh = 2;
-  CHECK_FALSE(jit::detail::winogradApplies(dilated));
+  CHECK_FALSE(jit::detail::winogradApplies(dilated, 2));
 
   CHECK(jit::winogradFilterFloats(0, 3, 2) == -1);
-  CHECK(jit::winogradFilterFloats(64, 3, 3) == -1);
+  CHECK(jit::winogradFilterFloats(64, 3, 4) == -1);
   CHECK(jit::winogradFilterFloats(INT64_MAX / 2, 3, 2) == -1);
   CHECK(jit::packedConvFilterWithWinogradFloats(64, INT64_MAX / 4, 1) == -1);
   CHECK(jit::winogradFilterFloats(9, 5, 2) == 16 + 25 * 12 * 5);  // 9 filters take three groups of four

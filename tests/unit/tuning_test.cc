@@ -97,7 +97,10 @@ TEST_CASE("a schedule's text names what differs from the default, and reads back
   CHECK(parsed("then=threads").isDefault());
   CHECK_FALSE(parsed("winograd=0").convWinograd);
   CHECK(parsed("winograd=0").toString() == "winograd=0");
-  CHECK(parsed("winograd=1").isDefault());
+  CHECK(parsed("winograd=1").isDefault());  // (what logs before the 4x4 tiles wrote)
+  CHECK(parsed("winograd=2").isDefault());
+  CHECK(parsed("winograd=4").convWinograd == 4);
+  CHECK(parsed("winograd=4").toString() == "winograd=4");
   CHECK(s.gemmKC == 256);
   CHECK(s.gemmMCTiles == 4);
   CHECK(s.gemmTile == 1);
@@ -113,7 +116,7 @@ TEST_CASE("a schedule's text names what differs from the default, and reads back
   CHECK(parsed("order=0:1:2,tile=0:0:0").toString() == "default");
   for (const char* bad : {"", "vec=3", "vec", "order=0:0", "order=1:0,tile=8", "speed=11", "parallel=2", "tile=-4",
                           "interleave=0", "grain=99", "conv=winograd", "kc=100", "kc=2048", "mc=0", "micro=2", "micro=-1",
-                          "pack_a=2", "narrow=1", "narrow=", "narrow=rows", "winograd=2", "winograd="}) {
+                          "pack_a=2", "narrow=1", "narrow=", "narrow=rows", "winograd=3", "winograd=8", "winograd="}) {
     std::string why;
     INFO(bad);
     CHECK(!Schedule::parse(bad, &why).has_value());
@@ -224,6 +227,32 @@ TEST_CASE("loop order and tiles are applied where legal, and every schedule comp
                          " nn.conv2d(%x, %w, strides=[3, 3]) }"));
   for (const char* s : {"winograd=0", "winograd=0,parallel=0", "grain=2"})
     checkSameResult(conv3x3, {{1, 16, 64, 64}, {16, 16, 3, 3}}, s);
+  // 4x4 tiles (stride 1 only): the knob's third value; their results within
+  // 1e-5 of the output's largest magnitude (tune/measure.cc).
+  auto spaceOf = [](const std::string& src) {
+    return loop::scheduleSpaceOf(kernel_ir::lowerToLoops(test::fusedFrom(src), {.directConv = true, .gemmPostOps = true}));
+  };
+  const std::string stride2 =
+      "def @main(%x: Tensor[(1, 16, 64, 64), float32], %w: Tensor[(16, 16, 3, 3), float32]) { nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1]) }";
+  CHECK(spaceOf(conv3x3).hasWinogradTiles4x4);
+  CHECK(spaceOf(stride2).hasWinogradConv);
+  CHECK_FALSE(spaceOf(stride2).hasWinogradTiles4x4);
+  checkSameResult(conv3x3, {{1, 16, 64, 64}, {16, 16, 3, 3}}, "winograd=4");
+  checkSameResult(conv3x3, {{1, 16, 64, 64}, {16, 16, 3, 3}}, "winograd=4,parallel=0");
+  checkSameResult(stride2, {{1, 16, 64, 64}, {16, 16, 3, 3}}, "winograd=4");  // 2x2 tiles at stride 2
+  // The filters a kernel prepares carry the form its schedule takes (loop::winogradForm).
+  auto formOf = [](const std::string& src, const char* schedule) {
+    loop::LoopKernel k = kernel_ir::lowerToLoops(test::fusedFrom(src), {.directConv = true, .gemmPostOps = true});
+    loop::applySchedule(k, parsed(schedule));
+    for (const auto& b : k.buffers)
+      if (b.isPrepared() && b.preparedLayout == loop::PreparedLayout::ConvFilter)
+        return b.preparedParam >> loop::kConvFilterWinogradShift;
+    return int64_t(-1);
+  };
+  CHECK(formOf(conv3x3, "default") == 1);
+  CHECK(formOf(conv3x3, "winograd=4") == loop::kWinogradF4);
+  CHECK(formOf(conv3x3, "winograd=0") == 0);
+  CHECK(formOf(stride2, "winograd=4") == 2);
 }
 
 TEST_CASE("a corrupted tuning log is an error naming its line") {
@@ -450,8 +479,9 @@ TEST_CASE("a task's floor: its FLOPs counted low, its operands and results once,
   CHECK(conv.flops == 2.0 * 8 * 400 * 27 + 2 * 8 * 400);
   CHECK(conv.bytes == 4.0 * (1200 + 216 + 8 + 3200));
   // One that minimal filtering may take (3x3 filters, 16 or more channels, 8 or
-  // more filters, stride 1 or 2): its products, 16 (stride 1) or 25 (stride 2)
-  // a 2x2 output tile and channel pair against the direct form's 36.
+  // more filters, stride 1 or 2): its fewest products, 36 a 4x4 output tile and
+  // channel pair at stride 1 (against the direct form's 144), 25 a 2x2 tile at
+  // stride 2 (against 36).
   const char* winograd = "def @main(%x: Tensor[(1, 16, 20, 20), float32], %w: Tensor[(8, 16, 3, 3), float32]) "
                          "{ nn.conv2d(%x, %w, strides=[STRIDE, STRIDE], padding=[1, 1]) }";
   auto withStride = [&](const char* stride) {
@@ -461,7 +491,7 @@ TEST_CASE("a task's floor: its FLOPs counted low, its operands and results once,
     return test::fusedFrom(src);
   };
   CHECK(tune::workBound(withStride("1"), {{1, 16, 20, 20}, {8, 16, 3, 3}}).flops ==
-        doctest::Approx(2.0 * 8 * 400 * 16 * 9 * 16 / 36));
+        doctest::Approx(2.0 * 8 * 400 * 16 * 9 * 36 / 144));
   CHECK(tune::workBound(withStride("2"), {{1, 16, 20, 20}, {8, 16, 3, 3}}).flops ==
         doctest::Approx(2.0 * 8 * 100 * 16 * 9 * 25 / 36));
   CHECK(tune::workBound(withStride("3"), {{1, 16, 20, 20}, {8, 16, 3, 3}}).flops == 2.0 * 8 * 49 * 16 * 9);
