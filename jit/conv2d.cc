@@ -539,16 +539,17 @@ const float* convFilters(const Conv2dDims& d, const float* w, const float* packe
 
 namespace {
 
-// Whether filters without a prepared transform pay for one per call: a filter
-// and channel's transform costs about what 110 tiles save at stride 1 (64 x 56
-// x 56, 784 tiles: 2.03 ms direct, 1.04 prepared, 1.20 per call); with 256
-// (model_bench's stride-2 convolution) per call was no faster than direct on
-// one thread and slower on two.
-// (Counted in 2x2 tiles for every form: a 4x4 tile saves about four 2x2 ones'
-// products, and its filter transform costs about twice as much.)
+// Whether filters without a prepared transform pay for one per call. With the
+// vector transform (conv2d_winograd.cc), per call against the direct path on
+// Zen 4, one and two threads: 64 x 64 filters at stride 1 took 0.54-0.68 of its
+// time with 64 2x2 tiles, 0.87-0.92 with 32 (1.13-1.28 with 256 channels), 1.22-1.36
+// with 16; at stride 2 0.79-0.93 with 64 tiles, 1.36-1.63 with 32. (The scalar
+// transform before it needed 512.) Counted in 2x2 tiles for every form: a 4x4
+// tile saves about four 2x2 ones' products, and its filter transform costs
+// about twice as much.
 bool transformPaysPerCall(const Conv2dDims& d) {
   int64_t tiles = 0;
-  return !__builtin_mul_overflow(d.n, ((d.oh + 1) / 2) * ((d.ow + 1) / 2), &tiles) && tiles >= 512;
+  return !__builtin_mul_overflow(d.n, ((d.oh + 1) / 2) * ((d.ow + 1) / 2), &tiles) && tiles >= 64;
 }
 
 }  // namespace
