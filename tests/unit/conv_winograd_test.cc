@@ -192,6 +192,37 @@ TEST_CASE("minimal filtering: the entry point's flag bit 3 (a schedule's winogra
   CHECK(rounded > 0);  // the two paths sum in another order: some results round apart
 }
 
+TEST_CASE("minimal filtering: the entry point's flag bit 4 (a schedule's winograd=4) takes 4x4 tiles at stride 1") {
+  if (!__builtin_cpu_supports("avx512f")) return test::skip("the minimal-filtering path needs AVX-512; this CPU lacks it");
+  jit::Conv2dDims d = conv3x3(1, 1, 32, 56, 56, 16, 1, 1);
+  REQUIRE(jit::detail::winogradFormFor(d, jit::MinimalFiltering::Tiles4x4) == loop::kWinogradF4);
+  REQUIRE(jit::detail::takesWinograd(d, nullptr, jit::MinimalFiltering::Tiles4x4));
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> x(32 * 56 * 56), w(16 * 32 * 9), bias(16), viaFlag(16 * 56 * 56), tiles4(viaFlag.size()),
+      tiles2(viaFlag.size());
+  for (auto* v : {&x, &w, &bias})
+    for (float& f : *v) f = dist(rng);
+  int64_t dims[16];
+  std::memcpy(dims, &d, sizeof d);
+  kiln_sconv2d(dims, x.data(), w.data(), nullptr, viaFlag.data(), bias.data(), jit::kMinimalTiles4x4Flag);
+  jit::sconv2d(d, x.data(), w.data(), nullptr, tiles4.data(), {bias.data(), false}, jit::MinimalFiltering::Tiles4x4);
+  jit::sconv2d(d, x.data(), w.data(), nullptr, tiles2.data(), {bias.data(), false}, jit::MinimalFiltering::Tiles2x2);
+  int64_t rounded = 0;
+  for (size_t i = 0; i < viaFlag.size(); ++i) {
+    REQUIRE(viaFlag[i] == tiles4[i]);  // the 4x4 path, bit for bit
+    REQUIRE(tiles4[i] == doctest::Approx(tiles2[i]).epsilon(1e-3).scale(1.0));
+    rounded += tiles4[i] != tiles2[i];
+  }
+  CHECK(rounded > 0);  // the two forms sum in other orders: some results round apart
+  // At stride 2 the flag keeps 2x2 tiles; with bit 3 set too, none.
+  CHECK(jit::detail::winogradFormFor(conv3x3(2, 1, 32, 64, 64, 16, 1, 1), jit::MinimalFiltering::Tiles4x4) == 2);
+  CHECK(jit::minimalFilteringFromFlags(jit::kMinimalTiles4x4Flag | jit::kMinimalFilteringOffFlag) ==
+        jit::MinimalFiltering::Off);
+  // 28 outputs a row are 7 4x4 tiles, under half a strip: 2x2 tiles instead.
+  CHECK(jit::detail::winogradFormFor(conv3x3(1, 1, 32, 28, 28, 16, 1, 1), jit::MinimalFiltering::Tiles4x4) == 1);
+}
+
 TEST_CASE("minimal filtering: which convolutions take it, and the packed forms' checks") {
   jit::Conv2dDims d = stride2(1, 32, 64, 64, 64, 1, 1);
   bool avx512 = __builtin_cpu_supports("avx512f");

@@ -238,6 +238,15 @@ TEST_CASE("loop order and tiles are applied where legal, and every schedule comp
   CHECK(spaceOf(stride2).hasWinogradConv);
   CHECK_FALSE(spaceOf(stride2).hasWinogradTiles4x4);
   checkSameResult(conv3x3, {{1, 16, 64, 64}, {16, 16, 3, 3}}, "winograd=4");
+  {  // and the compiled kernel does take them: its sums round apart from the default's 2x2 tiles'
+    tune::MeasureOptions o;
+    o.rounds = 1;
+    o.roundMillis = 0.05;
+    tune::Measurement m = tune::measureInProcess(test::fusedFrom(conv3x3), {{1, 16, 64, 64}, {16, 16, 3, 3}},
+                                                 parsed("winograd=4"), o);
+    CHECK(m.ok);
+    CHECK(m.maxError > 0);
+  }
   checkSameResult(conv3x3, {{1, 16, 64, 64}, {16, 16, 3, 3}}, "winograd=4,parallel=0");
   checkSameResult(stride2, {{1, 16, 64, 64}, {16, 16, 3, 3}}, "winograd=4");  // 2x2 tiles at stride 2
   // The filters a kernel prepares carry the form its schedule takes (loop::winogradForm).
