@@ -73,15 +73,17 @@ template <int Form>
 constexpr int64_t kStride = loop::winogradFormStride(Form);
 template <int Form>
 constexpr int64_t kTile = loop::winogradFormTile(Form);
+constexpr int64_t axisOf(int64_t form) { return form == 2 ? 5 : form == loop::kWinogradF4 ? 6 : 4; }
+constexpr int64_t blockStripsOf(int64_t form) { return form == loop::kWinogradF4 ? 2 : 4; }
 template <int Form>
-constexpr int64_t kAxis = Form == 2 ? 5 : Form == loop::kWinogradF4 ? 6 : 4;
+constexpr int64_t kAxis = axisOf(Form);
 template <int Form>
 constexpr int64_t kPositions = kAxis<Form> * kAxis<Form>;
 static_assert(kPositions<1> == loop::winogradTileProducts(1) && kPositions<2> == loop::winogradTileProducts(2) &&
               kPositions<3> == loop::winogradTileProducts(loop::kWinogradF4));
 constexpr int64_t kStripTiles = 16;
 template <int Form>
-constexpr int64_t kBlockStrips = Form == loop::kWinogradF4 ? 2 : 4;
+constexpr int64_t kBlockStrips = blockStripsOf(Form);
 template <int Form>
 constexpr int64_t kBlockTiles = kStripTiles * kBlockStrips<Form>;  // 64, or 32 for F(4,3)
 template <int Form>
@@ -103,7 +105,6 @@ constexpr int64_t kPositionPad = 16;
 constexpr int64_t tagOf(int64_t form) {
   return form == loop::kWinogradF4 ? 0x57345331 : form == 2 ? 0x57325332 : 0x57325331;
 }
-constexpr int64_t axisOf(int64_t form) { return form == 2 ? kAxis<2> : form == loop::kWinogradF4 ? kAxis<3> : kAxis<1>; }
 
 // The 1D filter values from three taps (u above): of floats, or of vectors of
 // them lane by lane (the same operations, so the same roundings).
@@ -610,7 +611,7 @@ bool winogradApplies(const Conv2dDims& d, int64_t form) {
 
 void winogradConv2d(const Conv2dDims& d, const float* x, const float* u, float* out, const ConvPostOps& post,
                     int64_t form) {
-  int64_t tile = loop::winogradFormTile(form), strips = form == loop::kWinogradF4 ? kBlockStrips<3> : kBlockStrips<1>;
+  int64_t tile = loop::winogradFormTile(form), strips = blockStripsOf(form);
   WinogradJob job{d, x, u, out, post, filterGroups(d.o), (d.ow + tile - 1) / tile, (d.oh + tile - 1) / tile, 0, 0};
   job.stripsX = (job.tilesX + kStripTiles - 1) / kStripTiles;
   job.blocks = (job.tilesY * job.stripsX + strips - 1) / strips;

@@ -97,10 +97,11 @@ constexpr int64_t kWinogradF4 = 3;
 constexpr bool isWinogradForm(int64_t form) { return form >= 1 && form <= 3; }
 constexpr int64_t winogradFormStride(int64_t form) { return form == kWinogradF4 ? 1 : form; }
 constexpr int64_t winogradFormTile(int64_t form) { return form == kWinogradF4 ? 4 : 2; }
-// The form a convolution of this stride takes with output tiles `tile` on a
-// side (2 or 4; 4x4 tiles at stride 1 only), or 0 for none.
+// The form a convolution of this stride takes when output tiles `tile` on a
+// side are asked for (Schedule::convWinograd): 4x4 tiles at stride 1 only,
+// 2x2 otherwise; 0 for a stride that has none.
 constexpr int64_t winogradForm(int64_t stride, int64_t tile) {
-  return stride == 1 && tile == 4 ? kWinogradF4 : (stride == 1 || stride == 2) && tile == 2 ? stride : 0;
+  return stride == 1 && tile == 4 ? kWinogradF4 : stride == 1 || stride == 2 ? stride : 0;
 }
 // Of the runtime's conditions for minimal filtering, those the channel counts
 // decide (its transforms cost per input channel, its products per channel pair:

@@ -497,11 +497,7 @@ void applySchedule(LoopKernel& k, const Schedule& s) {
     if (b.isPrepared() && b.preparedLayout == PreparedLayout::ConvFilter) {
       int64_t groups = b.preparedParam & ((int64_t(1) << kConvFilterWinogradShift) - 1);
       int64_t form = b.preparedParam >> kConvFilterWinogradShift;
-      if (s.convWinograd == 0) form = 0;
-      else if (form != 0) {  // (stride 2 keeps 2x2 tiles)
-        int64_t stride = winogradFormStride(form), wanted = s.convWinograd == 4 ? winogradForm(stride, 4) : 0;
-        form = wanted != 0 ? wanted : winogradForm(stride, 2);
-      }
+      if (form != 0) form = s.convWinograd == 0 ? 0 : winogradForm(winogradFormStride(form), s.convWinograd);
       b.preparedParam = groups | form << kConvFilterWinogradShift;
     }
   }

@@ -49,8 +49,7 @@ double depthOf(const kernel_ir::FusedNode& n, const std::vector<Shape>& shapes) 
       ops::Window2d win = ops::windowAttrs(attrs);
       int64_t stride = loop::winogradStride(win.strides[0], win.strides[1], win.dilation[0], win.dilation[1],
                                             attrs.getInt("groups", 1));
-      int64_t form = stride == 1 ? loop::winogradForm(1, 4) : loop::winogradForm(stride, 2);
-      if (form != 0) {
+      if (int64_t form = loop::winogradForm(stride, 4)) {
         double tile = static_cast<double>(loop::winogradFormTile(form));
         depth *= static_cast<double>(loop::winogradTileProducts(form)) / (9.0 * tile * tile);
       }
