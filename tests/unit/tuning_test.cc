@@ -561,11 +561,20 @@ TEST_CASE("a small buffer's floor is its time per pass over many passes, not one
   return;
 #endif
   // Per byte, 1 KiB (in L1) reads and writes no slower than 64 KiB does, within
-  // a shared host's swings.
+  // a shared host's swings. Each side's fastest of three stretches, as a floor
+  // is: a single stretch, preempted by a parallel test's threads, failed once under ctest -j2.
   const int reps = 5;
-  CHECK(device::readSeconds(1024, 1, reps) * 64 < device::readSeconds(65536, 1, reps) * 3);
-  CHECK(device::writeSeconds(1024, 1, reps) * 64 < device::writeSeconds(65536, 1, reps) * 3);
-  CHECK(device::readWriteSeconds(512, 512, 1, reps) * 64 < device::readWriteSeconds(32768, 32768, 1, reps) * 3);
+  auto fastest = [](auto time) {
+    double best = time();
+    for (int i = 0; i < 2; ++i) best = std::min(best, time());
+    return best;
+  };
+  CHECK(fastest([&] { return device::readSeconds(1024, 1, reps); }) * 64 <
+        fastest([&] { return device::readSeconds(65536, 1, reps); }) * 3);
+  CHECK(fastest([&] { return device::writeSeconds(1024, 1, reps); }) * 64 <
+        fastest([&] { return device::writeSeconds(65536, 1, reps); }) * 3);
+  CHECK(fastest([&] { return device::readWriteSeconds(512, 512, 1, reps); }) * 64 <
+        fastest([&] { return device::readWriteSeconds(32768, 32768, 1, reps); }) * 3);
 }
 
 TEST_CASE("timed FMAs: each run does its FLOPs at no more than the peak, split over the threads asked for") {
